@@ -1,0 +1,18 @@
+"""`baton`: the command line (pinned commands in DESIGN.md).
+
+Exit codes: 0 success, 1 the thing asked for did not happen (timeout, oracle or audit
+failure), 2 bad usage or configuration, 3 a daemon stopped because it lost its
+coordinator or was declared dead.
+"""
+
+from __future__ import annotations
+
+import click
+
+__all__ = ["main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="baton")
+def main() -> None:
+    """Scale stateful Kafka stream processors out and in under live traffic."""

@@ -1,0 +1,154 @@
+"""The TOML configuration shared by both daemons (keys pinned in DESIGN.md).
+
+Every error names the file and the dotted key, so an operator can fix it without
+reading code; daemons load the config before touching anything and exit 2 on error.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+__all__ = [
+    "CatchUpConfig",
+    "Config",
+    "ConfigError",
+    "CoordinatorConfig",
+    "JobConfig",
+    "ProcessorConfig",
+    "SparkConfig",
+    "load_config",
+    "parse_config",
+]
+
+
+class ConfigError(Exception):
+    """A configuration that cannot work; the message names the file and the key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class JobConfig(_Section):
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
+    # import path "module:Class" of a processor.Job subclass
+    class_: str = Field(alias="class", pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    inputs: list[str] = Field(min_length=1)
+    output: str = Field(min_length=1)
+    grouping: Literal["partition", "ssp", "cogroup", "single"] = "partition"
+
+    @field_validator("inputs")
+    @classmethod
+    def _distinct(cls, inputs: list[str]) -> list[str]:
+        if len(set(inputs)) != len(inputs) or any(not t for t in inputs):
+            raise ValueError("inputs must be distinct, non-empty topic names")
+        return inputs
+
+
+class CoordinatorConfig(_Section):
+    listen: str = Field(default="127.0.0.1:8700", pattern=r"^[^:\s]+:\d+$")
+    url: str = Field(default="http://127.0.0.1:8700", pattern=r"^https?://")
+    token_file: str = "./state/coordinator.token"
+    release_timeout_ms: int = Field(default=10000, gt=0)
+    activate_timeout_ms: int = Field(default=30000, gt=0)
+    monitor_interval_ms: int = Field(default=5000, gt=0)
+    # a processor silent this long is considered gone and its tasks are re-placed
+    processor_timeout_ms: int = Field(default=10000, gt=0)
+
+
+class ProcessorConfig(_Section):
+    state_dir: str = "./state"
+    heartbeat_interval_ms: int = Field(default=1000, gt=0)
+    coordinator_grace_ms: int = Field(default=15000, gt=0)
+    commit_interval_ms: int = Field(default=100, gt=0)
+    metrics_port: int = Field(default=0, ge=0, le=65535)
+    on_error: Literal["fail", "skip", "dlq"] = "fail"
+
+
+class CatchUpConfig(_Section):
+    source: Literal["input", "changelog"] = "input"
+    acceptable_lag: int = Field(default=1000, ge=0)
+    max_warmups: int = Field(default=2, ge=1)
+    num_standbys: int = Field(default=0, ge=0)
+    bulk_threshold: int = Field(default=5_000_000, ge=0)
+    balance_factor: int = Field(default=1, ge=1)
+
+
+class SparkConfig(_Section):
+    master: str = "local[*]"
+
+
+class Config(_Section):
+    job: JobConfig
+    kafka: dict[str, Any] = Field(default_factory=dict)
+    coordinator: CoordinatorConfig = CoordinatorConfig()
+    processor: ProcessorConfig = ProcessorConfig()
+    catch_up: CatchUpConfig = CatchUpConfig()
+    spark: SparkConfig = SparkConfig()
+    path: Path = Path("<memory>")
+
+    @field_validator("kafka")
+    @classmethod
+    def _kafka(cls, kafka: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(kafka.get("bootstrap_servers", kafka.get("bootstrap.servers")), str):
+            raise ValueError("bootstrap_servers (host:port[,host:port]) is required")
+        for key, value in kafka.items():
+            if not isinstance(value, str | int | float | bool):
+                raise ValueError(f"{key}: librdkafka settings must be scalars")
+        return kafka
+
+    def kafka_settings(self, **extra: Any) -> dict[str, Any]:
+        """librdkafka settings: [kafka] as is, with `bootstrap_servers` spelled its way."""
+        settings = {k.replace("_", ".") if k == "bootstrap_servers" else k: v
+                    for k, v in self.kafka.items()}
+        settings.update(extra)
+        return settings
+
+    @property
+    def state_dir(self) -> Path:
+        return _relative_to(self.path, self.processor.state_dir)
+
+    @property
+    def token_file(self) -> Path:
+        return _relative_to(self.path, self.coordinator.token_file)
+
+
+def _relative_to(config_path: Path, value: str) -> Path:
+    """Relative paths in a config file are relative to the file, not the cwd."""
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else config_path.parent / path
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a TOML config file.
+
+    Raises:
+        ConfigError: naming the file and the key at fault.
+    """
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return parse_config(raw, path)
+
+
+def parse_config(raw: dict[str, Any], path: Path = Path("<memory>")) -> Config:
+    """Validate an already-parsed config mapping (tests and the demo build these)."""
+    if "path" in raw:
+        raise ConfigError(f"{path}: path: unknown top-level key")
+    try:
+        return Config.model_validate({**raw, "path": path.resolve()})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ConfigError(f"{path}: {key}: {first['msg']}{extra}") from None

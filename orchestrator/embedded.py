@@ -1,0 +1,137 @@
+"""The embedded Kafka-protocol broker (noida-db) for the demo and the tests.
+
+Only this module knows noida-db's quirks: it answers a fetch with the whole backlog
+whatever the size limits say (clients need `receive.message.max.bytes` raised), it
+keeps data in memory and persists it only on a clean stop (SIGINT/SIGTERM), and it
+does not compact. Baton's own logic never depends on them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from importlib.resources import files
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+
+__all__ = ["EMBEDDED_CLIENT_SETTINGS", "EmbeddedBroker", "EmbeddedBrokerError", "free_port"]
+
+# noida-db sends whole backlogs regardless of fetch.max.bytes; librdkafka loops on
+# "Invalid response size" unless it may receive that much.
+EMBEDDED_CLIENT_SETTINGS: dict[str, Any] = {"receive.message.max.bytes": 1_000_000_000}
+_START_TIMEOUT_S = 30.0
+_STOP_GRACE_S = 10.0
+
+
+class EmbeddedBrokerError(RuntimeError):
+    """The embedded broker could not start or answer."""
+
+
+def free_port() -> int:
+    """A currently free TCP port on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _binary() -> Path:
+    """The binary the package ships: its console script forks it, so its PID is useless."""
+    name = "noida-db.exe" if os.name == "nt" else "noida-db"
+    path = Path(str(files("noida_db").joinpath(name)))
+    if not path.is_file():
+        raise EmbeddedBrokerError(f"noida-db binary not found at {path}; reinstall noida-db")
+    if not os.access(path, os.X_OK):
+        path.chmod(0o755)
+    return path
+
+
+class EmbeddedBroker:
+    """One noida-db Kafka broker on 127.0.0.1, started and stopped by its owner."""
+
+    def __init__(self, data_dir: Path | None = None, port: int | None = None) -> None:
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if data_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="baton-broker-")
+            data_dir = Path(self._tmp.name)
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def client_settings(self) -> dict[str, Any]:
+        return {"bootstrap.servers": self.bootstrap, **EMBEDDED_CLIENT_SETTINGS}
+
+    def start(self) -> str:
+        """Start the broker and wait until a metadata request answers."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = (self.data_dir / "broker.log").open("ab")
+        cmd = [str(_binary()), "start", "--data-dir", str(self.data_dir / "data"),
+               "--host", "127.0.0.1", "--only", "kafka", "--kafka-port", str(self.port)]
+        self._proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                      start_new_session=True)
+        log.close()
+        self._wait_ready()
+        return self.bootstrap
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise EmbeddedBrokerError(
+                    f"noida-db exited with {self._proc.returncode}; see {self.data_dir}/broker.log")
+            try:
+                admin.list_topics(timeout=1)
+                return
+            except Exception:  # noqa: BLE001 - not answering yet is the expected case
+                time.sleep(0.1)
+        self.stop()
+        raise EmbeddedBrokerError(f"noida-db on {self.bootstrap} did not answer in "
+                                  f"{_START_TIMEOUT_S:.0f}s; see {self.data_dir}/broker.log")
+
+    def stop(self) -> None:
+        """Clean stop (which is also when noida-db persists its data), then kill."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(_STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def kill(self) -> None:
+        """Hard stop: noida-db loses whatever it held in memory."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    def close(self) -> None:
+        self.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> EmbeddedBroker:
+        self.start()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

@@ -1,0 +1,122 @@
+"""Shared fixtures: one broker per test session (embedded noida-db, or the broker in
+BATON_TEST_BOOTSTRAP), topic factories, and configs pointing at it."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from orchestrator.embedded import EMBEDDED_CLIENT_SETTINGS, EmbeddedBroker
+
+
+class Broker:
+    """What tests know about the broker: where it is and which client settings it needs."""
+
+    def __init__(self, bootstrap: str, extra: dict[str, Any],
+                 embedded: EmbeddedBroker | None) -> None:
+        self.bootstrap = bootstrap
+        self.extra = extra
+        self.embedded = embedded
+
+    def settings(self, **more: Any) -> dict[str, Any]:
+        return {"bootstrap.servers": self.bootstrap, **self.extra, **more}
+
+    def kafka_table(self) -> dict[str, Any]:
+        """The [kafka] table of a Baton config for this broker."""
+        return {"bootstrap_servers": self.bootstrap, **self.extra}
+
+    def create_topic(self, name: str, partitions: int) -> str:
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+            future.result(30)
+        return name
+
+    def producer(self, **more: Any) -> Producer:
+        return Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, **more})
+
+    def read_all(self, topic: str, timeout: float = 30.0,
+                 committed_only: bool = True) -> list[Any]:
+        """Every message of `topic` up to its current end, in partition-offset order."""
+        consumer = Consumer(self.settings(**{
+            "group.id": f"reader-{uuid.uuid4()}", "enable.auto.commit": False,
+            "isolation.level": "read_committed" if committed_only else "read_uncommitted",
+            "auto.offset.reset": "earliest"}))
+        try:
+            return _drain(consumer, topic, timeout)
+        finally:
+            consumer.close()
+
+
+def _drain(consumer: Consumer, topic: str, timeout: float) -> list[Any]:
+    import time
+
+    meta = consumer.list_topics(topic, timeout=10).topics[topic]
+    ends = {}
+    for p in meta.partitions:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        ends[p] = high
+    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+    out: list[Any] = []
+    done = {p for p, high in ends.items() if high == 0}
+    deadline = time.monotonic() + timeout
+    while len(done) < len(ends) and time.monotonic() < deadline:
+        for msg in consumer.consume(10000, 0.5):
+            if msg.error():
+                continue
+            out.append(msg)
+        for p, high in ends.items():
+            pos = consumer.position([TopicPartition(topic, p)])[0].offset
+            if pos >= high:
+                done.add(p)
+    out.sort(key=lambda m: (m.partition(), m.offset()))
+    return out
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    given = os.environ.get("BATON_TEST_BOOTSTRAP")
+    if given:
+        yield Broker(given, {}, None)
+        return
+    embedded = EmbeddedBroker(tmp_path_factory.mktemp("broker"))
+    embedded.start()
+    try:
+        yield Broker(embedded.bootstrap, dict(EMBEDDED_CLIENT_SETTINGS), embedded)
+    finally:
+        embedded.close()
+
+
+@pytest.fixture
+def unique() -> Callable[[str], str]:
+    """Unique names, so tests sharing one broker never see each other's topics."""
+    def make(prefix: str) -> str:
+        return f"{prefix}-{uuid.uuid4().hex[:8]}"
+    return make
+
+
+@pytest.fixture
+def job_config(broker: Broker, tmp_path: Path, unique: Callable[[str], str]
+               ) -> Callable[..., dict[str, Any]]:
+    """A factory of raw config mappings for a fresh job on the shared broker."""
+    def make(partitions: int = 4, **sections: dict[str, Any]) -> dict[str, Any]:
+        name = unique("job")
+        inputs = broker.create_topic(unique("events"), partitions)
+        output = broker.create_topic(unique("sums"), partitions)
+        raw: dict[str, Any] = {
+            "job": {"name": name, "class": "processor.examples:RunningSum",
+                    "inputs": [inputs], "output": output},
+            "kafka": broker.kafka_table(),
+            "processor": {"state_dir": str(tmp_path / "state")},
+            "coordinator": {"token_file": str(tmp_path / "coordinator.token")},
+        }
+        for section, values in sections.items():
+            raw.setdefault(section, {}).update(values)
+        return raw
+    return make
