@@ -1,0 +1,87 @@
+"""The processor <-> coordinator wire protocol (JSON over HTTP), shared by both daemons.
+
+Level-triggered on purpose: every heartbeat reply carries the processor's whole
+assignment, and every heartbeat carries the processor's whole view of its tasks, so
+a lost or repeated message never leaves the two sides disagreeing for long.
+
+- A task in `assignment.active` that the processor does not run actively is
+  activated: fence the task's transactional id (init_transactions), replay the
+  store from T2 to the group's committed offsets without output, then process with
+  output. The coordinator lists a task as active on a new owner only after the old
+  owner reported it `released`, or was declared dead (its producer is then fenced).
+- An active task missing from `assignment.active` is released: stop fetching,
+  commit the open transaction, report it as `released` with the final T1.
+- `warmup`/`standby` tasks replay S2 through `process()` without output, never past
+  the owner's committed offsets, and report T2.
+- Anything else the processor holds is dropped (store kept on disk).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "Assignment",
+    "Barrier",
+    "HeartbeatReply",
+    "HeartbeatRequest",
+    "Role",
+    "TaskReport",
+]
+
+Role = Literal["active", "activating", "warmup", "standby", "released", "failed"]
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TaskReport(_Message):
+    """What a processor says about one task it holds or has just released."""
+
+    task: str = Field(min_length=1, max_length=512)
+    role: Role
+    # "topic:partition" -> next offset: committed T1 for active/released, T2 otherwise
+    positions: dict[str, int] = Field(default_factory=dict)
+    # warmup/standby: T1 - T2 as the processor sees it (the coordinator recomputes it)
+    lag: int | None = Field(default=None, ge=0)
+    # records/s over the last reporting interval (catch-up rate for replicas)
+    rate: float = Field(default=0.0, ge=0)
+    error: str | None = Field(default=None, max_length=4000)
+    # active only: the pause (ms) between activation and the first committed output
+    pause_ms: float | None = Field(default=None, ge=0)
+
+
+class HeartbeatRequest(_Message):
+    processor_id: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
+    execution_id: str = Field(min_length=1, max_length=200)
+    metrics_url: str | None = Field(default=None, max_length=500)
+    tasks: list[TaskReport] = Field(default_factory=list, max_length=100_000)
+    # set by a processor that finished draining or is shutting down gracefully
+    leaving: bool = False
+
+
+class Assignment(_Message):
+    active: list[str] = Field(default_factory=list)
+    warmup: list[str] = Field(default_factory=list)
+    standby: list[str] = Field(default_factory=list)
+
+
+class Barrier(_Message):
+    """Partition expansion barrier: start `child` only once `parent` reached `offset`."""
+
+    parent: str
+    offset: int = Field(ge=0)
+
+
+class HeartbeatReply(_Message):
+    alive: bool
+    generation: int = 0
+    # the job model: task -> its input partitions ("topic:N")
+    tasks: dict[str, list[str]] = Field(default_factory=dict)
+    barriers: dict[str, Barrier] = Field(default_factory=dict)
+    assignment: Assignment = Field(default_factory=Assignment)
+    # drain finished: exit 0 once every task is released
+    stop: bool = False
