@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import click
 
+from orchestrator.cli_group import group_command
+
 __all__ = ["main"]
 
 
@@ -16,3 +18,6 @@ __all__ = ["main"]
 @click.version_option(package_name="baton")
 def main() -> None:
     """Scale stateful Kafka stream processors out and in under live traffic."""
+
+
+main.add_command(group_command, name="group")
