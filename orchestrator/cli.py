@@ -10,6 +10,7 @@ from __future__ import annotations
 import click
 
 from orchestrator.cli_group import group_command
+from orchestrator.cli_processor import processor_command
 
 __all__ = ["main"]
 
@@ -21,3 +22,4 @@ def main() -> None:
 
 
 main.add_command(group_command, name="group")
+main.add_command(processor_command, name="processor")

@@ -120,3 +120,65 @@ def job_config(broker: Broker, tmp_path: Path, unique: Callable[[str], str]
             raw.setdefault(section, {}).update(values)
         return raw
     return make
+
+
+class Feeder:
+    """A steady keyed producer on its own thread: key k<i % keys>, value 1..9."""
+
+    def __init__(self, broker: Broker, topic: str, keys: int = 50, rate: float = 2000.0) -> None:
+        import threading
+
+        self.broker, self.topic, self.keys, self.rate = broker, topic, keys, rate
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="feeder", daemon=True)
+
+    def start(self) -> Feeder:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        import time
+
+        producer = self.broker.producer()
+        started = time.monotonic()
+        while not self._stop.is_set():
+            due = int((time.monotonic() - started) * self.rate)
+            while self.sent < due:
+                i = self.sent
+                producer.produce(self.topic, key=f"k{i % self.keys}".encode(),
+                                 value=str(i % 9 + 1).encode())
+                self.sent += 1
+            producer.poll(0)
+            time.sleep(0.01)
+        assert producer.flush(30) == 0
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(60)
+        return self.sent
+
+
+def oracle_check(broker: Broker, config: Any) -> Any:
+    """Read input and output topics and run the running-sum oracle."""
+    from processor.oracle import check_running_sums
+
+    inputs = [(m.key(), m.value()) for topic in config.job.inputs
+              for m in broker.read_all(topic)]
+    outputs = [(m.key(), m.value()) for m in broker.read_all(config.job.output)]
+    return check_running_sums(inputs, outputs)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str,
+             step: Callable[[], object] | None = None) -> None:
+    """Run `step` (or sleep) until `condition` holds; fail naming `what` after `timeout`."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        if step is not None:
+            step()
+        else:
+            time.sleep(0.05)

@@ -1,0 +1,200 @@
+"""An active task: process records and emit output exactly once.
+
+One transactional producer per task (transactional id `baton.<job>.<task>`): outputs
+and the input offsets commit in one Kafka transaction, and only after that commit do
+the task's state writes reach RocksDB, in one WriteBatch with the same offsets. So
+the store may lag the committed offsets by one transaction after a crash (recovery
+replays the gap without output) but never leads them. The per-task transactional id
+is what fences a zombie owner after a handoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
+
+from processor.job import Job, Record
+from processor.offsets import partition_name, to_topic_partitions
+from store import TaskStore
+
+__all__ = ["ActiveTask", "TaskFailed", "TaskFenced", "TransactionAborted", "encode_output"]
+
+log = logging.getLogger("baton.processor.active")
+
+OnError = Literal["fail", "skip", "dlq"]
+_TXN_TIMEOUT_S = 30.0
+_FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                 KafkaError.INVALID_PRODUCER_EPOCH,
+                 KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+
+
+class TaskFenced(Exception):
+    """Another owner initialised this task's transactional id: stop at once, commit nothing."""
+
+
+class TaskFailed(Exception):
+    """process() raised under on_error = "fail": the task stops at its last committed offsets."""
+
+
+class TransactionAborted(Exception):
+    """The open transaction was aborted; the caller rewinds the task to its committed offsets."""
+
+
+def encode_output(value: bytes | str | None) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    return str(value).encode("utf-8")
+
+
+def _is_fenced(exc: KafkaException) -> bool:
+    err = exc.args[0] if exc.args else None
+    if not isinstance(err, KafkaError):
+        return False
+    return err.code() in _FENCED_CODES or err.fatal()
+
+
+def _retriable_commit(exc: BaseException) -> bool:
+    if not isinstance(exc, KafkaException) or _is_fenced(exc):
+        return False
+    err = exc.args[0]
+    return isinstance(err, KafkaError) and err.retriable()
+
+
+class ActiveTask:
+    """The active role of one task on this processor (owned by the runtime's loop)."""
+
+    def __init__(self, name: str, partitions: Sequence[str], job: Job, store: TaskStore,
+                 producer: Producer, output_topic: str, dlq_topic: str, on_error: OnError,
+                 group_metadata: Callable[[], Any], committed: dict[str, int]) -> None:
+        self.name = name
+        self.partitions = list(partitions)
+        self.job = job
+        self.store = store
+        self.producer = producer
+        self.output_topic = output_topic
+        self.dlq_topic = dlq_topic
+        self.on_error = on_error
+        self._group_metadata = group_metadata
+        self.committed = dict(committed)      # T1: the offsets of the last committed txn
+        self.pending = dict(committed)        # positions including the open transaction
+        self.in_transaction = False
+        self.processed = 0                    # records in the open transaction
+        self.records_total = 0
+        self.skipped_total = 0
+        self.activated_at: float | None = None
+        self.pause_ms: float | None = None
+
+    def process(self, messages: Sequence[Message]) -> None:
+        """Run process() over one poll batch's records of this task, inside a transaction."""
+        if not self.in_transaction:
+            self.producer.begin_transaction()
+            self.in_transaction = True
+        for msg in messages:
+            name = partition_name(msg.topic(), msg.partition())
+            if msg.offset() < self.pending.get(name, 0):
+                continue                      # already in this transaction or committed
+            self._process_one(msg)
+            self.pending[name] = msg.offset() + 1
+            self.processed += 1
+
+    def _process_one(self, msg: Message) -> None:
+        record = Record(msg.key(), msg.value(), msg.topic(), msg.partition(), msg.offset(),
+                        msg.timestamp()[1])
+        self.store.begin_record()
+        try:
+            outputs = list(self.job.process(record, self.store))
+        except Exception as exc:  # noqa: BLE001 - user code: every failure goes to on_error
+            self.store.rollback_record()
+            self._on_error(record, exc)
+            return
+        produce = self.producer.produce
+        for key, value in outputs:
+            self._produce(produce, self.output_topic, encode_output(key), encode_output(value))
+
+    def _produce(self, produce: Callable[..., None], topic: str, key: bytes | None,
+                 value: bytes | None, headers: list[tuple[str, bytes]] | None = None) -> None:
+        while True:
+            try:
+                produce(topic, key=key, value=value, headers=headers)
+                return
+            except BufferError:
+                self.producer.poll(0.05)      # local queue full: let deliveries drain
+
+    def _on_error(self, record: Record, exc: Exception) -> None:
+        where = f"{record.topic}:{record.partition} offset {record.offset}"
+        if self.on_error == "fail":
+            self.abort()
+            raise TaskFailed(f"task {self.name!r}: process() raised at {where}: {exc!r}; "
+                             f"the task stopped at its committed offsets (on_error=fail)") from exc
+        self.skipped_total += 1
+        if self.on_error == "skip":
+            log.warning("task %r: skipped the record at %s: process() raised %r (on_error=skip)",
+                        self.name, where, exc)
+            return
+        headers = [("baton.error", repr(exc).encode()[:4000]),
+                   ("baton.source", where.encode()), ("baton.task", self.name.encode())]
+        self._produce(self.producer.produce, self.dlq_topic, record.key, record.value, headers)
+        log.warning("task %r: sent the record at %s to %s: process() raised %r (on_error=dlq)",
+                    self.name, where, self.dlq_topic, exc)
+
+    def commit(self) -> bool:
+        """Commit the open transaction (outputs + offsets), then the store; True if committed."""
+        if not self.in_transaction:
+            return False
+        offsets = {p: o for p, o in self.pending.items() if o != self.committed.get(p)}
+        try:
+            if offsets:
+                self.producer.send_offsets_to_transaction(
+                    to_topic_partitions(offsets), self._group_metadata(), _TXN_TIMEOUT_S)
+            self._commit_transaction()
+        except KafkaException as exc:
+            self._after_failed_commit(exc)
+        self.in_transaction = False
+        self.store.commit(offsets)
+        self.committed.update(offsets)
+        self.records_total += self.processed
+        self.processed = 0
+        if self.activated_at is not None and self.pause_ms is None and offsets:
+            self.pause_ms = (time.monotonic() - self.activated_at) * 1000
+        return True
+
+    @retry(retry=retry_if_exception(_retriable_commit), stop=stop_after_attempt(5),
+           wait=wait_exponential(multiplier=0.1, max=2), reraise=True)
+    def _commit_transaction(self) -> None:
+        self.producer.commit_transaction(_TXN_TIMEOUT_S)
+
+    def _after_failed_commit(self, exc: KafkaException) -> None:
+        self.in_transaction = False
+        self.store.abort()
+        self.pending = dict(self.committed)
+        if _is_fenced(exc):
+            raise TaskFenced(f"task {self.name!r}: producer fenced by a newer owner; "
+                             f"its open transaction is void: {exc}") from exc
+        try:
+            self.producer.abort_transaction(_TXN_TIMEOUT_S)
+        except KafkaException as abort_exc:
+            if _is_fenced(abort_exc):
+                raise TaskFenced(f"task {self.name!r}: fenced while aborting: {abort_exc}") \
+                    from abort_exc
+            raise
+        raise TransactionAborted(f"task {self.name!r}: transaction aborted: {exc}") from exc
+
+    def abort(self) -> None:
+        """Drop the open transaction's outputs and state; positions go back to T1."""
+        self.store.abort()
+        self.pending = dict(self.committed)
+        if self.in_transaction:
+            self.in_transaction = False
+            self.processed = 0
+            try:
+                self.producer.abort_transaction(_TXN_TIMEOUT_S)
+            except KafkaException as exc:
+                log.warning("task %r: abort_transaction failed: %s", self.name, exc)
+
+    def close(self) -> None:
+        self.producer.flush(5)

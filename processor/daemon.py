@@ -1,0 +1,81 @@
+"""`baton processor`: the processor daemon.
+
+One main loop owns the task runtime; the heartbeat monitor thread exchanges snapshots
+with it; signal handlers only set flags. SIGTERM is graceful (release every active
+task with a commit, say goodbye, exit 0); a coordinator that declares this execution
+dead, or stays unreachable past the grace, stops every task without committing
+(exit 3).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import uuid
+from types import FrameType
+
+from orchestrator.config import Config
+from orchestrator.protocol import TaskReport
+from processor.heartbeat import EXIT_DEAD, HeartbeatMonitor
+from processor.runtime import TaskRuntime
+
+__all__ = ["run_processor"]
+
+log = logging.getLogger("baton.processor")
+
+
+def _execution_id() -> str:
+    return os.environ.get("EXECUTION_ENV_CONTAINER_ID") or str(uuid.uuid4())
+
+
+def run_processor(config: Config, processor_id: str) -> int:
+    """Run until SIGTERM (0), drained (0), or declared dead / coordinator lost (3)."""
+    runtime = TaskRuntime(config, processor_id)
+    snapshot: list[TaskReport] = []
+    lock = threading.Lock()
+
+    def reports() -> list[TaskReport]:
+        with lock:
+            return list(snapshot)
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    execution_id = _execution_id()
+    monitor = HeartbeatMonitor(
+        config.coordinator.url, config.token_file, processor_id, execution_id,
+        config.processor.heartbeat_interval_ms / 1000, config.processor.coordinator_grace_ms / 1000,
+        reports)
+    log.info("processor %s (execution %s) starting; coordinator %s", processor_id, execution_id,
+             config.coordinator.url)
+    monitor.start()
+    poll_s = config.processor.commit_interval_ms / 1000
+    draining = False
+    while not stop.is_set() and not monitor.dead.is_set():
+        reply = monitor.take_reply()
+        if reply is not None:
+            runtime.apply(reply)
+            draining = reply.stop
+        runtime.poll(poll_s)
+        with lock:
+            snapshot[:] = runtime.reports()
+        if draining and not runtime.active:
+            log.info("drained: no active task left")
+            break
+    if monitor.dead.is_set():
+        runtime.close(commit=False)
+        monitor.stopping.set()
+        log.error("processor %s stopped: %s", processor_id, monitor.dead_reason)
+        return EXIT_DEAD
+    runtime.close(commit=True)
+    with lock:
+        snapshot[:] = runtime.reports()
+    monitor.leave()
+    log.info("processor %s stopped cleanly", processor_id)
+    return 0

@@ -1,0 +1,133 @@
+"""The heartbeat monitor (after SAMZA-871): the processor's only link to the coordinator.
+
+It runs on its own thread and only exchanges snapshots: it sends the latest task
+reports the main loop published and hands back the latest reply; it never touches a
+consumer, producer or store. On `alive: false`, or when the coordinator has been
+unreachable for longer than the grace, it tells the owner to stop without committing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from orchestrator.protocol import HeartbeatReply, HeartbeatRequest, TaskReport
+
+__all__ = ["HeartbeatMonitor", "read_token"]
+
+log = logging.getLogger("baton.processor.heartbeat")
+
+_REQUEST_TIMEOUT_S = 5.0
+# after telling the main loop to stop, give it this long before the process is ended
+_HARD_EXIT_AFTER_S = 10.0
+EXIT_DEAD = 3
+
+
+def read_token(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise OSError(f"coordinator.token_file {path}: cannot read the bearer token: "
+                      f"{exc.strerror or exc}") from None
+
+
+class HeartbeatMonitor(threading.Thread):
+    """Polls the coordinator at a fixed rate; records replies and liveness verdicts."""
+
+    def __init__(self, url: str, token_file: Path, processor_id: str, execution_id: str,
+                 interval_s: float, grace_s: float,
+                 snapshot: Callable[[], list[TaskReport]],
+                 metrics_url: str | None = None) -> None:
+        super().__init__(name="baton-heartbeat", daemon=True)
+        self.url = url.rstrip("/")
+        self.token_file = token_file
+        self.processor_id = processor_id
+        self.execution_id = execution_id
+        self.interval_s = interval_s
+        self.grace_s = grace_s
+        self.snapshot = snapshot
+        self.metrics_url = metrics_url
+        self.dead = threading.Event()
+        self.dead_reason = ""
+        self.stopping = threading.Event()
+        self.registered = threading.Event()
+        self._reply: HeartbeatReply | None = None
+        self._lock = threading.Lock()
+        self._client = httpx.Client(timeout=_REQUEST_TIMEOUT_S)
+
+    def take_reply(self) -> HeartbeatReply | None:
+        """The newest reply not yet taken (older ones are superseded: level-triggered)."""
+        with self._lock:
+            reply, self._reply = self._reply, None
+            return reply
+
+    def _request(self, leaving: bool = False) -> HeartbeatRequest:
+        return HeartbeatRequest(processor_id=self.processor_id, execution_id=self.execution_id,
+                                metrics_url=self.metrics_url, tasks=self.snapshot(),
+                                leaving=leaving)
+
+    def _post(self, path: str, request: HeartbeatRequest) -> HeartbeatReply:
+        token = read_token(self.token_file)
+        response = self._client.post(f"{self.url}{path}", content=request.model_dump_json(),
+                                     headers={"Authorization": f"Bearer {token}",
+                                              "Content-Type": "application/json"})
+        if response.status_code >= 400:
+            raise httpx.HTTPStatusError(f"{path}: HTTP {response.status_code}: "
+                                        f"{response.text[:300]}", request=response.request,
+                                        response=response)
+        return HeartbeatReply.model_validate_json(response.content)
+
+    def _alive(self) -> bool:
+        """The pinned liveness check: GET /containerHeartbeat?executionContainerId=ID."""
+        response = self._client.get(f"{self.url}/containerHeartbeat",
+                                    params={"executionContainerId": self.execution_id})
+        response.raise_for_status()
+        return bool(response.json().get("alive"))
+
+    def run(self) -> None:
+        last_ok = time.monotonic()
+        path = "/processors/register"
+        while not self.stopping.is_set():
+            started = time.monotonic()
+            try:
+                reply = self._post(path, self._request())
+                alive = reply.alive and self._alive()
+            except (httpx.HTTPError, OSError, ValueError) as exc:
+                if time.monotonic() - last_ok > self.grace_s:
+                    self._die(f"coordinator {self.url} unreachable for more than "
+                              f"{self.grace_s:.1f}s (coordinator_grace_ms): {exc}")
+                    return
+                log.warning("heartbeat to %s failed: %s", self.url, exc)
+            else:
+                if not alive:
+                    self._die(f"coordinator says execution {self.execution_id} of processor "
+                              f"{self.processor_id} is not alive")
+                    return
+                last_ok = time.monotonic()
+                path = "/processors/heartbeat"
+                self.registered.set()
+                with self._lock:
+                    self._reply = reply
+            self.stopping.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+
+    def _die(self, reason: str) -> None:
+        self.dead_reason = reason
+        log.error("stopping without commit: %s", reason)
+        self.dead.set()
+        if not self.stopping.wait(_HARD_EXIT_AFTER_S):
+            log.error("main loop did not stop in %.0fs; exiting", _HARD_EXIT_AFTER_S)
+            os._exit(EXIT_DEAD)
+
+    def leave(self) -> None:
+        """Graceful goodbye: one last report (released positions), best effort."""
+        self.stopping.set()
+        try:
+            self._post("/processors/heartbeat", self._request(leaving=True))
+        except (httpx.HTTPError, OSError, ValueError) as exc:
+            log.warning("final heartbeat failed: %s", exc)

@@ -1,0 +1,63 @@
+"""The exactly-once oracle for the running-sum job: per key, the output sequence must
+equal the running sums of that key's inputs in order (no gap, no duplicate)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+__all__ = ["OracleResult", "check_running_sums"]
+
+
+@dataclass(frozen=True)
+class OracleResult:
+    records_in: int
+    records_out: int
+    lost: int
+    duplicated: int
+    wrong: int
+    keys: int
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.lost == 0 and self.duplicated == 0 and self.wrong == 0 \
+            and self.records_in == self.records_out
+
+
+def check_running_sums(inputs: Iterable[tuple[bytes, bytes]],
+                       outputs: Iterable[tuple[bytes, bytes]]) -> OracleResult:
+    """Compare per key; `inputs` in partition-offset order, `outputs` likewise.
+
+    Counts: `lost` expected values never output, `duplicated` outputs beyond the first
+    of a value, `wrong` values that no single processor would have produced or that
+    came out of order.
+    """
+    expected: dict[bytes, list[int]] = defaultdict(list)
+    records_in = 0
+    for key, value in inputs:
+        sums = expected[key]
+        sums.append((sums[-1] if sums else 0) + int(value))
+        records_in += 1
+    actual: dict[bytes, list[int]] = defaultdict(list)
+    records_out = 0
+    for key, value in outputs:
+        actual[key].append(int(value))
+        records_out += 1
+    lost = duplicated = wrong = 0
+    examples: list[str] = []
+    for key in sorted(set(expected) | set(actual)):
+        want, got = expected.get(key, []), actual.get(key, [])
+        if want == got:
+            continue
+        want_set, got_set = set(want), set(got)
+        lost += len(want_set - got_set)
+        duplicated += len(got) - len(got_set)
+        deduped = list(dict.fromkeys(got))
+        in_order = [v for v in want if v in got_set]
+        wrong += len(got_set - want_set) + (0 if deduped == in_order else 1)
+        if len(examples) < 5:
+            examples.append(f"key {key!r}: expected {want[:8]}... got {got[:8]}...")
+    return OracleResult(records_in, records_out, lost, duplicated, wrong,
+                        len(expected), examples)

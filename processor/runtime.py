@@ -1,0 +1,408 @@
+"""The task runtime: every task this processor holds, in its role, driven by one loop.
+
+The role changes come from the coordinator's level-triggered replies (see
+orchestrator/protocol.py) through `apply()`, or from a test harness calling
+`activate()`, `release()`, `start_replica()` and `drop()` directly. Everything runs
+on the caller's thread: the daemon's main loop is the only owner of the consumers,
+producers and stores; the heartbeat thread only exchanges snapshots with it.
+
+Two consumers, both `assign()`-based (the coordinator owns assignment, not Kafka's
+group protocol) and `read_committed`: one for active tasks, one for replays.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from orchestrator.config import Config
+from orchestrator.protocol import Barrier, HeartbeatReply, TaskReport
+from processor.active import ActiveTask, TaskFailed, TaskFenced, TransactionAborted
+from processor.job import Job
+from processor.offsets import committed_offsets, parse_partition, watermarks
+from processor.replica import Replica, ReplicaRole
+from store import TaskStore, task_store_path
+
+__all__ = ["StoreAheadError", "TaskRuntime", "load_job"]
+
+log = logging.getLogger("baton.processor.runtime")
+
+_BATCH = 5000                 # records per consume() call: amortises Python per-call cost
+_CAP_REFRESH_S = 0.2          # how often replicas re-read the owner's committed offsets
+_INIT_TXN_TIMEOUT_S = 30.0
+
+
+class StoreAheadError(Exception):
+    """A store claims to have applied records the owner never committed: refuse it."""
+
+
+def load_job(path: str) -> Job:
+    """Instantiate the job class named "module:Class" in the config."""
+    import importlib
+
+    module_name, _, class_name = path.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise ImportError(f"job.class {path!r} cannot be imported: {exc}") from exc
+    if not (isinstance(cls, type) and issubclass(cls, Job)):
+        raise TypeError(f"job.class {path!r} is not a subclass of processor.Job")
+    return cls()
+
+
+def _tp(name: str, offset: int | None = None) -> TopicPartition:
+    topic, number = parse_partition(name)
+    if offset is None:
+        return TopicPartition(topic, number)
+    return TopicPartition(topic, number, offset)
+
+
+class TaskRuntime:
+    """All tasks of one processor; call `poll()` in a loop."""
+
+    def __init__(self, config: Config, processor_id: str, job: Job | None = None) -> None:
+        self.config = config
+        self.processor_id = processor_id
+        self.job = job or load_job(config.job.class_)
+        self.group = f"baton.{config.job.name}"
+        settings = config.kafka_settings(**{
+            "group.id": self.group, "enable.auto.commit": False,
+            "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+            "enable.partition.eof": False})
+        self._producer_settings = {k: v for k, v in config.kafka_settings().items()
+                                   if not k.startswith(("receive.message", "fetch."))}
+        self.active_consumer = Consumer(settings)
+        self.replay_consumer = Consumer(settings)
+        self.active: dict[str, ActiveTask] = {}
+        self.replicas: dict[str, Replica] = {}
+        self.released: dict[str, dict[str, int]] = {}
+        self.failed: dict[str, str] = {}
+        self.model: dict[str, list[str]] = {}
+        self.barriers: dict[str, Barrier] = {}
+        self._owner: dict[str, str] = {}          # active partition -> task
+        self._held: dict[str, set[str]] = {}      # task -> partitions waiting on a barrier
+        self._paused: set[str] = set()
+        self._caps_at = 0.0
+
+    # ---- the coordinator's API -------------------------------------------------------
+
+    def apply(self, reply: HeartbeatReply) -> None:
+        """Converge on the coordinator's view of this processor (level-triggered)."""
+        self.model = {t: list(ps) for t, ps in reply.tasks.items()}
+        self.barriers = dict(reply.barriers)
+        wanted = reply.assignment
+        replica_roles: dict[str, ReplicaRole] = {t: "warmup" for t in wanted.warmup}
+        replica_roles.update({t: "standby" for t in wanted.standby})
+        for task in [t for t in self.active if t not in wanted.active]:
+            self.release(task)
+        for task, replica in list(self.replicas.items()):
+            if replica.role != "activating" and task not in replica_roles \
+                    and task not in wanted.active:
+                self.drop(task)
+            elif task in replica_roles and replica.role != "activating":
+                replica.role = replica_roles[task]
+        for task, role in replica_roles.items():
+            if task not in self.replicas and task not in self.active and task in self.model:
+                self.start_replica(task, role)
+        for task in wanted.active:
+            if task not in self.active and task in self.model and task not in self.failed:
+                self.activate(task)
+        for task in list(self.active):
+            self._grow(task)
+
+    def partitions_of(self, task: str) -> list[str]:
+        return list(self.model.get(task, ()))
+
+    def _open_store(self, task: str) -> TaskStore:
+        path = task_store_path(self.config.state_dir, self.config.job.name, task)
+        return TaskStore(Path(path))
+
+    def activate(self, task: str) -> None:
+        """Fence the previous owner, replay T2 -> T1 silently, then process with output."""
+        replica = self.replicas.pop(task, None)
+        if replica is not None:
+            self._unassign_replay(replica.partitions)
+        store = replica.store if replica else self._open_store(task)
+        partitions = self.partitions_of(task)
+        started = time.monotonic()
+        producer = Producer({**self._producer_settings,
+                             "transactional.id": f"{self.group}.{task}",
+                             "queue.buffering.max.messages": 500_000, "linger.ms": 5})
+        producer.init_transactions(_INIT_TXN_TIMEOUT_S)   # fences any zombie owner
+        committed = committed_offsets(self.replay_consumer, partitions)
+        applied = store.applied_offsets()
+        ahead = {p: (applied[p], committed[p]) for p in partitions
+                 if applied.get(p, -1) > committed[p]}
+        if ahead:
+            producer.flush(1)
+            store.close()
+            raise StoreAheadError(
+                f"task {task!r}: store {store.path} has applied offsets past the committed "
+                f"ones (partition: (store, committed)) {ahead}; was the input topic recreated? "
+                f"Move the store away to rebuild it from the input")
+        self.failed.pop(task, None)
+        self.released.pop(task, None)
+        positions = {p: applied.get(p, watermarks(self.replay_consumer, p)[0])
+                     for p in partitions}
+        replay = Replica(task, partitions, self.job, store, "activating", positions, committed)
+        replay.activation = (producer, started)  # type: ignore[attr-defined]
+        if replay.caught_up():
+            self._go_active(replay)
+            return
+        log.info("task %r: replaying %d records before going active", task, replay.lag())
+        self.replicas[task] = replay
+        self._assign_replay(replay)
+
+    def _go_active(self, replay: Replica) -> None:
+        producer, started = replay.activation  # type: ignore[attr-defined]
+        task = replay.name
+        replay.commit()
+        active = ActiveTask(task, replay.partitions, self.job, replay.store, producer,
+                            self.config.job.output, f"{self.group}.dlq",
+                            self.config.processor.on_error,
+                            self.active_consumer.consumer_group_metadata, dict(replay.caps))
+        active.activated_at = started
+        self.active[task] = active
+        self._held[task] = set()
+        self._assign_active(active, replay.partitions)
+        log.info("task %r: active from %s", task, active.committed)
+
+    def release(self, task: str) -> dict[str, int]:
+        """Stop fetching, commit the open transaction, return final T1; idempotent."""
+        active = self.active.pop(task, None)
+        if active is None:
+            return dict(self.released.get(task, {}))
+        try:
+            active.commit()
+        finally:
+            self._unassign_active(task)
+            active.close()
+            active.store.close()
+        self.released[task] = dict(active.committed)
+        log.info("task %r: released at %s", task, active.committed)
+        return dict(active.committed)
+
+    def start_replica(self, task: str, role: ReplicaRole) -> None:
+        partitions = self.partitions_of(task)
+        store = self._open_store(task)
+        applied = store.applied_offsets()
+        positions = {p: applied.get(p, watermarks(self.replay_consumer, p)[0])
+                     for p in partitions}
+        caps = committed_offsets(self.replay_consumer, partitions)
+        replica = Replica(task, partitions, self.job, store, role, positions,
+                          {p: max(caps[p], 0) for p in partitions})
+        self.replicas[task] = replica
+        self._assign_replay(replica)
+
+    def drop(self, task: str) -> None:
+        """Forget a replica (its store stays on disk for a later return)."""
+        replica = self.replicas.pop(task, None)
+        if replica is None:
+            return
+        self._unassign_replay(replica.partitions)
+        replica.commit()
+        replica.store.close()
+
+    # ---- the loop ----------------------------------------------------------------------
+
+    def poll(self, timeout: float = 0.1) -> int:
+        """One round: active batch, replay batch, commits. Returns records handled."""
+        handled = 0
+        split = timeout / 2 if self.active and self.replicas else timeout
+        if self.active:
+            handled += self._poll_active(split)
+        if self.replicas:
+            handled += self._poll_replicas(split)
+        if not self.active and not self.replicas:
+            time.sleep(timeout)
+        return handled
+
+    def _poll_active(self, timeout: float) -> int:
+        self._release_barriers()
+        messages = self.active_consumer.consume(_BATCH, timeout)
+        by_task: dict[str, list[Message]] = {}
+        for msg in messages:
+            if msg.error():
+                self._log_error(msg)
+                continue
+            task = self._owner.get(f"{msg.topic()}:{msg.partition()}")
+            if task is not None:
+                by_task.setdefault(task, []).append(msg)
+        for task, batch in by_task.items():
+            self._run_active(task, lambda t, b=batch: t.process(b))
+        for task in list(self.active):
+            self._run_active(task, lambda t: t.commit())
+        return len(messages)
+
+    def _run_active(self, task: str, step: Any) -> None:
+        active = self.active.get(task)
+        if active is None:
+            return
+        try:
+            step(active)
+        except TransactionAborted as exc:
+            log.warning("%s; rewinding to %s", exc, active.committed)
+            for p, offset in active.committed.items():
+                if p in self._owner:
+                    self.active_consumer.seek(_tp(p, offset))
+        except (TaskFenced, TaskFailed, StoreAheadError) as exc:
+            log.error("%s", exc)
+            self._stop_active(task, str(exc))
+
+    def _stop_active(self, task: str, reason: str) -> None:
+        """Stop a task without committing anything more."""
+        active = self.active.pop(task)
+        self._unassign_active(task)
+        active.abort()
+        active.store.close()
+        self.failed[task] = reason
+
+    def _poll_replicas(self, timeout: float) -> int:
+        self._refresh_caps()
+        messages = self.replay_consumer.consume(_BATCH, timeout)
+        owner = {p: r for r in self.replicas.values() for p in r.partitions}
+        by_task: dict[str, list[Message]] = {}
+        for msg in messages:
+            if msg.error():
+                self._log_error(msg)
+                continue
+            replica = owner.get(f"{msg.topic()}:{msg.partition()}")
+            if replica is not None:
+                by_task.setdefault(replica.name, []).append(msg)
+        for task, replica in list(self.replicas.items()):
+            capped = replica.apply(by_task.get(task, ()))
+            replica.commit()
+            self._pause_at_caps(replica, capped)
+            if replica.role == "activating" and replica.caught_up():
+                del self.replicas[task]
+                self._unassign_replay(replica.partitions)
+                self._go_active(replica)
+        return len(messages)
+
+    def _refresh_caps(self) -> None:
+        """Warmups and standbys follow the owner's committed offsets as they advance."""
+        now = time.monotonic()
+        if now - self._caps_at < _CAP_REFRESH_S:
+            return
+        self._caps_at = now
+        following = [r for r in self.replicas.values() if r.role != "activating"]
+        partitions = [p for r in following for p in r.partitions]
+        if not partitions:
+            return
+        caps = committed_offsets(self.replay_consumer, partitions)
+        for replica in following:
+            replica.caps = {p: caps[p] for p in replica.partitions}
+            resume = [p for p in replica.partitions
+                      if p in self._paused and replica.positions[p] < replica.caps[p]]
+            if resume:
+                self._paused.difference_update(resume)
+                self.replay_consumer.resume([_tp(p) for p in resume])
+                for p in resume:
+                    self.replay_consumer.seek(_tp(p, replica.positions[p]))
+
+    def _pause_at_caps(self, replica: Replica, capped: Iterable[str]) -> None:
+        new = [p for p in capped if p not in self._paused]
+        if not new:
+            return
+        self.replay_consumer.pause([_tp(p) for p in new])
+        self._paused.update(new)
+
+    # ---- consumer assignment -----------------------------------------------------------
+
+    def _assign_replay(self, replica: Replica) -> None:
+        self.replay_consumer.incremental_assign(
+            [_tp(p, replica.positions[p]) for p in replica.partitions])
+
+    def _unassign_replay(self, partitions: Sequence[str]) -> None:
+        self._paused.difference_update(partitions)
+        if partitions:
+            self.replay_consumer.incremental_unassign([_tp(p) for p in partitions])
+
+    def _assign_active(self, active: ActiveTask, partitions: Sequence[str]) -> None:
+        ready = [p for p in partitions if not self._barrier_holds(active, p)]
+        self._held[active.name].update(p for p in partitions if p not in ready)
+        for p in ready:
+            self._owner[p] = active.name
+        if ready:
+            self.active_consumer.incremental_assign([_tp(p, active.committed[p]) for p in ready])
+
+    def _unassign_active(self, task: str) -> None:
+        mine = [p for p, t in self._owner.items() if t == task]
+        for p in mine:
+            del self._owner[p]
+        self._held.pop(task, None)
+        if mine:
+            self.active_consumer.incremental_unassign([_tp(p) for p in mine])
+
+    def _barrier_holds(self, active: ActiveTask, partition: str) -> bool:
+        """A new partition waits until its parent is consumed up to the expansion barrier."""
+        barrier = self.barriers.get(partition)
+        if barrier is None:
+            return False
+        if barrier.parent in active.committed:
+            return active.committed[barrier.parent] < barrier.offset
+        parent = committed_offsets(self.replay_consumer, [barrier.parent])[barrier.parent]
+        return bool(parent < barrier.offset)
+
+    def _release_barriers(self) -> None:
+        for task, held in self._held.items():
+            if held:
+                active = self.active[task]
+                self._assign_active(active, [p for p in list(held)
+                                             if not self._barrier_holds(active, p)])
+                held.difference_update(self._owner)
+
+    def _grow(self, task: str) -> None:
+        """A task gained partitions (expansion): start them from their committed offsets."""
+        active = self.active[task]
+        new = [p for p in self.partitions_of(task) if p not in active.partitions]
+        if not new:
+            return
+        committed = committed_offsets(self.replay_consumer, new)
+        active.partitions.extend(new)
+        active.committed.update(committed)
+        active.pending.update(committed)
+        self._assign_active(active, new)
+
+    def _log_error(self, msg: Message) -> None:
+        err = msg.error()
+        if err.code() != KafkaError._PARTITION_EOF:  # noqa: SLF001
+            log.warning("consumer error on %s:%s: %s", msg.topic(), msg.partition(), err)
+
+    # ---- reports and shutdown ----------------------------------------------------------
+
+    def reports(self) -> list[TaskReport]:
+        out = [TaskReport(task=t, role="active", positions=dict(a.committed),
+                          pause_ms=a.pause_ms) for t, a in self.active.items()]
+        for task, replica in self.replicas.items():
+            out.append(TaskReport(task=task, role=replica.role,
+                                  positions=dict(replica.positions), lag=replica.lag(),
+                                  rate=replica.update_rate()))
+        out.extend(TaskReport(task=t, role="released", positions=dict(p))
+                   for t, p in self.released.items()
+                   if t not in self.active and t not in self.replicas)
+        out.extend(TaskReport(task=t, role="failed", error=e[:4000])
+                   for t, e in self.failed.items())
+        return out
+
+    def positions(self, task: str) -> Mapping[str, int]:
+        if task in self.active:
+            return self.active[task].committed
+        return self.replicas[task].positions
+
+    def close(self, commit: bool) -> None:
+        """Graceful: release every active task. Not graceful: drop all, commit nothing."""
+        for task in list(self.active):
+            if commit:
+                self.release(task)
+            else:
+                self._stop_active(task, "stopped without commit")
+        for task in list(self.replicas):
+            self.drop(task)
+        self.active_consumer.close()
+        self.replay_consumer.close()
