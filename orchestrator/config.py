@@ -6,6 +6,7 @@ reading code; daemons load the config before touching anything and exit 2 on err
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +21,7 @@ __all__ = [
     "JobConfig",
     "ProcessorConfig",
     "SparkConfig",
+    "dump_config",
     "load_config",
     "parse_config",
 ]
@@ -91,6 +93,12 @@ class Config(_Section):
     spark: SparkConfig = SparkConfig()
     path: Path = Path("<memory>")
 
+    @field_validator("kafka", mode="before")
+    @classmethod
+    def _flatten(cls, kafka: Any) -> Any:
+        """Unquoted dotted librdkafka keys parse as nested TOML tables: flatten them."""
+        return _flatten(kafka) if isinstance(kafka, dict) else kafka
+
     @field_validator("kafka")
     @classmethod
     def _kafka(cls, kafka: dict[str, Any]) -> dict[str, Any]:
@@ -115,6 +123,36 @@ class Config(_Section):
     @property
     def token_file(self) -> Path:
         return _relative_to(self.path, self.coordinator.token_file)
+
+
+def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def dump_config(raw: dict[str, Any]) -> str:
+    """Render a raw config mapping as TOML (the demo and tests write config files)."""
+    lines: list[str] = []
+    for section, values in raw.items():
+        lines.append(f"[{section}]")
+        lines.extend(f"{json.dumps(key)} = {_toml_value(value)}" for key, value in values.items())
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, int | float):
+        return repr(value)
+    return json.dumps(str(value))
 
 
 def _relative_to(config_path: Path, value: str) -> Path:
