@@ -68,6 +68,7 @@ class ProcessorConfig(_Section):
     coordinator_grace_ms: int = Field(default=15000, gt=0)
     commit_interval_ms: int = Field(default=100, gt=0)
     metrics_port: int = Field(default=0, ge=0, le=65535)
+    metrics_host: str = "127.0.0.1"
     on_error: Literal["fail", "skip", "dlq"] = "fail"
 
 

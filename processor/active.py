@@ -88,6 +88,8 @@ class ActiveTask:
         self.skipped_total = 0
         self.activated_at: float | None = None
         self.pause_ms: float | None = None
+        # told about each record process() failed on, with what on_error did (metrics)
+        self.on_process_error: Callable[[str, OnError], None] = lambda task, outcome: None
 
     def process(self, messages: Sequence[Message]) -> None:
         """Run process() over one poll batch's records of this task, inside a transaction."""
@@ -127,6 +129,7 @@ class ActiveTask:
 
     def _on_error(self, record: Record, exc: Exception) -> None:
         where = f"{record.topic}:{record.partition} offset {record.offset}"
+        self.on_process_error(self.name, self.on_error)
         if self.on_error == "fail":
             self.abort()
             raise TaskFailed(f"task {self.name!r}: process() raised at {where}: {exc!r}; "
@@ -142,10 +145,14 @@ class ActiveTask:
         log.warning("task %r: sent the record at %s to %s: process() raised %r (on_error=dlq)",
                     self.name, where, self.dlq_topic, exc)
 
-    def commit(self) -> bool:
-        """Commit the open transaction (outputs + offsets), then the store; True if committed."""
+    def commit(self) -> int:
+        """Commit the open transaction (outputs + offsets), then the store.
+
+        Returns:
+            The number of input records the commit covered (0: nothing was open).
+        """
         if not self.in_transaction:
-            return False
+            return 0
         offsets = {p: o for p, o in self.pending.items() if o != self.committed.get(p)}
         try:
             if offsets:
@@ -157,11 +164,11 @@ class ActiveTask:
         self.in_transaction = False
         self.store.commit(offsets)
         self.committed.update(offsets)
-        self.records_total += self.processed
-        self.processed = 0
+        committed, self.processed = self.processed, 0
+        self.records_total += committed
         if self.activated_at is not None and self.pause_ms is None and offsets:
             self.pause_ms = (time.monotonic() - self.activated_at) * 1000
-        return True
+        return committed
 
     @retry(retry=retry_if_exception(_retriable_commit), stop=stop_after_attempt(5),
            wait=wait_exponential(multiplier=0.1, max=2), reraise=True)

@@ -16,6 +16,9 @@ import threading
 import uuid
 from types import FrameType
 
+from prometheus_client import CollectorRegistry
+
+from metrics import ProcessorMetrics, serve_metrics
 from orchestrator.config import Config
 from orchestrator.protocol import TaskReport
 from processor.heartbeat import EXIT_DEAD, HeartbeatMonitor
@@ -32,7 +35,12 @@ def _execution_id() -> str:
 
 def run_processor(config: Config, processor_id: str) -> int:
     """Run until SIGTERM (0), drained (0), or declared dead / coordinator lost (3)."""
-    runtime = TaskRuntime(config, processor_id)
+    registry = CollectorRegistry()
+    metrics = ProcessorMetrics(registry, config.job.name, processor_id)
+    server, _ = serve_metrics(registry, config.processor.metrics_host,
+                              config.processor.metrics_port)
+    runtime = TaskRuntime(config, processor_id, metrics=metrics)
+    metrics.set_store_view(lambda: dict(runtime.store_bytes))
     snapshot: list[TaskReport] = []
     lock = threading.Lock()
 
@@ -51,7 +59,7 @@ def run_processor(config: Config, processor_id: str) -> int:
     monitor = HeartbeatMonitor(
         config.coordinator.url, config.token_file, processor_id, execution_id,
         config.processor.heartbeat_interval_ms / 1000, config.processor.coordinator_grace_ms / 1000,
-        reports)
+        reports, metrics_url=server.url, on_heartbeat=metrics.record_heartbeat)
     log.info("processor %s (execution %s) starting; coordinator %s", processor_id, execution_id,
              config.coordinator.url)
     monitor.start()
@@ -68,6 +76,14 @@ def run_processor(config: Config, processor_id: str) -> int:
         if draining and not runtime.active:
             log.info("drained: no active task left")
             break
+    try:
+        return _shut_down(runtime, monitor, processor_id, snapshot, lock)
+    finally:
+        server.close()
+
+
+def _shut_down(runtime: TaskRuntime, monitor: HeartbeatMonitor, processor_id: str,
+               snapshot: list[TaskReport], lock: threading.Lock) -> int:
     if monitor.dead.is_set():
         runtime.close(commit=False)
         monitor.stopping.set()

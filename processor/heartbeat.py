@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from metrics import HeartbeatOutcome
 from orchestrator.protocol import HeartbeatReply, HeartbeatRequest, TaskReport
 
 __all__ = ["HeartbeatMonitor", "read_token"]
@@ -43,7 +44,8 @@ class HeartbeatMonitor(threading.Thread):
     def __init__(self, url: str, token_file: Path, processor_id: str, execution_id: str,
                  interval_s: float, grace_s: float,
                  snapshot: Callable[[], list[TaskReport]],
-                 metrics_url: str | None = None) -> None:
+                 metrics_url: str | None = None,
+                 on_heartbeat: Callable[[HeartbeatOutcome], None] | None = None) -> None:
         super().__init__(name="baton-heartbeat", daemon=True)
         self.url = url.rstrip("/")
         self.token_file = token_file
@@ -53,6 +55,7 @@ class HeartbeatMonitor(threading.Thread):
         self.grace_s = grace_s
         self.snapshot = snapshot
         self.metrics_url = metrics_url
+        self.on_heartbeat = on_heartbeat or (lambda outcome: None)
         self.dead = threading.Event()
         self.dead_reason = ""
         self.stopping = threading.Event()
@@ -99,12 +102,14 @@ class HeartbeatMonitor(threading.Thread):
                 reply = self._post(path, self._request())
                 alive = reply.alive and self._alive()
             except (httpx.HTTPError, OSError, ValueError) as exc:
+                self.on_heartbeat("unreachable")
                 if time.monotonic() - last_ok > self.grace_s:
                     self._die(f"coordinator {self.url} unreachable for more than "
                               f"{self.grace_s:.1f}s (coordinator_grace_ms): {exc}")
                     return
                 log.warning("heartbeat to %s failed: %s", self.url, exc)
             else:
+                self.on_heartbeat("ok" if alive else "rejected")
                 if not alive:
                     self._die(f"coordinator says execution {self.execution_id} of processor "
                               f"{self.processor_id} is not alive")

@@ -20,6 +20,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
+from metrics import ProcessorMetrics, TransactionOutcome
 from orchestrator.config import Config
 from orchestrator.protocol import Barrier, HeartbeatReply, TaskReport
 from processor.active import ActiveTask, TaskFailed, TaskFenced, TransactionAborted
@@ -65,8 +66,12 @@ def _tp(name: str, offset: int | None = None) -> TopicPartition:
 class TaskRuntime:
     """All tasks of one processor; call `poll()` in a loop."""
 
-    def __init__(self, config: Config, processor_id: str, job: Job | None = None) -> None:
+    def __init__(self, config: Config, processor_id: str, job: Job | None = None,
+                 metrics: ProcessorMetrics | None = None) -> None:
         self.config = config
+        self.metrics = metrics
+        self.store_bytes: dict[str, int] = {}     # snapshot for the scrape-time collector
+        self._store_bytes_at = 0.0
         self.processor_id = processor_id
         self.job = job or load_job(config.job.class_)
         self.group = f"baton.{config.job.name}"
@@ -167,6 +172,8 @@ class TaskRuntime:
                             self.config.processor.on_error,
                             self.active_consumer.consumer_group_metadata, dict(replay.caps))
         active.activated_at = started
+        if self.metrics is not None:
+            active.on_process_error = self.metrics.record_process_error
         self.active[task] = active
         self._held[task] = set()
         self._assign_active(active, replay.partitions)
@@ -177,6 +184,7 @@ class TaskRuntime:
         active = self.active.pop(task, None)
         if active is None:
             return dict(self.released.get(task, {}))
+        started = time.monotonic()
         try:
             active.commit()
         finally:
@@ -184,6 +192,9 @@ class TaskRuntime:
             active.close()
             active.store.close()
         self.released[task] = dict(active.committed)
+        self.store_bytes.pop(task, None)
+        if self.metrics is not None:
+            self.metrics.record_handoff_step("releasing", time.monotonic() - started)
         log.info("task %r: released at %s", task, active.committed)
         return dict(active.committed)
 
@@ -236,8 +247,18 @@ class TaskRuntime:
         for task, batch in by_task.items():
             self._run_active(task, lambda t, b=batch: t.process(b))
         for task in list(self.active):
-            self._run_active(task, lambda t: t.commit())
+            self._run_active(task, self._commit)
         return len(messages)
+
+    def _commit(self, active: ActiveTask) -> None:
+        had_pause = active.pause_ms is not None
+        count = active.commit()
+        if self.metrics is None or not count:
+            return
+        self.metrics.record_processed(active.name, count)
+        self.metrics.record_transaction(active.name, "committed")
+        if not had_pause and active.pause_ms is not None:
+            self.metrics.record_handoff_step("activating", active.pause_ms / 1000)
 
     def _run_active(self, task: str, step: Any) -> None:
         active = self.active.get(task)
@@ -247,12 +268,19 @@ class TaskRuntime:
             step(active)
         except TransactionAborted as exc:
             log.warning("%s; rewinding to %s", exc, active.committed)
+            self._count_transaction(task, "aborted")
             for p, offset in active.committed.items():
                 if p in self._owner:
                     self.active_consumer.seek(_tp(p, offset))
         except (TaskFenced, TaskFailed, StoreAheadError) as exc:
             log.error("%s", exc)
+            if isinstance(exc, TaskFenced):
+                self._count_transaction(task, "fenced")
             self._stop_active(task, str(exc))
+
+    def _count_transaction(self, task: str, outcome: TransactionOutcome) -> None:
+        if self.metrics is not None:
+            self.metrics.record_transaction(task, outcome)
 
     def _stop_active(self, task: str, reason: str) -> None:
         """Stop a task without committing anything more."""
@@ -275,7 +303,10 @@ class TaskRuntime:
             if replica is not None:
                 by_task.setdefault(replica.name, []).append(msg)
         for task, replica in list(self.replicas.items()):
+            before = replica.applied_total
             capped = replica.apply(by_task.get(task, ()))
+            if self.metrics is not None and replica.applied_total > before:
+                self.metrics.record_catch_up(task, "consumer", replica.applied_total - before)
             replica.commit()
             self._pause_at_caps(replica, capped)
             if replica.role == "activating" and replica.caught_up():
@@ -376,7 +407,18 @@ class TaskRuntime:
 
     # ---- reports and shutdown ----------------------------------------------------------
 
+    def _snapshot_store_bytes(self) -> None:
+        """Sizes for the metrics collector, refreshed at most once a second."""
+        now = time.monotonic()
+        if now - self._store_bytes_at < 1.0:
+            return
+        self._store_bytes_at = now
+        stores = {t: a.store for t, a in self.active.items()}
+        stores.update({t: r.store for t, r in self.replicas.items()})
+        self.store_bytes = {t: s.approximate_bytes() for t, s in stores.items()}
+
     def reports(self) -> list[TaskReport]:
+        self._snapshot_store_bytes()
         out = [TaskReport(task=t, role="active", positions=dict(a.committed),
                           pause_ms=a.pause_ms) for t, a in self.active.items()]
         for task, replica in self.replicas.items():
