@@ -1,0 +1,643 @@
+"""The coordinator core: job model, processors, assignment and handoffs (no I/O).
+
+Theory of operation
+===================
+
+The core is a plain object driven by three kinds of calls, all made by the daemon
+under one lock, each with the injected clock's reading:
+
+- messages from processors: `register()`, `heartbeat()` (both take a
+  `HeartbeatRequest` and return the `HeartbeatReply`), `alive()` for the pinned
+  /containerHeartbeat probe;
+- observations from the daemon's I/O edge: `observe_offsets()` (watermarks and the
+  job group's committed offsets), `apply_expansion()` / `refuse_expansion()` from
+  the partition monitor;
+- `tick()`, every few hundred milliseconds, and operator requests (`drain()`).
+
+Every call ends in `_reconcile()`, which is level-triggered like the wire protocol:
+it looks at the whole current picture and moves it one step towards the target.
+
+1. Liveness: a valid processor silent for `processor_timeout` is lost; a lost,
+   replaced or declared-dead execution loses its roles (its tasks become ownerless),
+   and every handoff it takes part in gets `ProcessorLost`.
+2. Handoffs (orchestrator/handoff.py) get events derived from the reports: the
+   target holds the replica (WarmupStarted), its lag (LagReported), the source
+   reports the task "released" (ReleaseAcked), the target reports it "active"
+   (Activated), and a Tick. Their commands edit the *roles* we list for each
+   processor: a release is the task leaving the source's `active`, an activation the
+   task entering the target's `active`. A task is never listed active on two live
+   processors: the target is listed only after the source was unlisted (release
+   acknowledged, or the source declared dead and so invalid).
+3. Assignment (orchestrator/assignment.py, KIP-441): with the current owners,
+   replicas and lags. An ownerless task is listed active on its new home at once
+   (its activation fences the old producer). A task whose owner must change becomes
+   a handoff: released at once when the target is caught up, else warmed up first
+   (at most `max_warmups` catch-ups at a time). Draining processors are left out of
+   the assignor's input, so their tasks are placed elsewhere and leave through
+   handoffs; a draining processor that holds nothing is told to stop.
+
+Lag of a replica on a task = sum over the task's partitions of max(0, T1 - T2): T1 is
+the owner's reported committed position (the released position during a release;
+the group's committed offset when no owner reports; else the low watermark), T2 the
+replica's reported position (a missing partition counts from the low watermark).
+
+Persistence: `records()` is the whole state as coordinator-stream records;
+`pending_changes()` diffs it against what was last written, and the daemon writes
+that batch in one transaction *before* it answers, so nothing a processor hears was
+not persisted first. `Coordinator.restore()` rebuilds the core from the records and
+resumes handoffs in flight; the next replies simply carry the persisted roles. After
+a restart no new moves start until every known processor reported again (or timed
+out), so the assignor never decides on an empty picture.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from metrics import CoordinatorMetrics, HandoffSample, LagSample
+from orchestrator import handoff as hs
+from orchestrator.assignment import (
+    AssignmentConfig,
+    AssignmentError,
+    ProcessorState,
+    TaskInfo,
+    assign,
+)
+from orchestrator.clock import Clock
+from orchestrator.config import Config
+from orchestrator.liveness import Liveness, Processor
+from orchestrator.model import Expansion, JobModel
+from orchestrator.protocol import Assignment as WireAssignment
+from orchestrator.protocol import Barrier, HeartbeatReply, HeartbeatRequest, TaskReport
+
+__all__ = ["Coordinator", "CoreConfig", "DrainError", "Roles", "UnknownProcessor"]
+
+log = logging.getLogger("baton.coordinator")
+
+# A finished handoff's pause is reported by the new owner with its first committed
+# output; wait this long for it before counting the handoff without a pause (a task
+# with no input traffic never outputs).
+_PAUSE_WAIT_S = 60.0
+# Finished handoffs kept in memory for `status` (newest last).
+_HISTORY = 50
+
+
+class UnknownProcessor(LookupError):
+    """An operator named a processor the coordinator does not know."""
+
+
+class DrainError(RuntimeError):
+    """A drain that cannot be done (for example the processor is not alive)."""
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    """The settings the core uses, in seconds (from [job], [coordinator], [catch_up])."""
+
+    job: str
+    scheme: str = "partition"
+    processor_timeout_s: float = 10.0
+    assignment: AssignmentConfig = AssignmentConfig()
+    handoff: hs.HandoffConfig = hs.HandoffConfig()
+
+    @classmethod
+    def from_config(cls, config: Config) -> CoreConfig:
+        """Build from an `orchestrator.config.Config`."""
+        c, k = config.coordinator, config.catch_up
+        return cls(
+            job=config.job.name, scheme=config.job.grouping,
+            processor_timeout_s=c.processor_timeout_ms / 1000,
+            assignment=AssignmentConfig(k.acceptable_lag, k.max_warmups, k.num_standbys,
+                                        k.balance_factor),
+            handoff=hs.HandoffConfig(k.acceptable_lag, c.release_timeout_ms / 1000,
+                                     c.activate_timeout_ms / 1000))
+
+
+@dataclass
+class Roles:
+    """What we list for one processor: the `assignment` of its replies."""
+
+    active: set[str] = field(default_factory=set)
+    warmup: set[str] = field(default_factory=set)
+    standby: set[str] = field(default_factory=set)
+
+    def wire(self) -> WireAssignment:
+        return WireAssignment(active=sorted(self.active), warmup=sorted(self.warmup),
+                              standby=sorted(self.standby))
+
+    def empty(self) -> bool:
+        return not (self.active or self.warmup or self.standby)
+
+    def discard(self, task: str) -> None:
+        self.active.discard(task)
+        self.warmup.discard(task)
+        self.standby.discard(task)
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A finished handoff waiting for the new owner's pause report."""
+
+    outcome: str
+    target: str
+    since: float
+
+
+class Coordinator:
+    """The coordinator's state and rules; see the module docstring.
+
+    Args:
+        config: thresholds and timeouts.
+        clock: the injected clock (a `FakeClock` in tests).
+        model: the job model in force.
+        metrics: where to record handoff phases, outcomes, pauses, invalid heartbeats.
+    """
+
+    def __init__(self, config: CoreConfig, clock: Clock, model: JobModel,
+                 metrics: CoordinatorMetrics | None = None) -> None:
+        self.config = config
+        self.clock = clock
+        self.model = model
+        self.metrics = metrics
+        self.processors = Liveness()
+        self.roles: dict[str, Roles] = {}
+        self.handoffs: dict[str, hs.Handoff] = {}
+        self.history: list[hs.Handoff] = []
+        self.draining: set[str] = set()
+        self.errors: list[str] = []
+        self.low: dict[str, int] = {}
+        self.high: dict[str, int] = {}
+        self.committed: dict[str, int] = {}
+        self.follow_up = False
+        self._pauses: dict[str, _Pending] = {}
+        self._persisted: dict[str, Any] = {}
+        self._settle_by = clock.monotonic()
+        if metrics is not None:
+            metrics.set_generation(model.generation)
+            metrics.set_views(lag_view=self.lag_samples, handoff_view=self.handoff_samples)
+
+    # ---- restore and persistence --------------------------------------------------------
+
+    @classmethod
+    def restore(cls, config: CoreConfig, clock: Clock, records: Mapping[str, Any],
+                metrics: CoordinatorMetrics | None = None) -> Coordinator | None:
+        """Rebuild from coordinator-stream records; None when there is no model yet."""
+        if "model" not in records:
+            return None
+        core = cls(config, clock, JobModel.from_record(records["model"]), metrics)
+        now = clock.monotonic()
+        for key, value in records.items():
+            if key.startswith("processor/"):
+                core.processors.add(Processor.from_record(key.partition("/")[2], value, now))
+        for pid, roles in dict(records.get("assignment", {})).items():
+            core.roles[pid] = Roles(set(roles.get("active", ())), set(roles.get("warmup", ())),
+                                    set(roles.get("standby", ())))
+        core.draining = set(dict(records.get("drain", {})).get("processors", ()))
+        core.errors = list(dict(records.get("errors", {})).get("errors", ()))
+        core._persisted = dict(records)
+        core._settle_by = now + config.processor_timeout_s
+        for key, value in records.items():
+            if key.startswith("handoff/"):
+                handoff, commands = hs.resume(hs.Handoff.from_dict(value), now)
+                core.handoffs[handoff.task] = handoff
+                for dead in core._execute(handoff, commands):
+                    core._lose(dead, f"declared dead by the handoff of {handoff.task!r}",
+                               keep_roles=False)
+        return core
+
+    def records(self) -> dict[str, Any]:
+        """The whole state as coordinator-stream records (key -> JSON value)."""
+        out: dict[str, Any] = {"model": self.model.to_record()}
+        for p in self.processors:
+            out[f"processor/{p.id}"] = p.to_record()
+        out["assignment"] = {pid: {"active": sorted(r.active), "warmup": sorted(r.warmup),
+                                   "standby": sorted(r.standby)}
+                             for pid, r in sorted(self.roles.items()) if not r.empty()}
+        for task, handoff in sorted(self.handoffs.items()):
+            out[f"handoff/{task}"] = handoff.to_dict()
+        if self.draining:
+            out["drain"] = {"processors": sorted(self.draining)}
+        if self.errors:
+            out["errors"] = {"errors": list(self.errors)}
+        return out
+
+    def pending_changes(self) -> dict[str, Any | None]:
+        """Records changed since the last `confirm()`; None values are deletions."""
+        now = self.records()
+        changes: dict[str, Any | None] = {k: v for k, v in now.items()
+                                          if self._persisted.get(k) != v}
+        changes.update({k: None for k in self._persisted if k not in now})
+        return changes
+
+    def confirm(self, changes: Mapping[str, Any | None]) -> None:
+        """The daemon wrote `changes`: they are the persisted state now."""
+        for key, value in changes.items():
+            if value is None:
+                self._persisted.pop(key, None)
+            else:
+                self._persisted[key] = value
+
+    # ---- processors ---------------------------------------------------------------------
+
+    def alive(self, execution_id: str) -> bool:
+        """The pinned /containerHeartbeat answer."""
+        return self.processors.alive(execution_id)
+
+    def register(self, request: HeartbeatRequest) -> HeartbeatReply:
+        """A processor execution starts: it becomes its id's one valid execution."""
+        now = self.clock.monotonic()
+        old = self.processors.get(request.processor_id)
+        if old is not None and old.execution_id != request.execution_id:
+            log.warning("processor %s registered a new execution %s; execution %s is no "
+                        "longer valid", old.id, request.execution_id, old.execution_id)
+            self._lose(old.id, f"replaced by execution {request.execution_id}",
+                       keep_roles=True)
+        processor = self.processors.register(request, now, self.clock.time())
+        return self._answer(processor, request)
+
+    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatReply:
+        """A processor's periodic report; an invalid execution is told it is dead."""
+        processor = self.processors.valid(request)
+        if processor is None:
+            if self.metrics is not None:
+                self.metrics.record_invalid_heartbeat()
+            return HeartbeatReply(alive=False, generation=self.model.generation)
+        return self._answer(processor, request)
+
+    def _answer(self, processor: Processor, request: HeartbeatRequest) -> HeartbeatReply:
+        self.processors.seen(processor, request, self.clock.monotonic())
+        if request.leaving:
+            return self._leave(processor)
+        self._reconcile()
+        if not processor.valid:  # declared dead by this very reconcile
+            return HeartbeatReply(alive=False, generation=self.model.generation)
+        processor.generation = self.model.generation
+        return HeartbeatReply(
+            alive=True, generation=self.model.generation, tasks=self.model.tasks,
+            barriers={c: Barrier(parent=p, offset=o) for c, (p, o) in self.model.barriers.items()},
+            assignment=self.roles.get(processor.id, Roles()).wire(),
+            stop=self._drained(processor.id))
+
+    def _leave(self, processor: Processor) -> HeartbeatReply:
+        """A graceful goodbye: take its released positions, then forget it."""
+        self._drive_handoffs()
+        log.info("processor %s left", processor.id)
+        self._lose(processor.id, "left", keep_roles=False)
+        self.processors.remove(processor.id)
+        self.draining.discard(processor.id)
+        self._reconcile()
+        return HeartbeatReply(alive=True, generation=self.model.generation, stop=True)
+
+    def _lose(self, pid: str, reason: str, *, keep_roles: bool) -> None:
+        """Invalidate `pid`'s execution; its handoffs learn it; its roles go (or stay
+        listed for the same id's new execution, whose activation fences the old one)."""
+        queue = [(pid, reason, keep_roles)]
+        while queue:
+            gone, why, keep = queue.pop()
+            if self.processors.invalidate(gone, why) is None:
+                continue  # unknown, or already invalid
+            if not keep:
+                self.roles.pop(gone, None)
+            for handoff in list(self.handoffs.values()):
+                if gone in (handoff.source, handoff.target):
+                    queue += [(dead, f"declared dead by the handoff of {handoff.task!r}", False)
+                              for dead in self._step(handoff, hs.ProcessorLost(gone))]
+
+    def drain(self, pid: str) -> dict[str, Any]:
+        """Scale in: move `pid`'s tasks away (with catch-up), then tell it to stop.
+
+        Raises:
+            UnknownProcessor: no such processor.
+            DrainError: it is not alive.
+        """
+        processor = self.processors.get(pid)
+        if processor is None:
+            raise UnknownProcessor(f"no processor {pid!r}; known: "
+                                   f"{', '.join(p.id for p in self.processors) or 'none'}")
+        if not processor.valid:
+            raise DrainError(f"processor {pid!r} is not alive ({processor.reason}): its "
+                             f"tasks are already being placed elsewhere")
+        self.draining.add(pid)
+        self._reconcile()
+        return {"processor": pid, "draining": True,
+                "tasks": sorted(self.roles.get(pid, Roles()).active)}
+
+    def _drained(self, pid: str) -> bool:
+        """A draining processor holds nothing and takes part in no handoff."""
+        return (pid in self.draining and self.roles.get(pid, Roles()).empty()
+                and not any(pid in (h.source, h.target) for h in self.handoffs.values()))
+
+    # ---- observations -------------------------------------------------------------------
+
+    def observe_offsets(self, low: Mapping[str, int], high: Mapping[str, int],
+                        committed: Mapping[str, int]) -> None:
+        """Watermarks and the job group's committed offsets, from the daemon's admin I/O."""
+        self.low.update(low)
+        self.high.update(high)
+        self.committed.update(committed)
+
+    def apply_expansion(self, expansion: Expansion) -> None:
+        """The monitor (or POST /expand) grew the model: new generation, barriers."""
+        self.model = expansion.model
+        for topic, (old, new) in expansion.grown.items():
+            log.info("input %s grew from %d to %d partitions: generation %d, barriers %s",
+                     topic, old, new, self.model.generation,
+                     {c: self.model.barriers[c] for c in expansion.parents
+                      if c.startswith(topic + ":")})
+            if self.metrics is not None:
+                self.metrics.record_expansion(topic)
+        self.errors = [e for e in self.errors if not e.startswith("expansion refused")]
+        if self.metrics is not None:
+            self.metrics.set_generation(self.model.generation)
+        self._reconcile()
+
+    def refuse_expansion(self, reason: str) -> None:
+        """A growth the grouping refuses: keep the old model, surface the reason."""
+        message = f"expansion refused: {reason}"
+        if message not in self.errors:
+            log.error("%s; the job keeps generation %d", message, self.model.generation)
+            self.errors = [e for e in self.errors if not e.startswith("expansion refused")]
+            self.errors.append(message)
+
+    def tick(self) -> None:
+        """Time passed: timeouts, then one reconcile step."""
+        self._reconcile()
+
+    # ---- the reconcile step -------------------------------------------------------------
+
+    def _reconcile(self) -> None:
+        now = self.clock.monotonic()
+        for processor in self.processors.silent(now, self.config.processor_timeout_s):
+            log.warning("processor %s (execution %s) silent for %.1f s: lost; its tasks are "
+                        "placed again", processor.id, processor.execution_id,
+                        now - processor.last_seen)
+            self._lose(processor.id, f"silent for more than {self.config.processor_timeout_s}"
+                       " s (coordinator.processor_timeout_ms)", keep_roles=False)
+        self._drive_handoffs()
+        if self._settled():
+            self._place()
+        self._count_pauses()
+
+    def _settled(self) -> bool:
+        """After a restart, wait for every valid processor's first report."""
+        return (self.clock.monotonic() >= self._settle_by
+                or all(p.reported for p in self.processors.live()))
+
+    def _drive_handoffs(self) -> None:
+        for handoff in list(self.handoffs.values()):
+            for event in self._events(handoff):
+                current = self.handoffs.get(handoff.task)
+                if current is None:
+                    break
+                for pid in self._step(current, event):
+                    log.error("processor %s declared dead by the handoff of %r: %s", pid,
+                              handoff.task, self.handoffs.get(handoff.task, current).reason)
+                    self._lose(pid, f"declared dead by the handoff of {handoff.task!r}",
+                               keep_roles=False)
+
+    def _events(self, handoff: hs.Handoff) -> list[hs.Event]:
+        """What the reports say about this handoff, then the clock."""
+        events: list[hs.Event] = []
+        target = self.report(handoff.target, handoff.task)
+        if target is not None and target.role in ("warmup", "standby"):
+            events.append(hs.WarmupStarted(handoff.target))
+            lag = self.lag(handoff.task, handoff.target)
+            if lag is not None:
+                events.append(hs.LagReported(lag))
+        if handoff.phase == hs.Phase.RELEASING and handoff.source is not None:
+            source = self.report(handoff.source, handoff.task)
+            if source is not None and source.role == "released":
+                events.append(hs.ReleaseAcked(dict(source.positions), handoff.source))
+        if (handoff.phase == hs.Phase.ACTIVATING and target is not None
+                and target.role == "active"):
+            events.append(hs.Activated(handoff.target))
+        events.append(hs.Tick(self.clock.monotonic()))
+        return events
+
+    def _step(self, handoff: hs.Handoff, event: hs.Event) -> list[str]:
+        """Apply one event; returns processors to declare dead."""
+        now = self.clock.monotonic()
+        try:
+            new, commands = hs.step(handoff, event, self.config.handoff, now)
+        except hs.RemoteHandoffError as exc:
+            log.error("%s", exc)
+            return []
+        if new.phase != handoff.phase and self.metrics is not None \
+                and handoff.phase.value in ("planned", "catching_up", "releasing", "activating"):
+            self.metrics.record_phase(handoff.phase.value,  # type: ignore[arg-type]
+                                      max(0.0, now - handoff.since))
+        if new.phase != handoff.phase:
+            log.info("task %r handoff %s -> %s: %s -> %s%s", new.task, new.source, new.target,
+                     handoff.phase, new.phase, f" ({new.reason})" if new.reason else "")
+        self.handoffs[new.task] = new
+        dead = self._execute(new, commands)
+        if new.phase in hs.TERMINAL_PHASES:
+            self._finish(new)
+        return dead
+
+    def _execute(self, handoff: hs.Handoff, commands: Sequence[hs.Command]) -> list[str]:
+        """Turn commands into role listings; DeclareDead is returned to the caller."""
+        dead: list[str] = []
+        for command in commands:
+            match command:
+                case hs.StartWarmup(task, pid):
+                    if self._valid(pid):
+                        self._roles(pid).standby.discard(task)
+                        self._roles(pid).warmup.add(task)
+                case hs.StopWarmup(task, pid):
+                    self._roles(pid).warmup.discard(task)
+                case hs.SendRelease(task, pid):
+                    self._roles(pid).active.discard(task)
+                case hs.DeclareDead(pid):
+                    dead.append(pid)
+                case hs.SendActivate(task, pid, _) | hs.ResumeOwner(task, pid):
+                    self._list_active(task, pid)
+        return dead
+
+    def _list_active(self, task: str, pid: str) -> None:
+        """List `task` active on `pid`, which must then be its only listed owner."""
+        if not self._valid(pid):
+            return
+        for other, roles in self.roles.items():
+            if other != pid and task in roles.active and self._valid(other):
+                log.error("task %r was still listed active on %s while activating on %s: "
+                          "unlisted (its producer is fenced by the activation)",
+                          task, other, pid)
+            roles.active.discard(task)
+        roles = self._roles(pid)
+        roles.discard(task)
+        roles.active.add(task)
+
+    def _finish(self, handoff: hs.Handoff) -> None:
+        del self.handoffs[handoff.task]
+        self.history = [*self.history, handoff][-_HISTORY:]
+        if handoff.phase == hs.Phase.CANCELLED:
+            self._roles(handoff.target).warmup.discard(handoff.task)
+            if self.metrics is not None:
+                self.metrics.record_handoff("cancelled")
+            return
+        outcome = "fenced" if handoff.source_declared_dead else "done"
+        self._pauses[handoff.task] = _Pending(outcome, handoff.target, self.clock.monotonic())
+
+    def _count_pauses(self) -> None:
+        """Count finished handoffs once the new owner reports its pause (or gave none)."""
+        now = self.clock.monotonic()
+        for task, pending in list(self._pauses.items()):
+            report = self.report(pending.target, task)
+            pause = report.pause_ms if report is not None and report.role == "active" else None
+            if pause is None and now - pending.since < _PAUSE_WAIT_S:
+                continue
+            del self._pauses[task]
+            if self.metrics is not None:
+                self.metrics.record_handoff(pending.outcome,  # type: ignore[arg-type]
+                                            None if pause is None else pause / 1000)
+
+    # ---- placement ----------------------------------------------------------------------
+
+    def _place(self) -> None:
+        """Run the assignor and turn its answer into listings and handoffs."""
+        live = [p.id for p in self.processors.live()]
+        for pid in list(self.roles):
+            if pid not in live:
+                del self.roles[pid]
+        candidates = [pid for pid in live if pid not in self.draining]
+        try:
+            result = assign([TaskInfo(t) for t in self.model.tasks],
+                            [self._state(pid) for pid in candidates], self.config.assignment)
+        except AssignmentError as exc:
+            log.error("assignment failed: %s", exc)
+            return
+        self.follow_up = result.follow_up
+        wanted = {p.id: p for p in result.processors}
+        owners = result.owners()
+        warm = {t: p.id for p in result.processors for t in p.warmup}
+        for task in self.model.tasks:
+            self._place_task(task, owners.get(task), warm.get(task))
+        for pid in candidates:
+            # Only handoff targets warm up; no replica of a task on either side of its
+            # handoff (a source told to keep a standby would stop reporting "released").
+            roles = self._roles(pid)
+            moving = {t for t, h in self.handoffs.items() if pid in (h.source, h.target)}
+            roles.warmup &= {t for t, h in self.handoffs.items() if h.target == pid}
+            roles.standby = set(wanted[pid].standby) - roles.active - roles.warmup - moving
+        for pid in self.draining & set(live):
+            roles = self._roles(pid)
+            roles.warmup.clear()
+            roles.standby.clear()
+
+    def _state(self, pid: str) -> ProcessorState:
+        """The assignor's view of `pid`: in-flight handoffs count where they are going."""
+        roles = self._roles(pid)
+        active, warmup = set(roles.active), set(roles.warmup)
+        for task, handoff in self.handoffs.items():
+            before_release = handoff.phase in (hs.Phase.PLANNED, hs.Phase.CATCHING_UP)
+            source_stays = before_release and handoff.source not in self.draining
+            if handoff.target == pid and not source_stays:
+                active.add(task)
+                warmup.discard(task)
+            if handoff.source == pid and not source_stays:
+                active.discard(task)
+        lags = {t: lag for t in self.model.tasks
+                if (lag := self.lag(t, pid)) is not None and t not in active}
+        return ProcessorState(pid, 1, frozenset(active), frozenset(roles.standby),
+                              frozenset(warmup), lags)
+
+    def _place_task(self, task: str, home: str | None, warm: str | None) -> None:
+        """One task: keep, list directly, plan a handoff, or cancel a stale one."""
+        handoff = self.handoffs.get(task)
+        if handoff is not None:
+            if handoff.phase in (hs.Phase.PLANNED, hs.Phase.CATCHING_UP) \
+                    and handoff.target not in (home, warm) \
+                    and handoff.source not in self.draining:
+                self._step(handoff, hs.Cancel(f"the assignor now wants it on "
+                                              f"{warm or home}"))
+            return
+        owner = self.owner(task)
+        target = warm if owner is not None and warm is not None else home
+        if target is None or target == owner:
+            return
+        if owner is None:
+            log.info("task %r has no live owner: active on %s", task, target)
+            self._list_active(task, target)
+            return
+        lag = self.lag(task, target)
+        caught_up = lag is not None and lag <= self.config.handoff.acceptable_lag
+        if not caught_up and self._catching_up() >= self.config.assignment.max_warmups:
+            return
+        handoff, commands = hs.plan(task, owner, target, self.clock.monotonic(),
+                                    caught_up=caught_up, lag=lag)
+        log.info("task %r: handoff %s -> %s planned (%s)", task, owner, target,
+                 "caught up" if caught_up else f"lag {lag if lag is not None else 'unknown'}")
+        self.handoffs[task] = handoff
+        self._execute(handoff, commands)
+
+    def _catching_up(self) -> int:
+        return sum(h.phase in (hs.Phase.PLANNED, hs.Phase.CATCHING_UP)
+                   for h in self.handoffs.values())
+
+    # ---- queries ------------------------------------------------------------------------
+
+    def _valid(self, pid: str) -> bool:
+        processor = self.processors.get(pid)
+        return processor is not None and processor.valid
+
+    def _roles(self, pid: str) -> Roles:
+        return self.roles.setdefault(pid, Roles())
+
+    def report(self, pid: str | None, task: str) -> TaskReport | None:
+        """`pid`'s last report on `task`, if `pid` is valid and holds it."""
+        processor = self.processors.get(pid) if pid is not None else None
+        if processor is None or not processor.valid:
+            return None
+        return processor.reports.get(task)
+
+    def owner(self, task: str) -> str | None:
+        """The live processor listed with `task` active, if any."""
+        for pid, roles in self.roles.items():
+            if task in roles.active and self._valid(pid):
+                return pid
+        return None
+
+    def t1(self, task: str) -> dict[str, int | None]:
+        """The owner's committed positions on `task`; None where nothing is known yet."""
+        partitions = self.model.tasks.get(task, [])
+        reported: Mapping[str, int] = {}
+        handoff = self.handoffs.get(task)
+        source = handoff.source if handoff is not None else None
+        released = self.report(source, task)
+        owner_report = self.report(self.owner(task), task)
+        if released is not None and released.role == "released":
+            reported = released.positions
+        elif owner_report is not None and owner_report.role == "active":
+            reported = owner_report.positions
+        return {p: reported.get(p, self.committed.get(p, self.low.get(p)))
+                for p in partitions}
+
+    def lag(self, task: str, pid: str) -> int | None:
+        """Records `pid`'s replica of `task` is behind T1; None without a replica report."""
+        report = self.report(pid, task)
+        if report is None or report.role not in ("warmup", "standby", "activating"):
+            return None
+        t1 = self.t1(task)
+        if any(v is None for v in t1.values()):
+            return None  # T1 unknown: never call a replica caught up on a guess
+        return sum(max(0, (v or 0) - report.positions.get(p, self.low.get(p, 0)))
+                   for p, v in t1.items())
+
+    def lag_samples(self) -> list[LagSample]:
+        """Scrape-time view for metrics: every replica of every task."""
+        out = []
+        for processor in self.processors.live():
+            for task, report in processor.reports.items():
+                if report.role in ("warmup", "standby", "activating", "active"):
+                    lag = 0 if report.role == "active" else self.lag(task, processor.id)
+                    out.append(LagSample(task, processor.id, report.role, lag, report.rate))
+        return out
+
+    def handoff_samples(self) -> list[HandoffSample]:
+        now = self.clock.monotonic()
+        return [HandoffSample(h.task, h.phase.value, max(0.0, now - h.since))
+                for h in self.handoffs.values()]
