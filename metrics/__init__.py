@@ -1,1 +1,72 @@
-"""metrics package."""
+"""Baton's Prometheus metrics, shared by both daemons.
+
+Theory of operation:
+
+- Every instrument is registered on a registry the daemon passes in; nothing here
+  touches prometheus_client's global REGISTRY. One `CoordinatorMetrics` per
+  coordinator registry, one `ProcessorMetrics` per processor registry (their family
+  names are disjoint, so an in-process demo may also put both on one registry).
+- Every series carries `job` (the Baton job name). Scrape Baton with
+  `honor_labels: true`, or with a scrape `job_name` equal to the Baton job name, so
+  the `job` the dashboard and alerts select on is Baton's (and `up` matches it).
+- State (lag, catch-up remaining records and ETA, handoffs in flight, store sizes) is
+  computed at scrape time by custom collectors from callbacks returning plain data;
+  events (handoffs ended, records processed, transactions) are counters and histograms.
+- Label values are bounded: tasks, processors and topics of the job model, plus the
+  fixed vocabularies in `metrics._vocab` (checked at the call site).
+
+The dashboard (`metrics/dashboards/baton.json`) and the alert rules
+(`metrics/alerts.yml`) use only the names in `METRIC_NAMES` (and `up`).
+"""
+
+from __future__ import annotations
+
+from metrics._coordinator import (
+    COORDINATOR_METRIC_NAMES,
+    CoordinatorMetrics,
+    HandoffSample,
+    HandoffView,
+    LagSample,
+    LagView,
+)
+from metrics._processor import PROCESSOR_METRIC_NAMES, ProcessorMetrics, StoreView
+from metrics._server import CONTENT_TYPE, MetricsServer, render, serve_metrics
+from metrics._vocab import (
+    CatchUpPath,
+    HandoffOutcome,
+    HandoffPhase,
+    HeartbeatOutcome,
+    ProcessErrorOutcome,
+    ProcessorState,
+    ProcessorStep,
+    TransactionOutcome,
+)
+
+__all__ = [
+    "CONTENT_TYPE",
+    "COORDINATOR_METRIC_NAMES",
+    "METRIC_NAMES",
+    "PROCESSOR_METRIC_NAMES",
+    "CatchUpPath",
+    "CoordinatorMetrics",
+    "HandoffOutcome",
+    "HandoffPhase",
+    "HandoffSample",
+    "HandoffView",
+    "HeartbeatOutcome",
+    "LagSample",
+    "LagView",
+    "MetricsServer",
+    "ProcessErrorOutcome",
+    "ProcessorMetrics",
+    "ProcessorState",
+    "ProcessorStep",
+    "StoreView",
+    "TransactionOutcome",
+    "render",
+    "serve_metrics",
+]
+
+# Every metric family Baton exports, as PromQL names it (counters end in `_total`;
+# histograms add `_bucket`, `_sum`, `_count`).
+METRIC_NAMES: tuple[str, ...] = COORDINATOR_METRIC_NAMES + PROCESSOR_METRIC_NAMES
