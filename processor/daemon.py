@@ -65,6 +65,7 @@ def run_processor(config: Config, processor_id: str) -> int:
     monitor.start()
     poll_s = config.processor.commit_interval_ms / 1000
     draining = False
+    last_roles: set[tuple[str, str]] = set()
     while not stop.is_set() and not monitor.dead.is_set():
         reply = monitor.take_reply()
         if reply is not None:
@@ -73,6 +74,10 @@ def run_processor(config: Config, processor_id: str) -> int:
         runtime.poll(poll_s)
         with lock:
             snapshot[:] = runtime.reports()
+            roles = {(r.task, str(r.role)) for r in snapshot}
+        if roles != last_roles:
+            monitor.poke()
+            last_roles = roles
         if draining and not runtime.active:
             log.info("drained: no active task left")
             break

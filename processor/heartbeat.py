@@ -60,6 +60,7 @@ class HeartbeatMonitor(threading.Thread):
         self.dead_reason = ""
         self.stopping = threading.Event()
         self.registered = threading.Event()
+        self._poked = threading.Event()
         self._reply: HeartbeatReply | None = None
         self._lock = threading.Lock()
         self._client = httpx.Client(timeout=_REQUEST_TIMEOUT_S)
@@ -119,12 +120,19 @@ class HeartbeatMonitor(threading.Thread):
                 self.registered.set()
                 with self._lock:
                     self._reply = reply
-            self.stopping.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+            self._poked.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+            self._poked.clear()
+
+    def poke(self) -> None:
+        """Heartbeat now: a release or activation just finished and the coordinator is
+        waiting for it (this keeps coordinator round trips out of the handoff pause)."""
+        self._poked.set()
 
     def _die(self, reason: str) -> None:
         self.dead_reason = reason
         log.error("stopping without commit: %s", reason)
         self.dead.set()
+        self._poked.set()
         if not self.stopping.wait(_HARD_EXIT_AFTER_S):
             log.error("main loop did not stop in %.0fs; exiting", _HARD_EXIT_AFTER_S)
             os._exit(EXIT_DEAD)
@@ -132,6 +140,7 @@ class HeartbeatMonitor(threading.Thread):
     def leave(self) -> None:
         """Graceful goodbye: one last report (released positions), best effort."""
         self.stopping.set()
+        self._poked.set()
         try:
             self._post("/processors/heartbeat", self._request(leaving=True))
         except (httpx.HTTPError, OSError, ValueError) as exc:
