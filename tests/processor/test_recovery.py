@@ -51,8 +51,8 @@ def test_sigkill_mid_stream_then_restart(broker, job_config, tmp_path) -> None:
     proc = _start(config_file, "p1", 3)
     try:
         for _ in range(3):   # kill it three times at moments the stream is flowing
-            wait_for(lambda: _committed_total(broker, group, topic, 3) > 0 and proc.poll() is None,
-                     60, "progress")
+            wait_for(lambda p=proc: _committed_total(broker, group, topic, 3) > 0
+                     and p.poll() is None, 60, "progress")
             time.sleep(0.3 + 0.4 * (uuid.uuid4().int % 100) / 100)
             proc.send_signal(signal.SIGKILL)
             proc.wait(30)
