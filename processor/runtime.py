@@ -106,9 +106,10 @@ class TaskRuntime:
         for task in [t for t in self.active if t not in wanted.active]:
             self.release(task)
         for task, replica in list(self.replicas.items()):
-            if replica.role != "activating" and task not in replica_roles \
-                    and task not in wanted.active:
-                self.drop(task)
+            stale = replica.partitions != self.partitions_of(task)
+            if replica.role != "activating" and (stale or (
+                    task not in replica_roles and task not in wanted.active)):
+                self.drop(task)     # gone, or its partitions changed: restart it below
             elif task in replica_roles and replica.role != "activating":
                 replica.role = replica_roles[task]
         for task, role in replica_roles.items():
