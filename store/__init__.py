@@ -1,1 +1,27 @@
-"""store package."""
+"""Baton's task store: RocksDB (rocksdict) per task, with a transaction overlay,
+applied offsets committed atomically with the data, and SST bulk ingest."""
+
+from __future__ import annotations
+
+from store.base import Offsets, Store
+from store.codec import Key, decode_key, decode_value, encode_key, encode_value
+from store.errors import StoreCorruptError, StoreError, StoreLockedError
+from store.paths import task_store_path
+from store.rocksdb import TaskStore
+from store.sst import write_sst
+
+__all__ = [
+    "Key",
+    "Offsets",
+    "Store",
+    "StoreCorruptError",
+    "StoreError",
+    "StoreLockedError",
+    "TaskStore",
+    "decode_key",
+    "decode_value",
+    "encode_key",
+    "encode_value",
+    "task_store_path",
+    "write_sst",
+]

@@ -1,0 +1,138 @@
+"""How state keys, values and metadata become RocksDB bytes.
+
+Layout of the key space (ordered bytewise, so iteration order is by encoded key):
+
+    b"\\x00" + ...        metadata (applied offsets); never shown by iteration
+    b"\\x01" + key        a bytes key, as is
+    b"\\x02" + key.utf8   a str key
+
+The one-byte type tag makes b"a" and "a" distinct keys that each come back as their
+own type. Values are JSON (orjson); integers beyond 64 bits, which orjson refuses, fall
+back to the stdlib encoder behind a tag byte that is never valid JSON, so the fast path
+pays nothing for them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+__all__ = [
+    "Key",
+    "META_PREFIX",
+    "BYTES_TAG",
+    "STR_TAG",
+    "DATA_END",
+    "OFFSET_PREFIX",
+    "OFFSET_END",
+    "encode_key",
+    "decode_key",
+    "encode_value",
+    "decode_value",
+    "offset_key",
+    "encode_offsets",
+    "decode_offset_item",
+]
+
+Key = bytes | str
+
+META_PREFIX = b"\x00"
+BYTES_TAG = b"\x01"
+STR_TAG = b"\x02"
+# First encoded key past all data keys: the exclusive upper bound of data iteration.
+DATA_END = b"\x03"
+OFFSET_PREFIX = META_PREFIX + b"offset:"
+OFFSET_END = META_PREFIX + b"offset;"  # exclusive upper bound of the offset keys
+
+# Marks a value encoded by the stdlib fallback; 0x01 can never start a JSON text.
+_FALLBACK_TAG = b"\x01"
+_BIG_INT_ERROR = "64-bit"
+
+
+def encode_key(key: Key) -> bytes:
+    """Encode a state key; bytes and str keys get distinct type tags.
+
+    Raises:
+        TypeError: the key is neither bytes nor str (e.g. None, for a record without key).
+    """
+    if isinstance(key, bytes):
+        return BYTES_TAG + key
+    if isinstance(key, str):
+        return STR_TAG + key.encode()
+    if isinstance(key, bytearray | memoryview):
+        return BYTES_TAG + bytes(key)
+    raise TypeError(f"state keys must be bytes or str, got {type(key).__name__}: {key!r}")
+
+
+def decode_key(raw: bytes) -> Key:
+    """Invert `encode_key`."""
+    tag = raw[:1]
+    if tag == BYTES_TAG:
+        return raw[1:]
+    if tag == STR_TAG:
+        return raw[1:].decode()
+    raise ValueError(f"not a data key (tag {tag!r}): {raw!r}")
+
+
+def encode_value(value: Any) -> bytes:
+    """Encode a JSON-able value (orjson; big integers through the stdlib).
+
+    Raises:
+        TypeError: the value is not JSON-able (orjson.JSONEncodeError is a TypeError).
+    """
+    try:
+        return orjson.dumps(value)
+    except TypeError as exc:
+        return _encode_fallback(value, exc)
+
+
+def _encode_fallback(value: Any, exc: TypeError) -> bytes:
+    """Integers beyond 64 bits: stdlib JSON behind a tag; anything else re-raises."""
+    if _BIG_INT_ERROR not in str(exc):
+        raise exc
+    return _FALLBACK_TAG + json.dumps(value, allow_nan=False).encode()
+
+
+def decode_value(raw: bytes) -> Any:
+    """Invert `encode_value`."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        if raw[:1] == _FALLBACK_TAG:
+            return json.loads(raw[1:])
+        raise
+
+
+def offset_key(partition: str) -> bytes:
+    """The metadata key holding the applied offset of `partition` ("topic:N").
+
+    Raises:
+        ValueError: `partition` is not of the form "topic:N".
+    """
+    topic, sep, number = str(partition).rpartition(":")
+    if not (isinstance(partition, str) and sep and topic and number.isdigit()):
+        raise ValueError(f"partition must be written 'topic:N', got {partition!r}")
+    return OFFSET_PREFIX + partition.encode()
+
+
+def encode_offsets(offsets: Mapping[str, int]) -> list[tuple[bytes, bytes]]:
+    """Metadata (key, value) pairs for applied offsets (next offset to apply, >= 0).
+
+    Raises:
+        ValueError: a partition name is malformed or an offset is not a non-negative int.
+    """
+    out = []
+    for partition, offset in offsets.items():
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(
+                f"applied offset of {partition} must be an int >= 0, got {offset!r}")
+        out.append((offset_key(partition), str(offset).encode()))
+    return out
+
+
+def decode_offset_item(raw_key: bytes, raw_value: bytes) -> tuple[str, int]:
+    """Invert one pair of `encode_offsets`."""
+    return raw_key[len(OFFSET_PREFIX):].decode(), int(raw_value)

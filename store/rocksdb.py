@@ -1,0 +1,412 @@
+"""The RocksDB task store: one rocksdict database per task, with a transaction overlay.
+
+Theory of operation
+-------------------
+* The overlay is a dict from the caller's key (exact bytes or str) to an entry (see
+  store/_overlay.py): scalars as they are, containers encoded at write time (so values
+  have copy semantics, as if read from RocksDB), DELETED for deletes.
+* Keys are encoded (type tag + bytes) only when a read misses the overlay and at commit.
+* The undo log holds (key, previous entry) per write: one append. Rolling a record
+  back restores those entries in reverse; RocksDB itself is never touched. It exists
+  only once `begin_record` has been called: the default on_error policy ("fail")
+  aborts the whole transaction instead, and then pays nothing for it.
+* `commit(offsets)` writes the overlay and the applied offsets in one WriteBatch (see
+  store/options.py for durability), then empties the overlay.
+* SST ingest gives the ingested file a sequence number above everything already in the
+  store, so it overrides older values; later commits get higher numbers and override it.
+
+The mapping methods are the per-record hot path: they are kept flat (no helper layers,
+module-level aliases for the C functions they call).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import ItemsView, Iterable, Iterator, MutableMapping, Sequence, ValuesView
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, NoReturn, cast
+
+import orjson
+import rocksdict
+
+from store._overlay import ABSENT, DELETED, add_to_batch, entry_bytes, freeze, merge, undo
+from store.base import Offsets
+from store.codec import (
+    BYTES_TAG,
+    DATA_END,
+    OFFSET_END,
+    OFFSET_PREFIX,
+    STR_TAG,
+    Key,
+    decode_key,
+    decode_offset_item,
+    decode_value,
+    encode_key,
+    encode_offsets,
+)
+from store.errors import StoreError, open_error
+from store.options import db_options, write_options
+from store.paths import prepare_db_dir
+from store.sst import write_sst
+
+if TYPE_CHECKING:
+    from store.base import Store
+
+__all__ = ["TaskStore"]
+
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
+_DbClosedError = rocksdict.DbClosedError
+_NoneType = type(None)
+
+
+class TaskStore(MutableMapping[Key, Any]):
+    """One task's state: a MutableMapping over RocksDB with a transaction overlay."""
+
+    __slots__ = ("_path", "_db", "_write_opts", "_overlay", "_undo", "_closed")
+
+    def __init__(self, path: str | os.PathLike[str], *, sync: bool = False) -> None:
+        """Open (or create) the store in directory `path`.
+
+        Args:
+            path: the store's own directory (see `task_store_path`).
+            sync: fsync the WAL on every commit (survives host crashes, much slower).
+
+        Raises:
+            StoreLockedError: another process holds the store.
+            StoreCorruptError: the store's files are damaged (they are left untouched).
+            StoreError: `path` is a file, not creatable, not writable, or other failures.
+        """
+        self._path = Path(path)
+        create = prepare_db_dir(self._path)
+        try:
+            self._db = rocksdict.Rdict(str(self._path), db_options(create))
+        except Exception as exc:
+            raise open_error(self._path, exc) from exc
+        self._write_opts = write_options(sync)
+        self._overlay: dict[Key, Any] = {}
+        self._undo: list[tuple[Key, Any]] | None = None  # None: no undo log kept
+        self._closed = False
+
+    @property
+    def path(self) -> Path:
+        """The store's directory."""
+        return self._path
+
+    def __repr__(self) -> str:
+        return f"TaskStore({str(self._path)!r})"
+
+    # -- the state mapping: the hot path ---------------------------------------------
+
+    def __getitem__(self, key: Key) -> Any:
+        entry = self._overlay.get(key, ABSENT)
+        if entry is ABSENT:
+            raw = self._stored(key)
+            if raw is None:
+                raise KeyError(key)
+            try:
+                return _loads(raw)
+            except _JSONDecodeError:
+                return decode_value(raw)
+        if entry.__class__ is bytes:
+            return _loads(entry)
+        if entry is DELETED:
+            raise KeyError(key)
+        return entry
+
+    def get(self, key: Key, default: Any = None) -> Any:
+        entry = self._overlay.get(key, ABSENT)
+        if entry is ABSENT:
+            raw = self._stored(key)
+            if raw is None:
+                return default
+            try:
+                return _loads(raw)
+            except _JSONDecodeError:
+                return decode_value(raw)
+        if entry.__class__ is bytes:
+            return _loads(entry)
+        if entry is DELETED:
+            return default
+        return entry
+
+    def __setitem__(self, key: Key, value: Any) -> None:
+        cls = key.__class__
+        if cls is not bytes and cls is not str:
+            key = _normalise_key(key)
+        cls = value.__class__
+        if cls is not int and cls is not str and cls is not bool and cls is not _NoneType:
+            value = freeze(value)
+        if self._undo is not None:
+            self._undo.append((key, self._overlay.get(key, ABSENT)))
+        self._overlay[key] = value
+
+    def __delitem__(self, key: Key) -> None:
+        if not self.contains(key):
+            raise KeyError(key)
+        self.delete(key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, bytes | str) and self.contains(key)
+
+    def __iter__(self) -> Iterator[Key]:
+        for raw_key, _ in self._merged():
+            yield decode_key(raw_key)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self._merged())
+
+    def items(self) -> ItemsView[Key, Any]:
+        """Ordered (key, value) pairs in one pass (no lookup per key)."""
+        return _ItemsView(self)
+
+    def values(self) -> ValuesView[Any]:
+        """Values in key order, in one pass."""
+        return _ValuesView(self)
+
+    def put(self, key: Key, value: Any) -> None:
+        """`store[key] = value`."""
+        self[key] = value
+
+    def delete(self, key: Key) -> None:
+        """Delete `key` in the overlay; no error if it does not exist."""
+        key = _normalise_key(key)
+        if self._undo is not None:
+            self._undo.append((key, self._overlay.get(key, ABSENT)))
+        self._overlay[key] = DELETED
+
+    def contains(self, key: Key) -> bool:
+        """Whether `key` has a value, counting uncommitted writes and deletes."""
+        entry = self._overlay.get(key, ABSENT)
+        if entry is ABSENT:
+            return self._stored(key) is not None
+        return entry is not DELETED
+
+    def _stored(self, key: Key) -> bytes | None:
+        """The committed encoded value of `key`, or None."""
+        if key.__class__ is bytes:
+            raw_key = BYTES_TAG + key
+        elif key.__class__ is str:
+            raw_key = STR_TAG + key.encode()
+        else:
+            raw_key = encode_key(key)
+        try:
+            return cast("bytes | None", self._db.get(raw_key))
+        except _DbClosedError:
+            self._raise_closed()
+
+    def iter_items(self) -> Iterator[tuple[Key, Any]]:
+        """(key, value) in encoded-key order: all bytes keys, then all str keys."""
+        for raw_key, raw in self._merged():
+            yield decode_key(raw_key), decode_value(raw)
+
+    def _merged(self) -> Iterator[tuple[bytes, bytes]]:
+        """Committed data merged with a snapshot of the overlay, in encoded-key order."""
+        self._check_open()
+        pending = sorted((encode_key(k), entry_bytes(e)) for k, e in self._overlay.items())
+        read_opts = rocksdict.ReadOptions()
+        read_opts.set_iterate_upper_bound(DATA_END)
+        stored = self._db.items(from_key=BYTES_TAG, read_opt=read_opts)
+        return merge(pending, cast("Iterator[tuple[bytes, bytes]]", stored))
+
+    # -- the transaction --------------------------------------------------------------
+
+    def begin_record(self) -> None:
+        """Start the undo log of one record (the previous record's writes stay).
+
+        From the first call on, every write also appends to the undo log.
+        """
+        if self._undo is None:
+            self._undo = []
+        else:
+            self._undo.clear()
+
+    def rollback_record(self) -> None:
+        """Undo the overlay writes made since `begin_record` (and not yet committed).
+
+        Raises:
+            StoreError: `begin_record` was never called, so there is no undo log.
+        """
+        if self._undo is None:
+            raise StoreError(self._path, (
+                f"rollback_record() on task store {self._path} without begin_record(): "
+                "call begin_record() before each record that may be rolled back"))
+        undo(self._overlay, self._undo)
+        self._undo.clear()
+
+    def commit(self, offsets: Offsets) -> None:
+        """Write the overlay and the applied `offsets` in one atomic WriteBatch.
+
+        Args:
+            offsets: "topic:N" -> next offset to apply; merged into the stored ones
+                (partitions not mentioned keep their value).
+
+        Raises:
+            ValueError: a malformed partition name or offset (nothing is written).
+            StoreError: the store is closed or RocksDB refused the write (the overlay
+                is kept, so the caller may retry or abort).
+        """
+        self._check_open()
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for raw_key, raw in encode_offsets(offsets):
+            batch.put(raw_key, raw)
+        add_to_batch(batch, self._overlay)
+        if batch.len():
+            self._write(batch)
+        self._overlay = {}
+        if self._undo is not None:
+            self._undo.clear()
+
+    def _write(self, batch: rocksdict.WriteBatch) -> None:
+        try:
+            self._db.write(batch, self._write_opts)
+        except Exception as exc:
+            raise StoreError(self._path, f"commit to task store {self._path} failed: {exc}"
+                             ) from exc
+
+    def abort(self) -> None:
+        """Drop every uncommitted write."""
+        self._overlay = {}
+        if self._undo is not None:
+            self._undo.clear()
+
+    def applied_offsets(self) -> dict[str, int]:
+        """The committed "topic:N" -> next offset to apply."""
+        self._check_open()
+        read_opts = rocksdict.ReadOptions()
+        read_opts.set_iterate_upper_bound(OFFSET_END)
+        stored = self._db.items(from_key=OFFSET_PREFIX, read_opt=read_opts)
+        return dict(decode_offset_item(k, v) for k, v
+                    in cast("Iterator[tuple[bytes, bytes]]", stored))
+
+    # -- bulk ingest ----------------------------------------------------------------
+
+    def ingest(self, sst_paths: Sequence[str | os.PathLike[str]], *,
+               move: bool = False) -> None:
+        """Ingest SST files from `write_sst`: their data and offsets land in one step.
+
+        Ingested values override older ones of the same keys; among the files, a later
+        one overrides an earlier one; later commits override ingested values.
+
+        Args:
+            sst_paths: files written by `write_sst`.
+            move: link (or move) the files into the store instead of copying them.
+
+        Raises:
+            StoreError: uncommitted writes are pending, or RocksDB refused the files.
+        """
+        self._check_open()
+        if self._overlay:
+            raise StoreError(self._path, (
+                f"cannot ingest into task store {self._path} with {len(self._overlay)} "
+                "uncommitted writes: commit or abort the open transaction first"))
+        if sst_paths:
+            self._ingest([str(p) for p in sst_paths], move)
+
+    def _ingest(self, files: list[str], move: bool) -> None:
+        opts = rocksdict.IngestExternalFileOptions()
+        opts.set_move_files(move)
+        opts.set_allow_global_seqno(True)  # the files' data gets a seqno above all existing
+        opts.set_allow_blocking_flush(True)  # flush an overlapping memtable first
+        try:
+            self._db.ingest_external_file(files, opts)
+        except Exception as exc:
+            raise StoreError(self._path, (
+                f"cannot ingest {', '.join(files)} into task store {self._path}: {exc}"
+            )) from exc
+
+    def ingest_items(self, items: Iterable[tuple[Key, Any]], offsets: Offsets) -> None:
+        """Bulk-load `items` and `offsets` through a temporary SST (see `ingest`)."""
+        items = list(items)
+        if not items and not offsets:
+            return
+        with tempfile.TemporaryDirectory(prefix="baton-ingest-") as tmp:
+            sst = Path(tmp) / "items.sst"
+            write_sst(sst, items, offsets)
+            self.ingest([sst], move=True)
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def checkpoint(self, dest: str | os.PathLike[str]) -> None:
+        """Write a consistent copy of the committed state to new directory `dest`."""
+        self._check_open()
+        try:
+            rocksdict.Checkpoint(self._db).create_checkpoint(str(dest))
+        except Exception as exc:
+            raise StoreError(self._path, (
+                f"cannot checkpoint task store {self._path} to {dest}: {exc}")) from exc
+
+    def approximate_bytes(self) -> int:
+        """Size of the store's files on disk."""
+        with os.scandir(self._path) as entries:
+            return sum(e.stat().st_size for e in entries if e.is_file())
+
+    def close(self) -> None:
+        """Close the store, dropping uncommitted writes; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._overlay = {}
+        self._undo = _ClosedLog(self._path)
+        self._db.close()
+
+    def destroy(self) -> None:
+        """Close the store and remove its directory."""
+        self.close()
+        if self._path.exists():
+            shutil.rmtree(self._path)
+
+    def __enter__(self) -> TaskStore:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            self._raise_closed()
+
+    def _raise_closed(self) -> NoReturn:
+        raise StoreError(self._path, f"task store {self._path} is closed")
+
+
+class _ClosedLog(list[tuple[Key, Any]]):
+    """The undo log of a closed store: any write fails at no cost to the open path."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self._path = path
+
+    def append(self, item: tuple[Key, Any]) -> None:
+        raise StoreError(self._path, f"task store {self._path} is closed")
+
+
+class _ItemsView(ItemsView[Key, Any]):
+    _mapping: TaskStore
+
+    def __iter__(self) -> Iterator[tuple[Key, Any]]:
+        return self._mapping.iter_items()
+
+
+class _ValuesView(ValuesView[Any]):
+    _mapping: TaskStore
+
+    def __iter__(self) -> Iterator[Any]:
+        return (value for _, value in self._mapping.iter_items())
+
+
+def _normalise_key(key: Any) -> Key:
+    """`key` as exactly bytes or str (subclasses, bytearray, memoryview converted)."""
+    if isinstance(key, str):
+        return str.__str__(key)
+    if isinstance(key, bytes | bytearray | memoryview):
+        return bytes(key)
+    raise TypeError(f"state keys must be bytes or str, got {type(key).__name__}: {key!r}")
+
+
+if TYPE_CHECKING:
+    _conforms: type[Store] = TaskStore

@@ -1,0 +1,27 @@
+"""The store package's public surface, pinned: other packages import only these."""
+
+from __future__ import annotations
+
+import store
+from store import Store, TaskStore
+
+
+def test_public_names_are_pinned() -> None:
+    assert sorted(store.__all__) == sorted([
+        "Key", "Offsets", "Store", "StoreCorruptError", "StoreError", "StoreLockedError",
+        "TaskStore", "decode_key", "decode_value", "encode_key", "encode_value",
+        "task_store_path", "write_sst",
+    ])
+    for name in store.__all__:
+        assert getattr(store, name) is not None
+
+
+def test_error_hierarchy() -> None:
+    assert issubclass(store.StoreLockedError, store.StoreError)
+    assert issubclass(store.StoreCorruptError, store.StoreError)
+
+
+def test_task_store_has_every_method_of_the_protocol() -> None:
+    wanted = {n for n in dir(Store) if not n.startswith("_") or n in {
+        "__getitem__", "__setitem__", "__delitem__", "__contains__", "__iter__", "__len__"}}
+    assert wanted <= set(dir(TaskStore))

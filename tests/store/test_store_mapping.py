@@ -1,0 +1,170 @@
+"""The store as the `state` mapping: CRUD, read-your-writes, ordered iteration."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, MutableMapping
+from typing import Any
+
+import pytest
+
+from store import TaskStore
+
+StoreFactory = Callable[..., TaskStore]
+
+VALUES: list[Any] = [0, 2**70, -3, 1.25, True, None, "s", [1, [2]], {"a": {"b": None}}]
+
+
+def test_is_a_mutable_mapping(store: TaskStore) -> None:
+    assert isinstance(store, MutableMapping)
+
+
+def test_crud_before_and_after_commit(store_factory: StoreFactory) -> None:
+    store = store_factory()
+    store[b"a"] = 1
+    store.put("b", 2)
+    assert store[b"a"] == 1 and store.get("b") == 2 and store.get("zz", "dflt") == "dflt"
+    store.commit({"t:0": 1})
+    assert store[b"a"] == 1 and "b" in store and store.contains("b")
+    del store[b"a"]
+    store.delete("b")
+    store.delete("never-there")
+    assert b"a" not in store and store.get("b") is None
+    with pytest.raises(KeyError):
+        store[b"a"]
+    with pytest.raises(KeyError):
+        del store["b"]
+    store.commit({"t:0": 2})
+    store.close()
+    reopened = store_factory()
+    assert dict(reopened.items()) == {}
+
+
+@pytest.mark.parametrize("value", VALUES)
+def test_json_values_in_overlay_and_after_commit(store: TaskStore, value: Any) -> None:
+    store["k"] = value
+    assert store["k"] == value and "k" in store
+    store.commit({})
+    assert store["k"] == value and "k" in store
+
+
+def test_nan_reads_back_as_stored_null_even_before_commit(store: TaskStore) -> None:
+    store["f"] = float("nan")
+    assert store["f"] is None
+
+
+def test_bytes_and_str_keys_are_separate(store: TaskStore) -> None:
+    store[b"k"] = "from bytes"
+    store["k"] = "from str"
+    store.commit({})
+    assert store[b"k"] == "from bytes" and store["k"] == "from str"
+    assert [type(k) for k in store] == [bytes, str]
+
+
+def test_key_subclasses_and_buffers_are_normalised(store: TaskStore) -> None:
+    class Name(str):
+        pass
+
+    store[Name("n")] = 1
+    store[bytearray(b"b")] = 2  # type: ignore[index]
+    assert [(k, type(k)) for k in store] == [(b"b", bytes), ("n", str)]
+    store.commit({})
+    assert store["n"] == 1 and store[b"b"] == 2
+
+
+@pytest.mark.parametrize("key", [None, 1, 2.5])
+def test_bad_keys_raise_type_error(store: TaskStore, key: Any) -> None:
+    with pytest.raises(TypeError, match="bytes or str"):
+        store[key] = 1
+    with pytest.raises(TypeError, match="bytes or str"):
+        store.get(key)
+    assert key not in store
+    store.commit({})  # the failed write left nothing behind
+
+
+def test_unencodable_value_raises_and_leaves_nothing(store: TaskStore) -> None:
+    with pytest.raises(TypeError):
+        store["k"] = {1: "int key"}
+    with pytest.raises(TypeError):
+        store["k"] = b"bytes"
+    assert "k" not in store
+
+
+def test_values_have_copy_semantics_like_stored_ones(store: TaskStore) -> None:
+    """Mutating a value read back changes nothing until it is assigned again, whether
+    it was read from the overlay or from RocksDB, so state never depends on where
+    commit boundaries fall."""
+    items = [1]
+    store["list"] = items
+    items.append(2)
+    got = store["list"]
+    got.append(3)
+    assert store["list"] == [1]
+    store.commit({})
+    store["list"].append(4)
+    assert store["list"] == [1]
+
+
+def test_overlay_reads_its_own_writes_and_deletes(store: TaskStore) -> None:
+    store["a"] = 1
+    store["b"] = 2
+    store.commit({})
+    store["a"] = 10
+    del store["b"]
+    store["c"] = 3
+    assert store["a"] == 10 and "b" not in store and store["c"] == 3
+    assert dict(store.items()) == {"a": 10, "c": 3}
+    store.abort()
+    assert dict(store.items()) == {"a": 1, "b": 2}
+
+
+def test_iteration_is_ordered_by_encoded_key_merging_overlay(store: TaskStore) -> None:
+    for key in ["d", b"b", "b", b"\x00", b"z"]:
+        store[key] = 0
+    store.commit({"t:0": 5})
+    store["a"] = 1
+    store["c"] = 1
+    store[b"a"] = 1
+    del store["d"]
+    del store[b"z"]
+    expected: list[bytes | str] = [b"\x00", b"a", b"b", "a", "b", "c"]
+    assert list(store) == expected
+    assert list(store.keys()) == expected
+    assert [k for k, _ in store.items()] == expected
+    assert list(store.values()) == [0, 1, 0, 1, 0, 1]
+    assert len(store) == 6
+
+
+def test_iteration_never_shows_metadata(store: TaskStore) -> None:
+    store.commit({"t:0": 3, "u:1": 4})
+    assert list(store) == [] and len(store) == 0
+    store[""] = 1
+    store.commit({"t:0": 4})
+    assert list(store.items()) == [("", 1)]
+
+
+def test_iteration_snapshots_the_overlay(store: TaskStore) -> None:
+    store["a"] = 1
+    store["b"] = 2
+    seen = []
+    for key in store:
+        seen.append(key)
+        store["z"] = 9  # no "dict changed size during iteration"
+    assert seen == ["a", "b"]
+
+
+def test_mixin_methods_work(store: TaskStore) -> None:
+    store.update({"a": 1, "b": 2})
+    assert store.setdefault("a", 5) == 1 and store.setdefault("c", 3) == 3
+    assert store.pop("b") == 2 and store.pop("b", None) is None
+    assert dict(store) == {"a": 1, "c": 3}
+    assert store == {"a": 1, "c": 3}
+
+
+def test_many_keys_round_trip_in_order(store_factory: StoreFactory) -> None:
+    store = store_factory()
+    for i in range(2000):
+        store[b"%05d" % i] = i
+    store.commit({"t:0": 2000})
+    store.close()
+    reopened = store_factory()
+    assert list(reopened.items()) == [(b"%05d" % i, i) for i in range(2000)]
