@@ -10,6 +10,14 @@ from __future__ import annotations
 import click
 
 from orchestrator.cli_group import group_command
+from orchestrator.cli_ops import (
+    coordinator_command,
+    drain_command,
+    expand_command,
+    plan_command,
+    status_command,
+    wait_command,
+)
 from orchestrator.cli_processor import processor_command
 
 __all__ = ["main"]
@@ -23,3 +31,9 @@ def main() -> None:
 
 main.add_command(group_command, name="group")
 main.add_command(processor_command, name="processor")
+main.add_command(coordinator_command, name="coordinator")
+main.add_command(status_command, name="status")
+main.add_command(wait_command, name="wait")
+main.add_command(plan_command, name="plan")
+main.add_command(drain_command, name="drain")
+main.add_command(expand_command, name="expand")

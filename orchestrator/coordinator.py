@@ -85,6 +85,16 @@ _PAUSE_WAIT_S = 60.0
 _HISTORY = 50
 
 
+# Keys of the coordinator stream this core writes (others, like the daemon's
+# "coordinator" keepalive, are left alone).
+_OWNED_KEYS = ("model", "assignment", "drain", "errors")
+_OWNED_PREFIXES = ("processor/", "handoff/")
+
+
+def _owned(key: str) -> bool:
+    return key in _OWNED_KEYS or key.startswith(_OWNED_PREFIXES)
+
+
 class UnknownProcessor(LookupError):
     """An operator named a processor the coordinator does not know."""
 
@@ -197,7 +207,7 @@ class Coordinator:
                                     set(roles.get("standby", ())))
         core.draining = set(dict(records.get("drain", {})).get("processors", ()))
         core.errors = list(dict(records.get("errors", {})).get("errors", ()))
-        core._persisted = dict(records)
+        core._persisted = {k: v for k, v in records.items() if _owned(k)}
         core._settle_by = now + config.processor_timeout_s
         for key, value in records.items():
             if key.startswith("handoff/"):

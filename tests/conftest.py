@@ -182,3 +182,132 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str,
             step()
         else:
             time.sleep(0.05)
+
+
+# ---- daemons as subprocesses (coordinator, processors) ----------------------------------
+
+
+class Daemon:
+    """One `baton ...` daemon subprocess with its own log file; stopped by its test."""
+
+    def __init__(self, name: str, args: list[str], log: Path) -> None:
+        import subprocess
+        import sys
+
+        self.name, self.args, self.log_path = name, args, log
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.cli", *args], stdout=out,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                cwd=Path(__file__).resolve().parents[1],
+                env={**os.environ, "BATON_LOG_LEVEL": "INFO"})
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait(self, timeout: float = 30.0) -> int:
+        return self.proc.wait(timeout)
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM (graceful), then wait; SIGKILL if it does not exit in time."""
+        import signal
+        import subprocess
+
+        if self.running():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup at all, like a crashed host."""
+        if self.running():
+            self.proc.kill()
+        self.proc.wait(30)
+
+
+@pytest.fixture
+def daemons(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
+    """A factory: `daemons(name, "processor", "-c", file, "--id", "p1")` starts one.
+
+    Every daemon still running at teardown is killed (by its PID), so a failing test
+    never leaves processes behind; the last lines of each log are printed on failure.
+    """
+    started: list[Daemon] = []
+
+    def start(name: str, *args: str) -> Daemon:
+        daemon = Daemon(name, [str(a) for a in args], tmp_path / f"{name}.log")
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        daemon.kill()
+        tail = daemon.log().splitlines()[-15:]
+        print(f"---- {daemon.name} (exit {daemon.proc.returncode}) ----", *tail, sep="\n")
+
+
+@pytest.fixture
+def coordinated(job_config: Callable[..., dict[str, Any]], tmp_path: Path
+                ) -> Callable[..., tuple[Any, Path]]:
+    """A factory: a job config with its own coordinator port and short, test-friendly
+    intervals, written to a TOML file. Returns (Config, path)."""
+    from orchestrator.config import dump_config, load_config
+    from orchestrator.embedded import free_port
+
+    def make(partitions: int = 4, **sections: dict[str, Any]) -> tuple[Any, Path]:
+        port = free_port()
+        defaults: dict[str, dict[str, Any]] = {
+            "coordinator": {"listen": f"127.0.0.1:{port}", "url": f"http://127.0.0.1:{port}",
+                            "release_timeout_ms": 5000, "monitor_interval_ms": 500,
+                            "processor_timeout_ms": 4000},
+            "processor": {"heartbeat_interval_ms": 200, "coordinator_grace_ms": 20000,
+                          "commit_interval_ms": 100},
+            "catch_up": {"acceptable_lag": 200, "max_warmups": 2},
+        }
+        for section, values in sections.items():
+            defaults.setdefault(section, {}).update(values)
+        raw = job_config(partitions, **defaults)
+        path = tmp_path / f"{raw['job']['name']}.toml"
+        path.write_text(dump_config(raw))
+        return load_config(path), path
+    return make
+
+
+def coordinator_client(config: Any, retry: dict[str, Any] | None = None) -> Any:
+    """A CoordinatorClient with the token from the config's token file."""
+    from orchestrator.client import CoordinatorClient
+    from orchestrator.token import read_token
+
+    return CoordinatorClient(config.coordinator.url, read_token(config.token_file), retry)
+
+
+def wait_for_coordinator(config: Any, daemon: Daemon, timeout: float = 60.0) -> Any:
+    """Wait until the coordinator answers /status; returns a client."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not daemon.running():
+            raise AssertionError(f"coordinator exited with {daemon.proc.returncode}:\n"
+                                 f"{daemon.log()[-3000:]}")
+        if config.token_file.exists():
+            from tenacity import stop_after_attempt
+
+            client = coordinator_client(config, {"stop": stop_after_attempt(1)})
+            try:
+                client.status()
+                return client
+            except Exception:  # noqa: BLE001 - not up yet
+                client.close()
+        time.sleep(0.1)
+    raise AssertionError(f"coordinator not up in {timeout:.0f}s:\n{daemon.log()[-3000:]}")
