@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import click
 
+from orchestrator.cli_assign import assign_command
 from orchestrator.cli_group import group_command
 from orchestrator.cli_ops import (
     coordinator_command,
@@ -37,3 +38,4 @@ main.add_command(wait_command, name="wait")
 main.add_command(plan_command, name="plan")
 main.add_command(drain_command, name="drain")
 main.add_command(expand_command, name="expand")
+main.add_command(assign_command, name="assign")
