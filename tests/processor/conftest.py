@@ -1,0 +1,129 @@
+"""Spark fixtures: ONE local[2] SparkSession for the whole test session, and a real
+Spark standalone cluster (a master and two workers on 127.0.0.1) for the cluster test.
+
+A JVM holds one SparkContext, and the shared session owns this process's. The cluster
+test therefore runs its driver in a subprocess (tests/processor/test_bulk.py's
+CLUSTER_DRIVER script) instead of stopping and restarting the shared session: test
+order stays free, and the shared session's start-up is paid once.
+
+Executors import job classes by name: the repository root goes on PYTHONPATH (read by
+the JVM when it starts Python workers), so `tests.processor.conftest:Trail` imports there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.embedded import free_port
+from processor.job import Job, Output, Record, State
+from processor.spark import spark_session, stop_spark
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER_START_TIMEOUT_S = 60.0
+
+
+class Trail(Job):
+    """An order-sensitive job: a per-key hash chain of the values and the last offsets."""
+
+    def process(self, record: Record, state: State) -> Iterator[Output]:
+        prev = state.get(record.key, {"n": 0, "chain": 0, "last": []})
+        chain = zlib.crc32(record.value or b"", prev["chain"])
+        state[record.key] = {"n": prev["n"] + 1, "chain": chain,
+                             "last": (prev["last"] + [record.offset])[-3:]}
+        yield record.key, f"{prev['n'] + 1}:{chain}"
+
+
+def _with_repo_on_pythonpath(env: dict[str, str]) -> dict[str, str]:
+    parts = [str(REPO), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**env, "PYTHONPATH": os.pathsep.join(dict.fromkeys(parts))}
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The test session's one SparkSession (local[2]); stopped at the end."""
+    os.environ.update(_with_repo_on_pythonpath(dict(os.environ)))
+    session = spark_session("local[2]")
+    try:
+        yield session
+    finally:
+        stop_spark()
+
+
+@dataclass
+class Cluster:
+    master: str
+    env: dict[str, str]
+    pids: list[int]
+
+
+def _spark_class() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "bin" / "spark-class"
+
+
+def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen([str(_spark_class()), *args], env=env, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+
+
+def _alive_workers(ui_port: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as reply:
+            state = json.load(reply)
+    except OSError:
+        return 0
+    return sum(1 for worker in state.get("workers", []) if worker.get("state") == "ALIVE")
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture
+def standalone_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A Spark master and two 1-core workers on 127.0.0.1, stopped by PID afterwards."""
+    port, ui = free_port(), free_port()
+    env = _with_repo_on_pythonpath({
+        **os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp_path / "logs"),
+        "SPARK_LOCAL_DIRS": str(tmp_path / "local"),
+        "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"})
+    procs = [_start(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                     "--port", str(port), "--webui-port", str(ui)], env, tmp_path / "master.log")]
+    try:
+        for n in (1, 2):
+            worker_env = {**env, "SPARK_WORKER_DIR": str(tmp_path / f"worker{n}")}
+            procs.append(_start([
+                "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}",
+                "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
+                "--webui-port", str(free_port())], worker_env, tmp_path / f"worker{n}.log"))
+        deadline = time.monotonic() + CLUSTER_START_TIMEOUT_S
+        while _alive_workers(ui) < 2:
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                raise RuntimeError(f"standalone cluster did not start; see {tmp_path}/*.log")
+            time.sleep(0.5)
+        yield Cluster(f"spark://127.0.0.1:{port}", env, [p.pid for p in procs])
+    finally:
+        _stop(procs[::-1])
