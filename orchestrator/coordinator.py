@@ -20,15 +20,17 @@ it looks at the whole current picture and moves it one step towards the target.
 1. Liveness: a valid processor silent for `processor_timeout` is lost; a lost,
    replaced or declared-dead execution loses its roles (its tasks become ownerless),
    and every handoff it takes part in gets `ProcessorLost`.
-2. Handoffs (orchestrator/handoff.py) get events derived from the reports: the
-   target holds the replica (WarmupStarted), its lag (LagReported), the source
-   reports the task "released" (ReleaseAcked), the target reports it "active"
-   (Activated), and a Tick. Their commands edit the *roles* we list for each
-   processor: a release is the task leaving the source's `active`, an activation the
-   task entering the target's `active`. A task is never listed active on two live
-   processors: the target is listed only after the source was unlisted (release
-   acknowledged, or the source declared dead and so invalid).
-3. Assignment (orchestrator/assignment.py, KIP-441): with the current owners,
+2. Handoffs (orchestrator/handoff.py, driven by orchestrator/moves.py) get events
+   derived from the reports: the target holds the replica (WarmupStarted), its lag
+   (LagReported), the source reports the task "released" (ReleaseAcked), the target
+   reports it "active" (Activated), and a Tick. Their commands edit the *roles* we
+   list for each processor (orchestrator/roles.py): a release is the task leaving
+   the source's `active`, an activation the task entering the target's `active`. A
+   task is never listed active on two live processors: the target is listed only
+   after the source was unlisted (release acknowledged, or the source declared dead
+   and so invalid).
+3. Placement (orchestrator/placement.py) runs the KIP-441 assignor
+   (orchestrator/assignment.py) with the current owners,
    replicas and lags. An ownerless task is listed active on its new home at once
    (its activation fences the old producer). A task whose owner must change becomes
    a handoff: released at once when the target is caught up, else warmed up first
@@ -53,36 +55,25 @@ out), so the assignor never decides on an empty picture.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from metrics import CoordinatorMetrics, HandoffSample, LagSample
 from orchestrator import handoff as hs
-from orchestrator.assignment import (
-    AssignmentConfig,
-    AssignmentError,
-    ProcessorState,
-    TaskInfo,
-    assign,
-)
+from orchestrator.assignment import AssignmentConfig
 from orchestrator.clock import Clock
 from orchestrator.config import Config
 from orchestrator.liveness import Liveness, Processor
 from orchestrator.model import Expansion, JobModel
-from orchestrator.protocol import Assignment as WireAssignment
+from orchestrator.moves import Moves
+from orchestrator.placement import place
 from orchestrator.protocol import Barrier, HeartbeatReply, HeartbeatRequest, TaskReport
+from orchestrator.roles import RoleBook
 
-__all__ = ["Coordinator", "CoreConfig", "DrainError", "Roles", "UnknownProcessor"]
+__all__ = ["Coordinator", "CoreConfig", "DrainError", "UnknownProcessor"]
 
 log = logging.getLogger("baton.coordinator")
-
-# A finished handoff's pause is reported by the new owner with its first committed
-# output; wait this long for it before counting the handoff without a pause (a task
-# with no input traffic never outputs).
-_PAUSE_WAIT_S = 60.0
-# Finished handoffs kept in memory for `status` (newest last).
-_HISTORY = 50
 
 
 # Keys of the coordinator stream this core writes (others, like the daemon's
@@ -126,36 +117,6 @@ class CoreConfig:
                                      c.activate_timeout_ms / 1000))
 
 
-@dataclass
-class Roles:
-    """What we list for one processor: the `assignment` of its replies."""
-
-    active: set[str] = field(default_factory=set)
-    warmup: set[str] = field(default_factory=set)
-    standby: set[str] = field(default_factory=set)
-
-    def wire(self) -> WireAssignment:
-        return WireAssignment(active=sorted(self.active), warmup=sorted(self.warmup),
-                              standby=sorted(self.standby))
-
-    def empty(self) -> bool:
-        return not (self.active or self.warmup or self.standby)
-
-    def discard(self, task: str) -> None:
-        self.active.discard(task)
-        self.warmup.discard(task)
-        self.standby.discard(task)
-
-
-@dataclass(frozen=True)
-class _Pending:
-    """A finished handoff waiting for the new owner's pause report."""
-
-    outcome: str
-    target: str
-    since: float
-
-
 class Coordinator:
     """The coordinator's state and rules; see the module docstring.
 
@@ -173,16 +134,14 @@ class Coordinator:
         self.model = model
         self.metrics = metrics
         self.processors = Liveness()
-        self.roles: dict[str, Roles] = {}
-        self.handoffs: dict[str, hs.Handoff] = {}
-        self.history: list[hs.Handoff] = []
+        self.roles = RoleBook(self._valid)
+        self.moves = Moves(config.handoff, self.roles, clock, metrics)
         self.draining: set[str] = set()
         self.errors: list[str] = []
         self.low: dict[str, int] = {}
         self.high: dict[str, int] = {}
         self.committed: dict[str, int] = {}
         self.follow_up = False
-        self._pauses: dict[str, _Pending] = {}
         self._persisted: dict[str, Any] = {}
         self._settle_by = clock.monotonic()
         if metrics is not None:
@@ -202,18 +161,15 @@ class Coordinator:
         for key, value in records.items():
             if key.startswith("processor/"):
                 core.processors.add(Processor.from_record(key.partition("/")[2], value, now))
-        for pid, roles in dict(records.get("assignment", {})).items():
-            core.roles[pid] = Roles(set(roles.get("active", ())), set(roles.get("warmup", ())),
-                                    set(roles.get("standby", ())))
+        core.roles.load(dict(records.get("assignment", {})))
         core.draining = set(dict(records.get("drain", {})).get("processors", ()))
         core.errors = list(dict(records.get("errors", {})).get("errors", ()))
         core._persisted = {k: v for k, v in records.items() if _owned(k)}
         core._settle_by = now + config.processor_timeout_s
         for key, value in records.items():
             if key.startswith("handoff/"):
-                handoff, commands = hs.resume(hs.Handoff.from_dict(value), now)
-                core.handoffs[handoff.task] = handoff
-                for dead in core._execute(handoff, commands):
+                handoff = hs.Handoff.from_dict(value)
+                for dead in core.moves.resume(handoff):
                     core._lose(dead, f"declared dead by the handoff of {handoff.task!r}",
                                keep_roles=False)
         return core
@@ -223,9 +179,7 @@ class Coordinator:
         out: dict[str, Any] = {"model": self.model.to_record()}
         for p in self.processors:
             out[f"processor/{p.id}"] = p.to_record()
-        out["assignment"] = {pid: {"active": sorted(r.active), "warmup": sorted(r.warmup),
-                                   "standby": sorted(r.standby)}
-                             for pid, r in sorted(self.roles.items()) if not r.empty()}
+        out["assignment"] = self.roles.to_record()
         for task, handoff in sorted(self.handoffs.items()):
             out[f"handoff/{task}"] = handoff.to_dict()
         if self.draining:
@@ -288,7 +242,7 @@ class Coordinator:
         return HeartbeatReply(
             alive=True, generation=self.model.generation, tasks=self.model.tasks,
             barriers={c: Barrier(parent=p, offset=o) for c, (p, o) in self.model.barriers.items()},
-            assignment=self.roles.get(processor.id, Roles()).wire(),
+            assignment=self.roles.peek(processor.id).wire(),
             stop=self._drained(processor.id))
 
     def _leave(self, processor: Processor) -> HeartbeatReply:
@@ -310,11 +264,10 @@ class Coordinator:
             if self.processors.invalidate(gone, why) is None:
                 continue  # unknown, or already invalid
             if not keep:
-                self.roles.pop(gone, None)
-            for handoff in list(self.handoffs.values()):
-                if gone in (handoff.source, handoff.target):
-                    queue += [(dead, f"declared dead by the handoff of {handoff.task!r}", False)
-                              for dead in self._step(handoff, hs.ProcessorLost(gone))]
+                self.roles.drop(gone)
+            for handoff in self.moves.involving(gone):
+                queue += [(dead, f"declared dead by the handoff of {handoff.task!r}", False)
+                          for dead in self.moves.step(handoff, hs.ProcessorLost(gone))]
 
     def drain(self, pid: str) -> dict[str, Any]:
         """Scale in: move `pid`'s tasks away (with catch-up), then tell it to stop.
@@ -333,12 +286,12 @@ class Coordinator:
         self.draining.add(pid)
         self._reconcile()
         return {"processor": pid, "draining": True,
-                "tasks": sorted(self.roles.get(pid, Roles()).active)}
+                "tasks": sorted(self.roles.peek(pid).active)}
 
     def _drained(self, pid: str) -> bool:
         """A draining processor holds nothing and takes part in no handoff."""
-        return (pid in self.draining and self.roles.get(pid, Roles()).empty()
-                and not any(pid in (h.source, h.target) for h in self.handoffs.values()))
+        return (pid in self.draining and self.roles.peek(pid).empty()
+                and not self.moves.involving(pid))
 
     # ---- observations -------------------------------------------------------------------
 
@@ -388,214 +341,30 @@ class Coordinator:
                        " s (coordinator.processor_timeout_ms)", keep_roles=False)
         self._drive_handoffs()
         if self._settled():
-            self._place()
-        self._count_pauses()
+            self.roles.keep_only({p.id for p in self.processors.live()})
+            self.follow_up = place(self)
+        self.moves.count_pauses(self)
+        if self.metrics is not None:
+            live = self.processors.live()
+            self.metrics.set_processors({
+                "alive": sum(p.id not in self.draining for p in live),
+                "draining": sum(p.id in self.draining for p in live),
+                "dead": sum(not p.valid for p in self.processors)})
+
+    def _drive_handoffs(self) -> None:
+        for pid, reason in self.moves.drive(self):
+            self._lose(pid, reason, keep_roles=False)
 
     def _settled(self) -> bool:
         """After a restart, wait for every valid processor's first report."""
         return (self.clock.monotonic() >= self._settle_by
                 or all(p.reported for p in self.processors.live()))
 
-    def _drive_handoffs(self) -> None:
-        for handoff in list(self.handoffs.values()):
-            for event in self._events(handoff):
-                current = self.handoffs.get(handoff.task)
-                if current is None:
-                    break
-                for pid in self._step(current, event):
-                    log.error("processor %s declared dead by the handoff of %r: %s", pid,
-                              handoff.task, self.handoffs.get(handoff.task, current).reason)
-                    self._lose(pid, f"declared dead by the handoff of {handoff.task!r}",
-                               keep_roles=False)
-
-    def _events(self, handoff: hs.Handoff) -> list[hs.Event]:
-        """What the reports say about this handoff, then the clock."""
-        events: list[hs.Event] = []
-        target = self.report(handoff.target, handoff.task)
-        if target is not None and target.role in ("warmup", "standby"):
-            events.append(hs.WarmupStarted(handoff.target))
-            lag = self.lag(handoff.task, handoff.target)
-            if lag is not None:
-                events.append(hs.LagReported(lag))
-        if handoff.phase == hs.Phase.RELEASING and handoff.source is not None:
-            source = self.report(handoff.source, handoff.task)
-            if source is not None and source.role == "released":
-                events.append(hs.ReleaseAcked(dict(source.positions), handoff.source))
-        if (handoff.phase == hs.Phase.ACTIVATING and target is not None
-                and target.role == "active"):
-            events.append(hs.Activated(handoff.target))
-        events.append(hs.Tick(self.clock.monotonic()))
-        return events
-
-    def _step(self, handoff: hs.Handoff, event: hs.Event) -> list[str]:
-        """Apply one event; returns processors to declare dead."""
-        now = self.clock.monotonic()
-        try:
-            new, commands = hs.step(handoff, event, self.config.handoff, now)
-        except hs.RemoteHandoffError as exc:
-            log.error("%s", exc)
-            return []
-        if new.phase != handoff.phase and self.metrics is not None \
-                and handoff.phase.value in ("planned", "catching_up", "releasing", "activating"):
-            self.metrics.record_phase(handoff.phase.value,  # type: ignore[arg-type]
-                                      max(0.0, now - handoff.since))
-        if new.phase != handoff.phase:
-            log.info("task %r handoff %s -> %s: %s -> %s%s", new.task, new.source, new.target,
-                     handoff.phase, new.phase, f" ({new.reason})" if new.reason else "")
-        self.handoffs[new.task] = new
-        dead = self._execute(new, commands)
-        if new.phase in hs.TERMINAL_PHASES:
-            self._finish(new)
-        return dead
-
-    def _execute(self, handoff: hs.Handoff, commands: Sequence[hs.Command]) -> list[str]:
-        """Turn commands into role listings; DeclareDead is returned to the caller."""
-        dead: list[str] = []
-        for command in commands:
-            match command:
-                case hs.StartWarmup(task, pid):
-                    if self._valid(pid):
-                        self._roles(pid).standby.discard(task)
-                        self._roles(pid).warmup.add(task)
-                case hs.StopWarmup(task, pid):
-                    self._roles(pid).warmup.discard(task)
-                case hs.SendRelease(task, pid):
-                    self._roles(pid).active.discard(task)
-                case hs.DeclareDead(pid):
-                    dead.append(pid)
-                case hs.SendActivate(task, pid, _) | hs.ResumeOwner(task, pid):
-                    self._list_active(task, pid)
-        return dead
-
-    def _list_active(self, task: str, pid: str) -> None:
-        """List `task` active on `pid`, which must then be its only listed owner."""
-        if not self._valid(pid):
-            return
-        for other, roles in self.roles.items():
-            if other != pid and task in roles.active and self._valid(other):
-                log.error("task %r was still listed active on %s while activating on %s: "
-                          "unlisted (its producer is fenced by the activation)",
-                          task, other, pid)
-            roles.active.discard(task)
-        roles = self._roles(pid)
-        roles.discard(task)
-        roles.active.add(task)
-
-    def _finish(self, handoff: hs.Handoff) -> None:
-        del self.handoffs[handoff.task]
-        self.history = [*self.history, handoff][-_HISTORY:]
-        if handoff.phase == hs.Phase.CANCELLED:
-            self._roles(handoff.target).warmup.discard(handoff.task)
-            if self.metrics is not None:
-                self.metrics.record_handoff("cancelled")
-            return
-        outcome = "fenced" if handoff.source_declared_dead else "done"
-        self._pauses[handoff.task] = _Pending(outcome, handoff.target, self.clock.monotonic())
-
-    def _count_pauses(self) -> None:
-        """Count finished handoffs once the new owner reports its pause (or gave none)."""
-        now = self.clock.monotonic()
-        for task, pending in list(self._pauses.items()):
-            report = self.report(pending.target, task)
-            pause = report.pause_ms if report is not None and report.role == "active" else None
-            if pause is None and now - pending.since < _PAUSE_WAIT_S:
-                continue
-            del self._pauses[task]
-            if self.metrics is not None:
-                self.metrics.record_handoff(pending.outcome,  # type: ignore[arg-type]
-                                            None if pause is None else pause / 1000)
-
-    # ---- placement ----------------------------------------------------------------------
-
-    def _place(self) -> None:
-        """Run the assignor and turn its answer into listings and handoffs."""
-        live = [p.id for p in self.processors.live()]
-        for pid in list(self.roles):
-            if pid not in live:
-                del self.roles[pid]
-        candidates = [pid for pid in live if pid not in self.draining]
-        try:
-            result = assign([TaskInfo(t) for t in self.model.tasks],
-                            [self._state(pid) for pid in candidates], self.config.assignment)
-        except AssignmentError as exc:
-            log.error("assignment failed: %s", exc)
-            return
-        self.follow_up = result.follow_up
-        wanted = {p.id: p for p in result.processors}
-        owners = result.owners()
-        warm = {t: p.id for p in result.processors for t in p.warmup}
-        for task in self.model.tasks:
-            self._place_task(task, owners.get(task), warm.get(task))
-        for pid in candidates:
-            # Only handoff targets warm up; no replica of a task on either side of its
-            # handoff (a source told to keep a standby would stop reporting "released").
-            roles = self._roles(pid)
-            moving = {t for t, h in self.handoffs.items() if pid in (h.source, h.target)}
-            roles.warmup &= {t for t, h in self.handoffs.items() if h.target == pid}
-            roles.standby = set(wanted[pid].standby) - roles.active - roles.warmup - moving
-        for pid in self.draining & set(live):
-            roles = self._roles(pid)
-            roles.warmup.clear()
-            roles.standby.clear()
-
-    def _state(self, pid: str) -> ProcessorState:
-        """The assignor's view of `pid`: in-flight handoffs count where they are going."""
-        roles = self._roles(pid)
-        active, warmup = set(roles.active), set(roles.warmup)
-        for task, handoff in self.handoffs.items():
-            before_release = handoff.phase in (hs.Phase.PLANNED, hs.Phase.CATCHING_UP)
-            source_stays = before_release and handoff.source not in self.draining
-            if handoff.target == pid and not source_stays:
-                active.add(task)
-                warmup.discard(task)
-            if handoff.source == pid and not source_stays:
-                active.discard(task)
-        lags = {t: lag for t in self.model.tasks
-                if (lag := self.lag(t, pid)) is not None and t not in active}
-        return ProcessorState(pid, 1, frozenset(active), frozenset(roles.standby),
-                              frozenset(warmup), lags)
-
-    def _place_task(self, task: str, home: str | None, warm: str | None) -> None:
-        """One task: keep, list directly, plan a handoff, or cancel a stale one."""
-        handoff = self.handoffs.get(task)
-        if handoff is not None:
-            if handoff.phase in (hs.Phase.PLANNED, hs.Phase.CATCHING_UP) \
-                    and handoff.target not in (home, warm) \
-                    and handoff.source not in self.draining:
-                self._step(handoff, hs.Cancel(f"the assignor now wants it on "
-                                              f"{warm or home}"))
-            return
-        owner = self.owner(task)
-        target = warm if owner is not None and warm is not None else home
-        if target is None or target == owner:
-            return
-        if owner is None:
-            log.info("task %r has no live owner: active on %s", task, target)
-            self._list_active(task, target)
-            return
-        lag = self.lag(task, target)
-        caught_up = lag is not None and lag <= self.config.handoff.acceptable_lag
-        if not caught_up and self._catching_up() >= self.config.assignment.max_warmups:
-            return
-        handoff, commands = hs.plan(task, owner, target, self.clock.monotonic(),
-                                    caught_up=caught_up, lag=lag)
-        log.info("task %r: handoff %s -> %s planned (%s)", task, owner, target,
-                 "caught up" if caught_up else f"lag {lag if lag is not None else 'unknown'}")
-        self.handoffs[task] = handoff
-        self._execute(handoff, commands)
-
-    def _catching_up(self) -> int:
-        return sum(h.phase in (hs.Phase.PLANNED, hs.Phase.CATCHING_UP)
-                   for h in self.handoffs.values())
-
     # ---- queries ------------------------------------------------------------------------
 
     def _valid(self, pid: str) -> bool:
         processor = self.processors.get(pid)
         return processor is not None and processor.valid
-
-    def _roles(self, pid: str) -> Roles:
-        return self.roles.setdefault(pid, Roles())
 
     def report(self, pid: str | None, task: str) -> TaskReport | None:
         """`pid`'s last report on `task`, if `pid` is valid and holds it."""
@@ -604,12 +373,19 @@ class Coordinator:
             return None
         return processor.reports.get(task)
 
+    @property
+    def handoffs(self) -> dict[str, hs.Handoff]:
+        """The handoffs in flight, by task."""
+        return self.moves.handoffs
+
+    @property
+    def history(self) -> list[hs.Handoff]:
+        """Recently finished handoffs, newest last."""
+        return self.moves.history
+
     def owner(self, task: str) -> str | None:
         """The live processor listed with `task` active, if any."""
-        for pid, roles in self.roles.items():
-            if task in roles.active and self._valid(pid):
-                return pid
-        return None
+        return self.roles.owner(task)
 
     def t1(self, task: str) -> dict[str, int | None]:
         """The owner's committed positions on `task`; None where nothing is known yet."""
@@ -648,6 +424,4 @@ class Coordinator:
         return out
 
     def handoff_samples(self) -> list[HandoffSample]:
-        now = self.clock.monotonic()
-        return [HandoffSample(h.task, h.phase.value, max(0.0, now - h.since))
-                for h in self.handoffs.values()]
+        return self.moves.samples()

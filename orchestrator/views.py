@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.assignment import AssignmentError, ProcessorState, TaskInfo, assign
-from orchestrator.coordinator import Coordinator, Roles
+from orchestrator.coordinator import Coordinator
 
 __all__ = ["DEFAULT_CATCH_UP_RATE", "PlanError", "pending", "plan", "status"]
 
@@ -56,7 +56,7 @@ def status(core: Coordinator) -> dict[str, Any]:
 def _processor(core: Coordinator, pid: str) -> dict[str, Any]:
     processor = core.processors.get(pid)
     assert processor is not None
-    roles = core.roles.get(pid, Roles())
+    roles = core.roles.peek(pid)
     reported = {t: r.role for t, r in processor.reports.items()}
     return {"id": pid, "alive": processor.valid, "metrics_url": processor.metrics_url,
             "active": sorted(roles.active), "warmup": sorted(roles.warmup),
@@ -107,7 +107,7 @@ def pending(core: Coordinator) -> list[str]:
     if core.follow_up and not core.handoffs:
         out.append("the assignor has more moves to make (warm-ups pending)")
     for pid in sorted(core.draining):
-        roles = core.roles.get(pid, Roles())
+        roles = core.roles.peek(pid)
         if core.processors.get(pid) is not None and not roles.empty():
             out.append(f"processor {pid}: draining, still holds "
                        f"{len(roles.active) + len(roles.warmup) + len(roles.standby)} task(s)")

@@ -83,7 +83,7 @@ class Harness:
 def check_one_active_owner(core: Coordinator) -> None:
     """The safety invariant: no task listed active on two live processors."""
     for task in core.model.tasks:
-        owners = [pid for pid, roles in core.roles.items()
+        owners = [pid for pid, roles in core.roles
                   if task in roles.active and core.processors.get(pid) is not None
                   and core.processors.get(pid).valid]  # type: ignore[union-attr]
         assert len(owners) <= 1, f"{task} active on {owners}"

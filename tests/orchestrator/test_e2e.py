@@ -1,0 +1,214 @@
+"""End to end: the coordinator and processor daemons as subprocesses on the broker,
+a RunningSum job under a live keyed producer, and the running-sum oracle (per key,
+the committed outputs equal the running sums of that key's inputs: no gap, no
+duplicate).
+
+- scale out: 2 processors, a third joins, `baton wait --until balanced` returns 0,
+  the third holds tasks;
+- the coordinator is SIGKILLed and restarted while a handoff is catching up, and
+  while one is releasing: the handoffs complete.
+
+The phases are held open on purpose, never timed: a SIGSTOPped target cannot catch
+up (so its handoffs stay in catching_up), SIGSTOPped sources cannot acknowledge a
+release (so their handoffs stay in releasing) while the coordinator is killed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.config import load_config
+from tests.conftest import Daemon, Feeder, oracle_check, wait_for, wait_for_coordinator
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+PARTITIONS = 4
+
+
+def processor_config(path: Path, pid: str) -> Path:
+    """The job's config with this processor's own state directory (stores are per
+    processor: two processes must never open one RocksDB directory)."""
+    own = path.with_name(f"{path.stem}-{pid}.toml")
+    text = path.read_text()
+    config = load_config(path)
+    own.write_text(text.replace(str(config.processor.state_dir),
+                                str(path.parent / f"state-{pid}")))
+    assert load_config(own).state_dir != config.state_dir
+    return own
+
+
+class Job:
+    """A coordinator and its processors for one job config."""
+
+    def __init__(self, config: Any, path: Path, daemons: Callable[..., Daemon]) -> None:
+        self.config, self.path, self.daemons = config, path, daemons
+        self.coordinator: Daemon | None = None
+        self.processors: dict[str, Daemon] = {}
+        self.restarts = 0
+
+    def start_coordinator(self) -> Any:
+        self.restarts += 1
+        self.coordinator = self.daemons(f"coordinator-{self.restarts}", "coordinator", "-c",
+                                        self.path)
+        self.client = wait_for_coordinator(self.config, self.coordinator)
+        return self.client
+
+    def start_processor(self, pid: str, registered: bool = True) -> Daemon:
+        """Start a processor; by default wait until the coordinator knows it."""
+        daemon = self.daemons(pid, "processor", "-c", processor_config(self.path, pid),
+                              "--id", pid)
+        self.processors[pid] = daemon
+        if registered:
+            wait_for(lambda: pid in self.holding() or not daemon.running(), 60,
+                     f"{pid} registered")
+            self.check_running()
+        return daemon
+
+    def status(self) -> dict[str, Any]:
+        return dict(self.client.status())
+
+    def holding(self) -> dict[str, list[str]]:
+        return {p["id"]: p["active"] for p in self.status()["processors"] if p["alive"]}
+
+    def signal(self, pids: list[str], sig: signal.Signals) -> None:
+        for pid in pids:
+            os.kill(self.processors[pid].pid, sig)
+
+    def check_running(self) -> None:
+        for name, daemon in self.processors.items():
+            assert daemon.running(), f"{name} exited: {daemon.log()[-3000:]}"
+
+    def balanced(self) -> bool:
+        self.check_running()
+        status = self.status()
+        return bool(status["balanced"]) and not status["handoffs"]
+
+    def handoffs(self, phase: str) -> list[dict[str, Any]]:
+        return [h for h in self.status()["handoffs"] if h["phase"] == phase]
+
+    def all_handoffs(self, phase: str) -> bool:
+        handoffs = self.status()["handoffs"]
+        return bool(handoffs) and all(h["phase"] == phase for h in handoffs)
+
+    def baton_wait(self, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "orchestrator.cli", "wait", "-c",
+                               str(self.path), "--until", "balanced", "--timeout",
+                               str(timeout)], capture_output=True, text=True,
+                              timeout=timeout + 30, cwd=ROOT)
+
+    def all_consumed(self, total: int) -> bool:
+        """Every input record is committed (task lags 0 and the producer's count reached)."""
+        status = self.status()
+        return all(t["lag"] == 0 for t in status["tasks"]) and sum(
+            self._ends().values()) >= total
+
+    def _ends(self) -> dict[str, int]:
+        from confluent_kafka.admin import AdminClient  # noqa: F401 - keeps imports local
+
+        status = self.status()
+        return {p: 0 for t in status["tasks"] for p in t["partitions"]} | self._high()
+
+    def _high(self) -> dict[str, int]:
+        from orchestrator.topics import TopicAdmin
+
+        admin = TopicAdmin(self.config.kafka_settings(), "e2e-reader")
+        try:
+            partitions = [p for t in self.status()["tasks"] for p in t["partitions"]]
+            return {p: m.high for p, m in admin.watermarks(partitions).items()}
+        finally:
+            admin.close()
+
+
+@pytest.fixture
+def job(coordinated, daemons) -> Callable[..., Job]:
+    def make(**sections: dict[str, Any]) -> Job:
+        config, path = coordinated(PARTITIONS, **sections)
+        return Job(config, path, daemons)
+    return make
+
+
+def finish(job: Job, feeder: Feeder, broker: Any) -> None:
+    """Stop the producer, let every record through, and check the oracle."""
+    sent = feeder.stop()
+    wait_for(lambda: job.all_consumed(sent), 120, f"all {sent} records consumed")
+    result = oracle_check(broker, job.config)
+    assert result.ok, result
+    assert result.records_in == sent
+
+
+def start_two(job: Job, broker: Any, rate: float = 300.0) -> Feeder:
+    job.start_coordinator()
+    job.start_processor("p1")
+    job.start_processor("p2")
+    wait_for(lambda: job.balanced() and sorted(len(a) for a in job.holding().values()) == [2, 2],
+             90, "p1 and p2 balanced with 2 tasks each")
+    return Feeder(broker, job.config.job.inputs[0], keys=40, rate=rate).start()
+
+
+def test_scale_out_to_a_third_processor(job, broker) -> None:
+    j = job()
+    feeder = start_two(j, broker)
+    wait_for(lambda: feeder.sent > 1500, 30, "some traffic")
+    j.start_processor("p3")
+    waited = j.baton_wait()
+    assert waited.returncode == 0, waited.stderr
+    holding = j.holding()
+    assert holding.get("p3"), holding
+    assert sorted(len(a) for a in holding.values()) == [1, 1, 2]
+    j.check_running()
+    finish(j, feeder, broker)
+    metrics = j.client._http.get("/metrics").text
+    assert 'baton_handoffs_total{job="' in metrics
+
+
+def test_coordinator_killed_while_catching_up(job, broker) -> None:
+    # acceptable_lag 10 and a backlog: the warmups are far behind when p3 is frozen
+    j = job(catch_up={"acceptable_lag": 10},
+            coordinator={"processor_timeout_ms": 60000, "release_timeout_ms": 30000})
+    feeder = start_two(j, broker, rate=2000.0)
+    wait_for(lambda: feeder.sent > 20000, 60, "a backlog")
+    j.start_processor("p3")
+    wait_for(lambda: j.handoffs("catching_up"), 60, "a handoff catching up")
+    j.signal(["p3"], signal.SIGSTOP)
+    assert j.handoffs("catching_up"), j.status()["handoffs"]
+    assert j.coordinator is not None
+    j.coordinator.kill()
+    j.start_coordinator()
+    assert j.handoffs("catching_up") or j.handoffs("planned"), j.status()["handoffs"]
+    j.signal(["p3"], signal.SIGCONT)
+    waited = j.baton_wait()
+    assert waited.returncode == 0, waited.stderr
+    assert j.holding().get("p3")
+    j.check_running()
+    finish(j, feeder, broker)
+
+
+def test_coordinator_killed_while_releasing(job, broker) -> None:
+    j = job(coordinator={"processor_timeout_ms": 60000, "release_timeout_ms": 60000})
+    feeder = start_two(j, broker)
+    wait_for(lambda: feeder.sent > 1500, 30, "some traffic")
+    # freeze the owners: their T1 stops moving, so p3 catches up, and they cannot
+    # acknowledge the release, so the handoffs stay in releasing
+    j.signal(["p1", "p2"], signal.SIGSTOP)
+    try:
+        j.start_processor("p3")
+        wait_for(lambda: j.all_handoffs("releasing"), 40, "the handoffs releasing")
+        assert j.coordinator is not None
+        j.coordinator.kill()
+        j.start_coordinator()
+        assert j.all_handoffs("releasing"), j.status()["handoffs"]
+    finally:
+        j.signal(["p1", "p2"], signal.SIGCONT)
+    waited = j.baton_wait()
+    assert waited.returncode == 0, waited.stderr
+    assert j.holding().get("p3")
+    j.check_running()
+    finish(j, feeder, broker)
