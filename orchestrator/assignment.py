@@ -308,21 +308,29 @@ def _best_band(counts: Sequence[int], scale: _Scale, total: int, factor: int) ->
     feasible top lies in ``[max(mean, base/c), mean + factor]``, so only the change
     points in that window are visited, each updating running sums in O(1). A point
     dominates the open interval after it (same upper bounds, lower lower bounds).
+    While the clamped sum is at most ``total`` the cost never rises (raising a bound
+    only lowers the excess); once it is above, raising ``hi`` trades one excess for one
+    surplus and raising ``lo`` only adds surplus, so the cost never falls: the sweep
+    stops at the first feasible point past ``total``.
     """
     caps, base = scale.caps, scale.base
     mean = Fraction(total + sum(base), sum(caps))
     start = max([mean] + [Fraction(b, c) for b, c in zip(base, caps, strict=True)])
     raw_lo = [_ceil_times(start - factor, c) for c in caps]
     raw_hi = [_floor_times(start, c) for c in caps]
-    # Points are keyed by reduced (numerator, denominator): hashing Fractions is slow.
+    # Bounds depend on the capacity only, so events are per capacity; points are keyed
+    # by reduced (numerator, denominator), as hashing Fractions is slow.
+    same_cap: dict[int, list[int]] = defaultdict(list)
+    for i, c in enumerate(caps):
+        same_cap[c].append(i)
     raise_hi: dict[tuple[int, int], list[int]] = defaultdict(list)
     raise_lo: dict[tuple[int, int], list[int]] = defaultdict(list)
     top = mean + factor
-    for i, c in enumerate(caps):
-        for m in range(raw_hi[i] + 1, _floor_times(top, c) + 1):
-            raise_hi[_reduced(m, c)].append(i)  # floor(U*c) becomes m at U = m/c
-        for m in range(raw_lo[i], _floor_times(mean, c) + 1):
-            raise_lo[_reduced(m + factor * c, c)].append(i)  # ceil((U-f)c) passes m after
+    for c in same_cap:
+        for m in range(_floor_times(start, c) + 1, _floor_times(top, c) + 1):
+            raise_hi[_reduced(m, c)].append(c)  # floor(U*c) becomes m at U = m/c
+        for m in range(_ceil_times(start - factor, c), _floor_times(mean, c) + 1):
+            raise_lo[_reduced(m + factor * c, c)].append(c)  # ceil((U-f)c) passes m after
 
     def part(i: int) -> tuple[int, int, int, int]:
         lo, hi = max(0, raw_lo[i] - base[i]), raw_hi[i] - base[i]
@@ -333,21 +341,28 @@ def _best_band(counts: Sequence[int], scale: _Scale, total: int, factor: int) ->
     def bump(raw: list[int], i: int) -> None:
         old = part(i)
         raw[i] += 1
-        for k, (a, b) in enumerate(zip(old, part(i), strict=True)):
-            sums[k] += b - a
+        new = part(i)
+        sums[0] += new[0] - old[0]
+        sums[1] += new[1] - old[1]
+        sums[2] += new[2] - old[2]
+        sums[3] += new[3] - old[3]
 
     best: tuple[int, Fraction] | None = None
     points = raise_hi.keys() | raise_lo.keys() | {(start.numerator, start.denominator)}
     for key in sorted(points, key=lambda nd: Fraction(*nd)):
         point = Fraction(*key)
-        for i in raise_hi.get(key, ()):
-            bump(raw_hi, i)
+        for c in raise_hi.get(key, ()):
+            for i in same_cap[c]:
+                bump(raw_hi, i)
         if sums[0] <= total <= sums[1]:
             cost = sums[3] + max(0, sums[2] - total)
             if best is None or cost < best[0]:
                 best = (cost, point)
-        for i in raise_lo.get(key, ()):
-            bump(raw_lo, i)
+            if sums[2] > total:
+                break  # from here on the cost never falls
+        for c in raise_lo.get(key, ()):
+            for i in same_cap[c]:
+                bump(raw_lo, i)
     assert best is not None, "a water-filled assignment always fits some band"
     return best[1]
 
@@ -401,14 +416,18 @@ class _LoadHeap:
 
     def __init__(self, scale: _Scale, load: list[int], targets: Sequence[int] | None) -> None:
         self.scale, self.load, self.targets = scale, load, targets
-        self._heap = [self.key(i) for i in range(len(load))]
+        self._keys = [self._rank(i) for i in range(len(load))]
+        self._heap = list(self._keys)
         heapq.heapify(self._heap)
 
-    def key(self, i: int) -> _Key:
-        """Processor ``i``'s rank as a home for one more task (lower is better)."""
+    def _rank(self, i: int) -> _Key:
         n = self.load[i]
         full = self.targets is not None and n >= self.targets[i]
         return (int(full), *self.scale.unit(i, n + 1))
+
+    def key(self, i: int) -> _Key:
+        """Processor ``i``'s rank as a home for one more task (lower is better)."""
+        return self._keys[i]
 
     def best(self, excluded: Iterable[int] = ()) -> int | None:
         """The best processor not in ``excluded``, or None when all are excluded."""
@@ -416,7 +435,7 @@ class _LoadHeap:
         while self._heap:
             top = self._heap[0]
             i = int(top[-1])
-            if top != self.key(i):
+            if top is not self._keys[i]:
                 heapq.heappop(self._heap)  # stale: the load changed since it was pushed
             elif i in skip:
                 aside.append(heapq.heappop(self._heap))
@@ -430,7 +449,8 @@ class _LoadHeap:
     def add(self, i: int) -> None:
         """Record one more task on processor ``i``."""
         self.load[i] += 1
-        heapq.heappush(self._heap, self.key(i))
+        self._keys[i] = self._rank(i)
+        heapq.heappush(self._heap, self._keys[i])
 
 
 # --- active tasks -------------------------------------------------------------------------------
