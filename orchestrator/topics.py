@@ -172,10 +172,24 @@ class TopicAdmin:
             topic, number = parse_partition(partition)
             for attempt in _retrying():
                 with attempt:
-                    low, high = consumer.get_watermark_offsets(
-                        TopicPartition(topic, number), timeout=_REQUEST_TIMEOUT_S, cached=False)
+                    low, high = self._watermark(consumer, topic, number)
             result[partition] = Offsets(int(low), int(high))
         return result
+
+    def _watermark(self, consumer: Consumer, topic: str, number: int) -> tuple[int, int]:
+        """One partition's watermarks; a partition added since the client's last metadata
+        refresh (an expansion) is unknown to it until it asks for the topic again."""
+        tp = TopicPartition(topic, number)
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=_REQUEST_TIMEOUT_S,
+                                                       cached=False)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._UNKNOWN_PARTITION:
+                raise
+            consumer.list_topics(topic, timeout=_REQUEST_TIMEOUT_S)
+            low, high = consumer.get_watermark_offsets(tp, timeout=_REQUEST_TIMEOUT_S,
+                                                       cached=False)
+        return int(low), int(high)
 
     def committed(self, partitions: Iterable[str]) -> dict[str, int]:
         """The job group's committed offsets; partitions without one are left out."""

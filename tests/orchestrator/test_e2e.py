@@ -212,3 +212,28 @@ def test_coordinator_killed_while_releasing(job, broker) -> None:
     assert j.holding().get("p3")
     j.check_running()
     finish(j, feeder, broker)
+
+
+def test_drain_then_expand(job, broker) -> None:
+    j = job()
+    feeder = start_two(j, broker)
+    wait_for(lambda: feeder.sent > 1000, 30, "some traffic")
+    drained = subprocess.run([sys.executable, "-m", "orchestrator.cli", "drain", "-c",
+                              str(j.path), "--processor", "p1", "--wait", "--timeout", "120"],
+                             capture_output=True, text=True, timeout=150, cwd=ROOT)
+    assert drained.returncode == 0, drained.stderr
+    assert j.processors["p1"].wait(30) == 0
+    del j.processors["p1"]
+    assert j.holding() == {"p2": [f"Partition {i}" for i in range(PARTITIONS)]}
+    topic = j.config.job.inputs[0]
+    expanded = subprocess.run([sys.executable, "-m", "orchestrator.cli", "expand", "-c",
+                               str(j.path), "--topic", topic, "--partitions",
+                               str(2 * PARTITIONS), "--timeout", "120"],
+                              capture_output=True, text=True, timeout=150, cwd=ROOT)
+    assert expanded.returncode == 0, expanded.stderr
+    status = j.status()
+    assert status["generation"] == 2
+    assert status["tasks"][1]["partitions"] == [f"{topic}:1", f"{topic}:{PARTITIONS + 1}"]
+    assert status["balanced"], status["pending"]
+    j.check_running()
+    finish(j, feeder, broker)

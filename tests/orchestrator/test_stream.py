@@ -74,3 +74,14 @@ def test_admin_counts_and_offsets(broker, unique) -> None:
         assert admin.partition_counts([topic]) == {topic: 4}
     finally:
         admin.close()
+
+
+def test_admin_sees_partitions_added_after_it_started(broker, unique) -> None:
+    topic = broker.create_topic(unique("grow"), 1)
+    admin = TopicAdmin(broker.settings(), unique("group"))
+    try:
+        assert admin.watermarks([f"{topic}:0"])[f"{topic}:0"].high == 0
+        admin.create_partitions(topic, 2)
+        assert admin.watermarks([f"{topic}:1"])[f"{topic}:1"].high == 0
+    finally:
+        admin.close()
