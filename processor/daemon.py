@@ -28,6 +28,9 @@ __all__ = ["run_processor"]
 
 log = logging.getLogger("baton.processor")
 
+# poll slice while a handoff is imminent: the main loop takes its orders between polls
+_FAST_POLL_S = 0.02
+
 
 def _execution_id() -> str:
     return os.environ.get("EXECUTION_ENV_CONTAINER_ID") or str(uuid.uuid4())
@@ -66,18 +69,27 @@ def run_processor(config: Config, processor_id: str) -> int:
     poll_s = config.processor.commit_interval_ms / 1000
     draining = False
     last_roles: set[tuple[str, str]] = set()
-    while not stop.is_set() and not monitor.dead.is_set():
-        reply = monitor.take_reply()
-        if reply is not None:
-            runtime.apply(reply)
-            draining = reply.stop
-        runtime.poll(poll_s)
+    def publish() -> None:
+        """Hand the main loop's view to the heartbeat thread; heartbeat at once when a
+        role changed (a release or an activation finished: the coordinator waits)."""
+        nonlocal last_roles
         with lock:
             snapshot[:] = runtime.reports()
             roles = {(r.task, str(r.role)) for r in snapshot}
         if roles != last_roles:
             monitor.poke()
             last_roles = roles
+
+    while not stop.is_set() and not monitor.dead.is_set():
+        reply = monitor.take_reply()
+        if reply is not None:
+            runtime.apply(reply)
+            draining = reply.stop
+            publish()
+        imminent = runtime.handoff_imminent()
+        monitor.fast = imminent
+        runtime.poll(_FAST_POLL_S if imminent else poll_s)
+        publish()
         if draining and not runtime.active:
             log.info("drained: no active task left")
             break

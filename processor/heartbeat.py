@@ -28,6 +28,9 @@ _REQUEST_TIMEOUT_S = 5.0
 # after telling the main loop to stop, give it this long before the process is ended
 _HARD_EXIT_AFTER_S = 10.0
 EXIT_DEAD = 3
+# while this processor is about to be activated, it asks for its orders this often:
+# the wait for the next heartbeat is part of the handoff pause
+_FAST_INTERVAL_S = 0.025
 
 
 def read_token(path: Path) -> str:
@@ -61,6 +64,7 @@ class HeartbeatMonitor(threading.Thread):
         self.stopping = threading.Event()
         self.registered = threading.Event()
         self._poked = threading.Event()
+        self.fast = False           # set by the owner while a handoff is imminent
         self._reply: HeartbeatReply | None = None
         self._lock = threading.Lock()
         self._client = httpx.Client(timeout=_REQUEST_TIMEOUT_S)
@@ -120,7 +124,8 @@ class HeartbeatMonitor(threading.Thread):
                 self.registered.set()
                 with self._lock:
                     self._reply = reply
-            self._poked.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+            interval = min(self.interval_s, _FAST_INTERVAL_S) if self.fast else self.interval_s
+            self._poked.wait(max(0.0, interval - (time.monotonic() - started)))
             self._poked.clear()
 
     def poke(self) -> None:

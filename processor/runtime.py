@@ -12,13 +12,23 @@ group protocol) and `read_committed`: one for active tasks, one for replays.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from metrics import ProcessorMetrics, TransactionOutcome
 from orchestrator.config import Config
@@ -27,7 +37,7 @@ from processor.active import ActiveTask, TaskFailed, TaskFenced, TransactionAbor
 from processor.job import Job
 from processor.offsets import committed_offsets, parse_partition, watermarks
 from processor.replica import Replica, ReplicaRole
-from store import TaskStore, task_store_path
+from store import StoreError, TaskStore, task_store_path
 
 __all__ = ["StoreAheadError", "TaskRuntime", "load_job"]
 
@@ -36,6 +46,26 @@ log = logging.getLogger("baton.processor.runtime")
 _BATCH = 5000                 # records per consume() call: amortises Python per-call cost
 _CAP_REFRESH_S = 0.2          # how often replicas re-read the owner's committed offsets
 _INIT_TXN_TIMEOUT_S = 30.0
+# A partition assigned while a fetch is parked at the broker waits for that fetch to
+# return; librdkafka's default (500 ms) would then sit inside every handoff pause.
+_FETCH_WAIT_MS = 20
+# A new owner's init_transactions often meets the old owner's just-finished transaction
+# (CONCURRENT_TRANSACTIONS) and retries; librdkafka's default back-off (100 ms, growing)
+# made that retry ~450 ms of every pause. Any [kafka] setting overrides these.
+_PRODUCER_DEFAULTS: dict[str, Any] = {"retry.backoff.ms": 10, "retry.backoff.max.ms": 100,
+                                      "queue.buffering.max.messages": 500_000,
+                                      "linger.ms": 5}
+
+
+@dataclass
+class _Activation:
+    """A task on its way to active: fencing, then replaying T2 -> T1."""
+
+    store: TaskStore
+    producer: Producer
+    started: float
+    fenced: Future[None]
+    replaying: bool = False
 
 
 class StoreAheadError(Exception):
@@ -78,7 +108,7 @@ class TaskRuntime:
         settings = config.kafka_settings(**{
             "group.id": self.group, "enable.auto.commit": False,
             "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-            "enable.partition.eof": False})
+            "enable.partition.eof": False, "fetch.wait.max.ms": _FETCH_WAIT_MS})
         self._producer_settings = {k: v for k, v in config.kafka_settings().items()
                                    if not k.startswith(("receive.message", "fetch."))}
         self.active_consumer = Consumer(settings)
@@ -93,33 +123,66 @@ class TaskRuntime:
         self._held: dict[str, set[str]] = {}      # task -> partitions waiting on a barrier
         self._paused: set[str] = set()
         self._caps_at = 0.0
+        self._activations: dict[str, _Activation] = {}
+        self._fencer = ThreadPoolExecutor(max_workers=4, thread_name_prefix="baton-fence")
 
     # ---- the coordinator's API -------------------------------------------------------
 
     def apply(self, reply: HeartbeatReply) -> None:
-        """Converge on the coordinator's view of this processor (level-triggered)."""
+        """Converge on the coordinator's view of this processor (level-triggered).
+
+        A task whose change fails (store locked, broker error) is reported `failed`
+        with the reason; the other tasks carry on.
+        """
         self.model = {t: list(ps) for t, ps in reply.tasks.items()}
         self.barriers = dict(reply.barriers)
         wanted = reply.assignment
         replica_roles: dict[str, ReplicaRole] = {t: "warmup" for t in wanted.warmup}
         replica_roles.update({t: "standby" for t in wanted.standby})
+        listed = set(wanted.active) | set(replica_roles)
+        for task in [t for t in self.failed if t not in listed]:
+            del self.failed[task]           # the coordinator has taken note and moved on
         for task in [t for t in self.active if t not in wanted.active]:
-            self.release(task)
+            self._guard(task, self.release)
         for task, replica in list(self.replicas.items()):
             stale = replica.partitions != self.partitions_of(task)
-            if replica.role != "activating" and (stale or (
-                    task not in replica_roles and task not in wanted.active)):
-                self.drop(task)     # gone, or its partitions changed: restart it below
+            if replica.role != "activating" and (stale or task not in listed):
+                self._guard(task, self.drop)   # gone, or its partitions changed
             elif task in replica_roles and replica.role != "activating":
                 replica.role = replica_roles[task]
         for task, role in replica_roles.items():
-            if task not in self.replicas and task not in self.active and task in self.model:
-                self.start_replica(task, role)
+            if task not in self.replicas and task not in self.active \
+                    and task not in self._activations and self._can_start(task):
+                self._guard(task, functools.partial(self.start_replica, role=role))
         for task in wanted.active:
-            if task not in self.active and task in self.model and task not in self.failed:
-                self.activate(task)
+            if task not in self.active and task not in self._activations \
+                    and self._can_start(task):
+                self._guard(task, self.activate)
         for task in list(self.active):
-            self._grow(task)
+            try:
+                self._grow(task)
+            except KafkaException as exc:       # the next reply retries; the task carries on
+                log.warning("task %r: cannot start its new partitions yet: %s", task, exc)
+
+    def _can_start(self, task: str) -> bool:
+        return task in self.model and task not in self.failed
+
+    def _guard(self, task: str, change: Callable[[str], object]) -> None:
+        try:
+            change(task)
+        except (StoreError, StoreAheadError, KafkaException, OSError) as exc:
+            log.error("task %r: %s", task, exc)
+            self.failed[task] = str(exc)
+            if task in self.active:
+                self._unassign_active(task)
+                self.active.pop(task).store.close()
+            replica = self.replicas.pop(task, None)
+            if replica is not None:
+                self._unassign_replay(replica.partitions)
+                replica.store.close()
+            activation = self._activations.pop(task, None)
+            if activation is not None and replica is None:
+                activation.store.close()
 
     def partitions_of(self, task: str) -> list[str]:
         return list(self.model.get(task, ()))
@@ -129,34 +192,45 @@ class TaskRuntime:
         return TaskStore(Path(path))
 
     def activate(self, task: str) -> None:
-        """Fence the previous owner, replay T2 -> T1 silently, then process with output."""
+        """Fence the previous owner, replay T2 -> T1 silently, then process with output.
+
+        Fencing (init_transactions) runs on a worker thread: it can take a broker round
+        trip or a librdkafka retry timer, and other tasks must not wait for it.
+        """
         replica = self.replicas.pop(task, None)
         if replica is not None:
             self._unassign_replay(replica.partitions)
         store = replica.store if replica else self._open_store(task)
-        partitions = self.partitions_of(task)
-        started = time.monotonic()
-        producer = Producer({**self._producer_settings,
-                             "transactional.id": f"{self.group}.{task}",
-                             "queue.buffering.max.messages": 500_000, "linger.ms": 5})
-        producer.init_transactions(_INIT_TXN_TIMEOUT_S)   # fences any zombie owner
+        producer = Producer({**_PRODUCER_DEFAULTS, **self._producer_settings,
+                             "transactional.id": f"{self.group}.{task}"})
+        fenced = self._fencer.submit(producer.init_transactions, _INIT_TXN_TIMEOUT_S)
+        self._activations[task] = _Activation(store, producer, time.monotonic(), fenced)
+
+    def _progress_activations(self) -> None:
+        for task, activation in list(self._activations.items()):
+            if not activation.replaying and activation.fenced.done():
+                self._guard(task, self._after_fence)
+
+    def _after_fence(self, task: str) -> None:
+        activation = self._activations[task]
+        activation.fenced.result()                 # raises what init_transactions raised
+        log.debug("task %r: fenced in %.0f ms", task,
+                  (time.monotonic() - activation.started) * 1000)
+        partitions, store = self.partitions_of(task), activation.store
         committed = committed_offsets(self.replay_consumer, partitions)
         applied = store.applied_offsets()
         ahead = {p: (applied[p], committed[p]) for p in partitions
                  if applied.get(p, -1) > committed[p]}
         if ahead:
-            producer.flush(1)
-            store.close()
             raise StoreAheadError(
                 f"task {task!r}: store {store.path} has applied offsets past the committed "
                 f"ones (partition: (store, committed)) {ahead}; was the input topic recreated? "
                 f"Move the store away to rebuild it from the input")
-        self.failed.pop(task, None)
         self.released.pop(task, None)
         positions = {p: applied.get(p, watermarks(self.replay_consumer, p)[0])
                      for p in partitions}
         replay = Replica(task, partitions, self.job, store, "activating", positions, committed)
-        replay.activation = (producer, started)  # type: ignore[attr-defined]
+        activation.replaying = True
         if replay.caught_up():
             self._go_active(replay)
             return
@@ -165,14 +239,14 @@ class TaskRuntime:
         self._assign_replay(replay)
 
     def _go_active(self, replay: Replica) -> None:
-        producer, started = replay.activation  # type: ignore[attr-defined]
         task = replay.name
+        activation = self._activations.pop(task)
         replay.commit()
-        active = ActiveTask(task, replay.partitions, self.job, replay.store, producer,
+        active = ActiveTask(task, replay.partitions, self.job, replay.store, activation.producer,
                             self.config.job.output, f"{self.group}.dlq",
                             self.config.processor.on_error,
                             self.active_consumer.consumer_group_metadata, dict(replay.caps))
-        active.activated_at = started
+        active.activated_at = activation.started
         if self.metrics is not None:
             active.on_process_error = self.metrics.record_process_error
         self.active[task] = active
@@ -225,13 +299,14 @@ class TaskRuntime:
     def poll(self, timeout: float = 0.1) -> int:
         """One round: active batch, replay batch, commits. Returns records handled."""
         handled = 0
+        self._progress_activations()
         split = timeout / 2 if self.active and self.replicas else timeout
         if self.active:
             handled += self._poll_active(split)
         if self.replicas:
             handled += self._poll_replicas(split)
         if not self.active and not self.replicas:
-            time.sleep(timeout)
+            time.sleep(min(timeout, 0.01) if self._activations else timeout)
         return handled
 
     def _poll_active(self, timeout: float) -> int:
@@ -254,6 +329,9 @@ class TaskRuntime:
     def _commit(self, active: ActiveTask) -> None:
         had_pause = active.pause_ms is not None
         count = active.commit()
+        if not had_pause and active.pause_ms is not None:
+            log.info("task %r: first output committed %.0f ms after activation began",
+                     active.name, active.pause_ms)
         if self.metrics is None or not count:
             return
         self.metrics.record_processed(active.name, count)
@@ -426,12 +504,22 @@ class TaskRuntime:
             out.append(TaskReport(task=task, role=replica.role,
                                   positions=dict(replica.positions), lag=replica.lag(),
                                   rate=replica.update_rate()))
+        out.extend(TaskReport(task=t, role="activating") for t, a in self._activations.items()
+                   if t not in self.replicas)
         out.extend(TaskReport(task=t, role="released", positions=dict(p))
                    for t, p in self.released.items()
-                   if t not in self.active and t not in self.replicas)
+                   if t not in self.active and t not in self.replicas
+                   and t not in self._activations)
         out.extend(TaskReport(task=t, role="failed", error=e[:4000])
                    for t, e in self.failed.items())
         return out
+
+    def handoff_imminent(self) -> bool:
+        """A warmup has caught up (its activation is next) or an activation is running:
+        the daemon then polls and heartbeats faster, to keep the pause short."""
+        near = self.config.catch_up.acceptable_lag
+        return bool(self._activations) or any(
+            r.role == "warmup" and r.lag() <= near for r in self.replicas.values())
 
     def positions(self, task: str) -> Mapping[str, int]:
         if task in self.active:
@@ -447,5 +535,10 @@ class TaskRuntime:
                 self._stop_active(task, "stopped without commit")
         for task in list(self.replicas):
             self.drop(task)
+        for task, activation in list(self._activations.items()):
+            if task not in self.replicas:
+                activation.store.close()
+        self._activations.clear()
+        self._fencer.shutdown(wait=False, cancel_futures=True)
         self.active_consumer.close()
         self.replay_consumer.close()
