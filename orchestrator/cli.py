@@ -10,6 +10,7 @@ from __future__ import annotations
 import click
 
 from orchestrator.cli_assign import assign_command
+from orchestrator.cli_demo import demo_command
 from orchestrator.cli_group import group_command
 from orchestrator.cli_ops import (
     coordinator_command,
@@ -30,6 +31,7 @@ def main() -> None:
     """Scale stateful Kafka stream processors out and in under live traffic."""
 
 
+main.add_command(demo_command, name="demo")
 main.add_command(group_command, name="group")
 main.add_command(processor_command, name="processor")
 main.add_command(coordinator_command, name="coordinator")
@@ -39,3 +41,7 @@ main.add_command(plan_command, name="plan")
 main.add_command(drain_command, name="drain")
 main.add_command(expand_command, name="expand")
 main.add_command(assign_command, name="assign")
+
+
+if __name__ == "__main__":
+    main()
