@@ -18,7 +18,9 @@ __all__ = ["processor_command"]
               help="the job's TOML config")
 @click.option("--id", "processor_id", required=True,
               help="stable processor id, e.g. p1 ([A-Za-z0-9._-]+)")
-def processor_command(config_path: Path, processor_id: str) -> None:
+@click.option("--state-dir", type=click.Path(path_type=Path), default=None,
+              help="override processor.state_dir (several processors on one host)")
+def processor_command(config_path: Path, processor_id: str, state_dir: Path | None) -> None:
     """Run a processor daemon: its tasks, catch-up and handoffs, driven by the coordinator."""
     import re
 
@@ -29,6 +31,9 @@ def processor_command(config_path: Path, processor_id: str) -> None:
     except ConfigError as exc:
         click.echo(f"baton processor: {exc}", err=True)
         sys.exit(2)
+    if state_dir is not None:
+        config = config.model_copy(update={"processor": config.processor.model_copy(
+            update={"state_dir": str(state_dir.resolve())})})
     setup_logging(f"processor[{processor_id}]")
     from processor.daemon import run_processor
     from processor.runtime import load_job

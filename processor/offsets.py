@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
 __all__ = ["committed_offsets", "parse_partition", "partition_name", "to_topic_partitions",
@@ -23,11 +23,25 @@ _KAFKA_RETRY = retry(retry=retry_if_exception(lambda e: _retriable(e)),
                      reraise=True)
 
 
+_STALE_METADATA = {KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART}
+
+
 def _retriable(exc: BaseException) -> bool:
     if not isinstance(exc, KafkaException):
         return False
     err = exc.args[0] if exc.args else None
+    if isinstance(err, KafkaError) and err.code() in _STALE_METADATA:
+        return True         # a partition just added (expansion): metadata catches up
     return bool(getattr(err, "retriable", lambda: False)()) or "timed out" in str(exc).lower()
+
+
+def _refresh_metadata(consumer: Consumer, partitions: Iterable[str]) -> None:
+    """librdkafka caches metadata; after an expansion, ask for the topics again."""
+    for topic in {parse_partition(p)[0] for p in partitions}:
+        try:
+            consumer.list_topics(topic, timeout=_LOOKUP_TIMEOUT_S)
+        except KafkaException:
+            pass        # the retry that follows reports the real error
 
 
 def parse_partition(name: str) -> tuple[str, int]:
@@ -45,8 +59,12 @@ def to_topic_partitions(offsets: Mapping[str, int]) -> list[TopicPartition]:
 
 @_KAFKA_RETRY
 def watermarks(consumer: Consumer, partition: str) -> tuple[int, int]:
-    low, high = consumer.get_watermark_offsets(
-        TopicPartition(*parse_partition(partition)), timeout=_LOOKUP_TIMEOUT_S, cached=False)
+    try:
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(*parse_partition(partition)), timeout=_LOOKUP_TIMEOUT_S, cached=False)
+    except KafkaException:
+        _refresh_metadata(consumer, [partition])
+        raise
     return int(low), int(high)
 
 
@@ -62,6 +80,7 @@ def committed_offsets(consumer: Consumer, partitions: Iterable[str]) -> dict[str
     for tp in found:
         name = partition_name(tp.topic, tp.partition)
         if tp.error is not None:
+            _refresh_metadata(consumer, names)
             raise KafkaException(tp.error)
         result[name] = tp.offset if tp.offset >= 0 else watermarks(consumer, name)[0]
     return result
