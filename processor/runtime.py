@@ -429,6 +429,11 @@ class TaskRuntime:
             [_tp(p, replica.positions[p]) for p in replica.partitions])
 
     def _unassign_replay(self, partitions: Sequence[str]) -> None:
+        # librdkafka keeps a partition's pause across incremental_unassign/assign: resume
+        # first, or an activation replaying from a warmup paused at its cap never fetches.
+        paused = [p for p in partitions if p in self._paused]
+        if paused:
+            self.replay_consumer.resume([_tp(p) for p in paused])
         self._paused.difference_update(partitions)
         if partitions:
             self.replay_consumer.incremental_unassign([_tp(p) for p in partitions])
