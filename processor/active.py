@@ -20,6 +20,7 @@ from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponen
 
 from processor.job import Job, Record
 from processor.offsets import partition_name, to_topic_partitions
+from processor.replica import new_record
 from store import TaskStore
 
 __all__ = ["ActiveTask", "TaskFailed", "TaskFenced", "TransactionAborted", "encode_output"]
@@ -96,27 +97,47 @@ class ActiveTask:
         if not self.in_transaction:
             self.producer.begin_transaction()
             self.in_transaction = True
+        pending, process_one = self.pending, self._process_one
+        # a poll batch comes in runs of one partition: name it once per run
+        topic: str | None = None
+        number = -1
+        name = ""
         for msg in messages:
-            name = partition_name(msg.topic(), msg.partition())
-            if msg.offset() < self.pending.get(name, 0):
+            offset = msg.offset()
+            t, p = msg.topic(), msg.partition()
+            if p != number or t != topic:
+                topic, number, name = t, p, partition_name(t, p)
+            if offset < pending.get(name, 0):
                 continue                      # already in this transaction or committed
-            self._process_one(msg)
-            self.pending[name] = msg.offset() + 1
+            process_one(msg, t, p, offset)
+            pending[name] = offset + 1
             self.processed += 1
 
-    def _process_one(self, msg: Message) -> None:
-        record = Record(msg.key(), msg.value(), msg.topic(), msg.partition(), msg.offset(),
-                        msg.timestamp()[1])
-        self.store.begin_record()
+    def _process_one(self, msg: Message, topic: str, partition: int, offset: int) -> None:
+        record = new_record(msg.key(), msg.value(), topic, partition, offset, msg.timestamp()[1])
+        store = self.store
+        store.begin_record()
         try:
-            outputs = list(self.job.process(record, self.store))
+            outputs = list(self.job.process(record, store))
         except Exception as exc:  # noqa: BLE001 - user code: every failure goes to on_error
-            self.store.rollback_record()
+            store.rollback_record()
             self._on_error(record, exc)
             return
-        produce = self.producer.produce
+        produce, output_topic = self.producer.produce, self.output_topic
         for key, value in outputs:
-            self._produce(produce, self.output_topic, encode_output(key), encode_output(value))
+            # encode_output, inlined for the exact types jobs yield (str.encode() is utf-8)
+            if key.__class__ is str:
+                key = key.encode()
+            elif key is not None and key.__class__ is not bytes:
+                key = encode_output(key)
+            if value.__class__ is str:
+                value = value.encode()
+            elif value is not None and value.__class__ is not bytes:
+                value = encode_output(value)
+            try:
+                produce(output_topic, value, key)   # positional: ~2x cheaper than keywords
+            except BufferError:
+                self._produce(produce, output_topic, key, value)
 
     def _produce(self, produce: Callable[..., None], topic: str, key: bytes | None,
                  value: bytes | None, headers: list[tuple[str, bytes]] | None = None) -> None:

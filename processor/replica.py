@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from typing import Literal
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal
 
 from confluent_kafka import Message
 
@@ -22,11 +23,49 @@ from processor.job import Job, Record
 from processor.offsets import partition_name
 from store import TaskStore
 
-__all__ = ["Replica", "ReplicaRole"]
+__all__ = ["Replica", "ReplicaRole", "new_record"]
 
 log = logging.getLogger("baton.processor.replica")
 
 ReplicaRole = Literal["warmup", "standby", "activating"]
+
+_RECORD_FIELDS = ("key", "value", "topic", "partition", "offset", "timestamp")
+
+
+def _record_factory() -> Callable[[bytes | None, bytes | None, str, int, int, int], Record]:
+    """A constructor of `Record` for the per-record loops, about twice as fast as Record().
+
+    A frozen dataclass's __init__ fills each field through object.__setattr__ (~0.7 us,
+    the largest cost of the loop itself, the store and process() aside); this fills the
+    slots through their descriptors instead and returns the same object (same type,
+    equality, hash, repr, still frozen). Should Record ever gain a field, a __post_init__
+    or lose its slots, Record itself is used.
+    """
+    if (tuple(Record.__dataclass_fields__) != _RECORD_FIELDS
+            or getattr(Record, "__slots__", None) != _RECORD_FIELDS
+            or hasattr(Record, "__post_init__")):
+        return Record
+    set_key, set_value, set_topic, set_partition, set_offset, set_timestamp = (
+        Record.__dict__[f].__set__ for f in _RECORD_FIELDS)
+    new = object.__new__
+
+    def make(key: bytes | None, value: bytes | None, topic: str, partition: int, offset: int,
+             timestamp: int) -> Record:
+        record = new(Record)
+        set_key(record, key)
+        set_value(record, value)
+        set_topic(record, topic)
+        set_partition(record, partition)
+        set_offset(record, offset)
+        set_timestamp(record, timestamp)
+        return record
+
+    return make
+
+
+new_record = _record_factory()
+# runs a generator to its end, discarding what it yields, without a Python-level loop
+_drain: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 
 
 class Replica:
@@ -55,27 +94,40 @@ class Replica:
     def apply(self, messages: Sequence[Message]) -> set[str]:
         """Apply a batch; return the partitions that reached their cap (to pause)."""
         capped: set[str] = set()
-        store, process = self.store, self.job.process
-        for msg in messages:
-            name = partition_name(msg.topic(), msg.partition())
-            offset = msg.offset()
-            if offset < self.positions.get(name, 0):
-                continue
-            if offset >= self.caps.get(name, 0):
-                capped.add(name)
-                continue
-            record = Record(msg.key(), msg.value(), msg.topic(), msg.partition(), offset,
-                            msg.timestamp()[1])
-            store.begin_record()
-            try:
-                for _ in process(record, store):
-                    pass
-            except Exception as exc:  # noqa: BLE001 - user code, see module docstring
-                store.rollback_record()
-                log.debug("replica %r: skipped %s offset %d: %r", self.name, name, offset, exc)
-            self.positions[name] = offset + 1
-            self.applied_total += 1
-            self.dirty = True
+        store, process, positions = self.store, self.job.process, self.positions
+        begin, drain = store.begin_record, _drain
+        # a poll batch comes in runs of one partition: look its name, position and cap
+        # up once per run, not per record
+        topic: str | None = None
+        number = position = cap = -1
+        name = ""
+        applied = 0
+        try:
+            for msg in messages:
+                offset = msg.offset()
+                t, p = msg.topic(), msg.partition()
+                if p != number or t != topic:
+                    topic, number, name = t, p, partition_name(t, p)
+                    position, cap = positions.get(name, 0), self.caps.get(name, 0)
+                if offset < position:
+                    continue
+                if offset >= cap:
+                    capped.add(name)
+                    continue
+                record = new_record(msg.key(), msg.value(), t, p, offset, msg.timestamp()[1])
+                begin()
+                try:
+                    drain(process(record, store))
+                except Exception as exc:  # noqa: BLE001 - user code, see module docstring
+                    store.rollback_record()
+                    log.debug("replica %r: skipped %s offset %d: %r", self.name, name, offset,
+                              exc)
+                position = positions[name] = offset + 1
+                applied += 1
+        finally:
+            if applied:
+                self.applied_total += applied
+                self.dirty = True
         return capped | {p for p in self.partitions
                          if self.positions.get(p, 0) >= self.caps.get(p, 0)}
 
