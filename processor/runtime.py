@@ -124,6 +124,7 @@ class TaskRuntime:
         self._paused: set[str] = set()
         self._caps_at = 0.0
         self._activations: dict[str, _Activation] = {}
+        self._standby_producers: dict[str, Producer] = {}   # connected, not yet fencing
         self._fencer = ThreadPoolExecutor(max_workers=4, thread_name_prefix="baton-fence")
 
     # ---- the coordinator's API -------------------------------------------------------
@@ -201,10 +202,22 @@ class TaskRuntime:
         if replica is not None:
             self._unassign_replay(replica.partitions)
         store = replica.store if replica else self._open_store(task)
-        producer = Producer({**_PRODUCER_DEFAULTS, **self._producer_settings,
-                             "transactional.id": f"{self.group}.{task}"})
+        producer = self._standby_producers.pop(task, None) or self._producer(task)
         fenced = self._fencer.submit(producer.init_transactions, _INIT_TXN_TIMEOUT_S)
         self._activations[task] = _Activation(store, producer, time.monotonic(), fenced)
+
+    def _producer(self, task: str) -> Producer:
+        return Producer({**_PRODUCER_DEFAULTS, **self._producer_settings,
+                         "transactional.id": f"{self.group}.{task}"})
+
+    def _prepare_producer(self, task: str) -> None:
+        """Connect a future owner's producer ahead of time (without fencing anyone):
+        init_transactions on a cold producer can wait on librdkafka's 500 ms PID timer
+        for the coordinator connection, and that wait would sit inside the pause."""
+        if task not in self._standby_producers:
+            producer = self._producer(task)
+            self._fencer.submit(producer.list_topics, None, 10)
+            self._standby_producers[task] = producer
 
     def _progress_activations(self) -> None:
         for task, activation in list(self._activations.items()):
@@ -284,9 +297,11 @@ class TaskRuntime:
                           {p: max(caps[p], 0) for p in partitions})
         self.replicas[task] = replica
         self._assign_replay(replica)
+        self._prepare_producer(task)
 
     def drop(self, task: str) -> None:
         """Forget a replica (its store stays on disk for a later return)."""
+        self._standby_producers.pop(task, None)
         replica = self.replicas.pop(task, None)
         if replica is None:
             return
@@ -544,6 +559,7 @@ class TaskRuntime:
             if task not in self.replicas:
                 activation.store.close()
         self._activations.clear()
+        self._standby_producers.clear()
         self._fencer.shutdown(wait=False, cancel_futures=True)
         self.active_consumer.close()
         self.replay_consumer.close()

@@ -1,0 +1,202 @@
+"""Handoff pause and time-to-balanced, at two state sizes (a script, not a test).
+
+For each state size (default 10,000 and 1,000,000 keys) on a fresh embedded broker:
+preload one record per key over 4 input partitions, run a coordinator and p1 until
+p1 has processed it all, then
+
+- start p2 and time "processor joins -> job balanced" against the records p2 had to
+  replay (the catch-up volume);
+- with live traffic (1,000 records/s), drive handoffs by draining one processor and
+  restarting it, alternately, until at least --handoffs handoffs are done;
+- pause per handoff = the largest gap between consecutive outputs of the moved task's
+  keys while its handoff was in flight (old owner's last output -> new owner's first),
+  read back from the output topic.
+
+Targets (issue 5): p99 <= 500 ms, and the 1M-key p99 within 1.5x of the 10k-key p99.
+
+    .venv/bin/python bench/handoff_pause.py [--keys 10000 1000000] [--handoffs 20] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from orchestrator.client import CoordinatorClient
+from orchestrator.demo import (
+    Demo,
+    _balanced,
+    _Cluster,
+    _committed_all,
+    _make_config,
+    _pauses,
+    _percentile,
+    _read,
+)
+from orchestrator.embedded import EmbeddedBroker
+from orchestrator.token import read_token
+
+PARTITIONS = 4
+RATE = 1000.0
+
+
+class _Traffic:
+    """Live keyed traffic over the state's key space (one partition per key)."""
+
+    def __init__(self, bootstrap: str, topic: str, keys: int) -> None:
+        import threading
+
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.topic, self.keys, self.sent = topic, keys, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        while not self._stop.is_set():
+            due = int((time.monotonic() - started) * RATE)
+            while self.sent < due:
+                key = f"key-{self.sent * 7919 % self.keys}".encode()
+                self.producer.produce(self.topic, key=key, value=b"1",
+                                      partition=zlib.crc32(key) % PARTITIONS)
+                self.sent += 1
+            self.producer.poll(0)
+            time.sleep(0.005)
+        self.producer.flush(30)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+
+def _preload(bootstrap: str, topic: str, keys: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50,
+                         "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000})
+    for i in range(keys):
+        key = f"key-{i}".encode()
+        while True:
+            try:
+                producer.produce(topic, key=key, value=b"1", partition=zlib.crc32(key) % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush(120)
+
+
+def _wait_committed(bootstrap: str, topic: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        done, end = _committed_all(bootstrap, topic, "baton.demo")
+        if done >= end:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {done} of {end} records committed")
+        time.sleep(0.5)
+
+
+def run_size(keys: int, handoffs: int, log: Any) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="baton-pause-") as tmp, EmbeddedBroker() as broker:
+        workdir = Path(tmp)
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for future in admin.create_topics([NewTopic("events", PARTITIONS, 1),
+                                           NewTopic("sums", PARTITIONS, 1)]).values():
+            future.result(30)
+        config = _make_config(workdir, broker.bootstrap, ("events", "sums"))
+        demo = Demo(None)
+        cluster = _Cluster(workdir, config, log)
+        started = time.monotonic()
+        _preload(broker.bootstrap, "events", keys)
+        log(f"{keys} keys preloaded in {time.monotonic() - started:.1f}s")
+        cluster.start("coordinator", "coordinator")
+        try:
+            token = workdir / "coordinator.token"
+            while not token.exists():
+                time.sleep(0.1)
+            import tomllib
+
+            listen = tomllib.loads(config.read_text())["coordinator"]["listen"]
+            client = CoordinatorClient(f"http://{listen}", read_token(token))
+            cluster.start("p1", "processor", "--id", "p1")
+            demo.wait(client, "p1 active", lambda s: _balanced(s) and any(
+                p["active"] for p in s["processors"]), 300)
+            _wait_committed(broker.bootstrap, "events", 900)
+            log(f"p1 processed the state in {time.monotonic() - started:.1f}s")
+            joined = time.monotonic()
+            cluster.start("p2", "processor", "--id", "p2")
+            demo.wait(client, "p2 balanced", lambda s: _balanced(s) and all(
+                p["active"] for p in s["processors"]) and len(s["processors"]) == 2, 900)
+            join_s = time.monotonic() - joined
+            volume = sum(w.max_lag for w in demo.watches.values())
+            log(f"p2 joined -> balanced in {join_s:.1f}s (catch-up volume ~{volume} records)")
+            traffic = _Traffic(broker.bootstrap, "events", keys)
+            traffic.start()
+            time.sleep(2)
+            demo.watches.clear()
+            victim = "p1"
+            while len(demo.watches) < handoffs:
+                client.drain(victim)
+                demo.wait(client, f"{victim} drained", lambda s, v=victim: not any(
+                    p["id"] == v for p in s["processors"]) and _balanced(s), 300)
+                cluster.stop(victim)
+                cluster.start(victim, "processor", "--id", victim)
+                demo.wait(client, f"{victim} back", lambda s: _balanced(s) and len(
+                    s["processors"]) == 2 and all(p["active"] for p in s["processors"]), 300)
+                log(f"{len(demo.watches)} handoffs so far")
+                victim = "p2" if victim == "p1" else "p1"
+            traffic.stop()
+            _wait_committed(broker.bootstrap, "events", 300)
+            status = client.status()
+            tasks = {t["name"]: t["partitions"] for t in status["tasks"]}
+        finally:
+            cluster.stop_all()
+        inputs, outputs = _read(broker.bootstrap, "events"), _read(broker.bootstrap, "sums")
+        pauses = _pauses(demo, inputs, outputs, tasks)
+        return {"keys": keys, "handoffs": len(pauses),
+                "pause_ms_p50": round(_percentile(pauses, 50), 1),
+                "pause_ms_p99": round(_percentile(pauses, 99), 1),
+                "pause_ms_max": round(max(pauses), 1) if pauses else 0.0,
+                "join_to_balanced_s": round(join_s, 1), "catch_up_records": volume,
+                "catch_up_records_per_s": round(volume / join_s, 1) if join_s else 0.0}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--keys", type=int, nargs="+", default=[10_000, 1_000_000])
+    parser.add_argument("--handoffs", type=int, default=20)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    def log(text: str) -> None:
+        print(f"# {text}", file=sys.stderr, flush=True)
+
+    results = [run_size(k, args.handoffs, log) for k in args.keys]
+    summary: dict[str, Any] = {"sizes": results}
+    if len(results) >= 2 and results[0]["pause_ms_p99"]:
+        summary["p99_ratio_largest_to_smallest"] = round(
+            results[-1]["pause_ms_p99"] / results[0]["pause_ms_p99"], 2)
+    if args.json:
+        print(json.dumps(summary))
+        return
+    for r in results:
+        print(f"{r['keys']:>9} keys: pause p50 {r['pause_ms_p50']} ms, p99 {r['pause_ms_p99']} ms "
+              f"(max {r['pause_ms_max']}, {r['handoffs']} handoffs); join -> balanced "
+              f"{r['join_to_balanced_s']} s for ~{r['catch_up_records']} catch-up records "
+              f"({r['catch_up_records_per_s']} records/s)")
+    if "p99_ratio_largest_to_smallest" in summary:
+        print(f"p99 ratio (largest / smallest state): {summary['p99_ratio_largest_to_smallest']}")
+
+
+if __name__ == "__main__":
+    main()
