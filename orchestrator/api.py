@@ -21,6 +21,7 @@ import hmac
 import logging
 from typing import Annotated, Any
 
+from confluent_kafka import KafkaException
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
@@ -170,6 +171,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ExpansionError, handler(400))
     app.add_exception_handler(TopicsError, handler(409))
     app.add_exception_handler(StreamError, handler(503))
+    app.add_exception_handler(KafkaException, handler(503))  # the broker, after retries
 
     async def invalid(request: Request, exc: Exception) -> JSONResponse:
         errors = exc.errors() if isinstance(exc, RequestValidationError) else []

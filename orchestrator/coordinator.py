@@ -135,7 +135,8 @@ class Coordinator:
         self.metrics = metrics
         self.processors = Liveness()
         self.roles = RoleBook(self._valid)
-        self.moves = Moves(config.handoff, self.roles, clock, metrics)
+        self.moves = Moves(config.handoff, self.roles, clock, metrics,
+                           lambda pid, why: self._lose(pid, why, keep_roles=False))
         self.draining: set[str] = set()
         self.errors: list[str] = []
         self.low: dict[str, int] = {}
@@ -168,10 +169,7 @@ class Coordinator:
         core._settle_by = now + config.processor_timeout_s
         for key, value in records.items():
             if key.startswith("handoff/"):
-                handoff = hs.Handoff.from_dict(value)
-                for dead in core.moves.resume(handoff):
-                    core._lose(dead, f"declared dead by the handoff of {handoff.task!r}",
-                               keep_roles=False)
+                core.moves.resume(hs.Handoff.from_dict(value))
         return core
 
     def records(self) -> dict[str, Any]:
@@ -258,16 +256,14 @@ class Coordinator:
     def _lose(self, pid: str, reason: str, *, keep_roles: bool) -> None:
         """Invalidate `pid`'s execution; its handoffs learn it; its roles go (or stay
         listed for the same id's new execution, whose activation fences the old one)."""
-        queue = [(pid, reason, keep_roles)]
-        while queue:
-            gone, why, keep = queue.pop()
-            if self.processors.invalidate(gone, why) is None:
-                continue  # unknown, or already invalid
-            if not keep:
-                self.roles.drop(gone)
-            for handoff in self.moves.involving(gone):
-                queue += [(dead, f"declared dead by the handoff of {handoff.task!r}", False)
-                          for dead in self.moves.step(handoff, hs.ProcessorLost(gone))]
+        if self.processors.invalidate(pid, reason) is None:
+            return  # unknown, or already invalid
+        if not keep_roles:
+            self.roles.drop(pid)
+        for task in [h.task for h in self.moves.involving(pid)]:
+            current = self.moves.handoffs.get(task)  # a nested loss may have ended it
+            if current is not None and pid in (current.source, current.target):
+                self.moves.step(current, hs.ProcessorLost(pid))
 
     def drain(self, pid: str) -> dict[str, Any]:
         """Scale in: move `pid`'s tasks away (with catch-up), then tell it to stop.
@@ -352,8 +348,7 @@ class Coordinator:
                 "dead": sum(not p.valid for p in self.processors)})
 
     def _drive_handoffs(self) -> None:
-        for pid, reason in self.moves.drive(self):
-            self._lose(pid, reason, keep_roles=False)
+        self.moves.drive(self)
 
     def _settled(self) -> bool:
         """After a restart, wait for every valid processor's first report."""

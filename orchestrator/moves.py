@@ -5,15 +5,16 @@ core (still no I/O). It turns processor reports into events (WarmupStarted,
 LagReported, ReleaseAcked, Activated, Tick) and commands into the role listings the
 heartbeat replies carry: StartWarmup adds the task to the target's `warmup`,
 SendRelease removes it from the source's `active`, SendActivate / ResumeOwner list
-it as the *only* active owner, DeclareDead is handed back to the core (which
-invalidates that execution). Finished handoffs are counted in the metrics, with the
+it as the *only* active owner, DeclareDead calls back into the core, in order, which
+invalidates that execution (so a task is never listed on a processor about to be
+declared dead while it is listed on another). Finished handoffs are counted in the metrics, with the
 new owner's reported pause once it reports one.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -53,21 +54,33 @@ class _Pending:
     since: float
 
 
+DeclareDead = Callable[[str, str], None]
+
+
 class Moves:
-    """The handoffs in flight, keyed by task, and what they did to the role listings."""
+    """The handoffs in flight, keyed by task, and what they did to the role listings.
+
+    Args:
+        config: thresholds and timeouts of every handoff.
+        roles: the listings the commands edit.
+        clock: the injected clock.
+        metrics: phases, outcomes and pauses are recorded here.
+        declare_dead: `(processor, reason)`: invalidate that execution now.
+    """
 
     def __init__(self, config: hs.HandoffConfig, roles: RoleBook, clock: Clock,
-                 metrics: CoordinatorMetrics | None) -> None:
+                 metrics: CoordinatorMetrics | None, declare_dead: DeclareDead) -> None:
         self.config, self.roles, self.clock, self.metrics = config, roles, clock, metrics
+        self._declare_dead = declare_dead
         self.handoffs: dict[str, hs.Handoff] = {}
         self.history: list[hs.Handoff] = []
         self._pauses: dict[str, _Pending] = {}
 
-    def resume(self, handoff: hs.Handoff) -> list[str]:
-        """A persisted handoff after a restart; returns processors to declare dead."""
+    def resume(self, handoff: hs.Handoff) -> None:
+        """Pick up a persisted handoff after a restart (its commands run again)."""
         resumed, commands = hs.resume(handoff, self.clock.monotonic())
         self.handoffs[resumed.task] = resumed
-        return self.execute(commands)
+        self.execute(resumed, commands)
 
     def plan(self, task: str, source: str, target: str, lag: int | None) -> None:
         """Start moving `task`; released at once when the target is caught up."""
@@ -77,7 +90,7 @@ class Moves:
         log.info("task %r: handoff %s -> %s planned (%s)", task, source, target,
                  "caught up" if caught_up else f"lag {lag if lag is not None else 'unknown'}")
         self.handoffs[task] = handoff
-        self.execute(commands)
+        self.execute(handoff, commands)
 
     def catching_up(self) -> int:
         """Handoffs whose target is still warming up (bounded by max_warmups)."""
@@ -87,24 +100,14 @@ class Moves:
     def involving(self, pid: str) -> list[hs.Handoff]:
         return [h for h in self.handoffs.values() if pid in (h.source, h.target)]
 
-    def drive(self, reports: Reports) -> list[tuple[str, str]]:
-        """Feed every handoff what the reports and the clock say.
-
-        Returns:
-            (processor, reason) pairs to declare dead.
-        """
-        dead: list[tuple[str, str]] = []
+    def drive(self, reports: Reports) -> None:
+        """Feed every handoff what the reports and the clock say."""
         for handoff in list(self.handoffs.values()):
             for event in self._events(handoff, reports):
                 current = self.handoffs.get(handoff.task)
-                if current is None:
-                    break
-                for pid in self.step(current, event):
-                    reason = self.handoffs.get(handoff.task, current).reason
-                    log.error("processor %s declared dead by the handoff of %r: %s", pid,
-                              handoff.task, reason)
-                    dead.append((pid, f"declared dead by the handoff of {handoff.task!r}"))
-        return dead
+                if current is None or current.target != handoff.target:
+                    break  # finished (or replaced) by an earlier event's consequences
+                self.step(current, event)
 
     def _events(self, handoff: hs.Handoff, reports: Reports) -> list[hs.Event]:
         """What the reports say about this handoff, then the clock."""
@@ -125,14 +128,14 @@ class Moves:
         events.append(hs.Tick(self.clock.monotonic()))
         return events
 
-    def step(self, handoff: hs.Handoff, event: hs.Event) -> list[str]:
-        """Apply one event; returns processors to declare dead."""
+    def step(self, handoff: hs.Handoff, event: hs.Event) -> None:
+        """Apply one event to the current state of a handoff and run its commands."""
         now = self.clock.monotonic()
         try:
             new, commands = hs.step(handoff, event, self.config, now)
         except hs.RemoteHandoffError as exc:
             log.error("%s", exc)
-            return []
+            return
         if new.phase != handoff.phase:
             log.info("task %r handoff %s -> %s: %s -> %s%s", new.task, new.source, new.target,
                      handoff.phase, new.phase, f" ({new.reason})" if new.reason else "")
@@ -140,14 +143,12 @@ class Moves:
                 self.metrics.record_phase(handoff.phase.value,  # type: ignore[arg-type]
                                           max(0.0, now - handoff.since))
         self.handoffs[new.task] = new
-        dead = self.execute(commands)
         if new.phase in hs.TERMINAL_PHASES:
             self._finish(new)
-        return dead
+        self.execute(new, commands)
 
-    def execute(self, commands: Sequence[hs.Command]) -> list[str]:
-        """Turn commands into role listings; DeclareDead is returned to the caller."""
-        dead: list[str] = []
+    def execute(self, handoff: hs.Handoff, commands: Sequence[hs.Command]) -> None:
+        """Turn commands into role listings and invalidations, in order."""
         for command in commands:
             match command:
                 case hs.StartWarmup(task, pid):
@@ -157,10 +158,12 @@ class Moves:
                 case hs.SendRelease(task, pid):
                     self.roles.get(pid).active.discard(task)
                 case hs.DeclareDead(pid):
-                    dead.append(pid)
+                    log.error("processor %s declared dead by the handoff of %r: %s", pid,
+                              handoff.task, handoff.reason)
+                    self._declare_dead(pid, f"declared dead by the handoff of "
+                                            f"{handoff.task!r}: {handoff.reason}")
                 case hs.SendActivate(task, pid, _) | hs.ResumeOwner(task, pid):
                     self.roles.list_active(task, pid)
-        return dead
 
     def _finish(self, handoff: hs.Handoff) -> None:
         del self.handoffs[handoff.task]

@@ -183,9 +183,17 @@ class CoordinatorService:
             self.commit()
 
     def sync_partitions(self, counts: Mapping[str, int]) -> None:
-        """The monitor saw these partition counts: expand, or refuse and say why."""
-        with self._expand_lock:
+        """The monitor saw these partition counts: expand, or refuse and say why.
+
+        Skipped while POST /expand is at work (it applies the growth itself), so the
+        daemon's loop never waits on its admin calls.
+        """
+        if not self._expand_lock.acquire(blocking=False):
+            return
+        try:
             self._sync_locked(counts)
+        finally:
+            self._expand_lock.release()
 
     def _sync_locked(self, counts: Mapping[str, int]) -> None:
         with self._lock:

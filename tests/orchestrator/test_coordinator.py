@@ -99,6 +99,7 @@ class FakeProcessor:
         self.positions: dict[str, dict[str, int]] = {}
         self.reply: HeartbeatReply | None = None
         self.ignore_release = False  # a stuck owner: never acknowledges a release
+        self.activate_as = "active"  # "activating": a new owner stuck replaying
 
     def request(self, leaving: bool = False) -> HeartbeatRequest:
         return HeartbeatRequest(
@@ -134,10 +135,11 @@ class FakeProcessor:
             if self.roles.get(task) != "active":
                 self.roles[task] = "standby"
         for task in a.active:
-            self.roles[task] = "active"
+            if self.roles.get(task) != "active":
+                self.roles[task] = self.activate_as
         wanted = set(a.active) | set(a.warmup) | set(a.standby)
         for task, role in list(self.roles.items()):
-            if task not in wanted and role not in ("released", "active"):
+            if task not in wanted and role not in ("released", "active", "activating"):
                 del self.roles[task]
         return reply
 
@@ -299,6 +301,26 @@ def test_release_timeout_declares_the_source_dead() -> None:
     p2.beat()
     assert set(owners(h).values()) == {"p2"}  # p1's other tasks were placed again
     assert h.metric("baton_handoffs_total", outcome="fenced") == 2
+
+
+def test_activation_timeout_declares_the_target_dead_and_resumes_the_source(
+        caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness()
+    p1, p2 = start_two(h)
+    moving = catch_up_and_release(h, p1, p2)
+    p1.beat()
+    p1.beat()  # released and acknowledged
+    assert {x.phase.value for x in h.core.handoffs.values()} == {"activating"}
+    p2.activate_as = "activating"  # listed active, it never gets there (stuck replaying)
+    for _ in range(7):  # activate_timeout_s = 6; p1 keeps beating
+        h.clock.advance(1.0)
+        p1.beat()
+        p2.beat()
+    assert not h.core.alive("p2-exec-1")
+    assert {owners(h)[t] for t in moving} == {"p1"}
+    assert p1.active() == set(ALL)
+    assert "still listed active" not in caplog.text
+    assert h.metric("baton_handoffs_total", outcome="cancelled") == 2
 
 
 def test_target_lost_while_catching_up_cancels() -> None:
