@@ -66,20 +66,24 @@ def entry_bytes(entry: Any) -> bytes | None:
 
 
 def add_to_batch(batch: rocksdict.WriteBatch, overlay: dict[Key, Any]) -> None:
-    """Put (or delete) every overlay entry into `batch`; keys are exact bytes or str."""
-    put = batch.put
+    """Put (or delete) every overlay entry into `batch`; keys are exact bytes or str.
+
+    Per-entry work at commit: names are bound to locals.
+    """
+    put, dumps, bytes_tag, str_tag, deleted = batch.put, _dumps, BYTES_TAG, STR_TAG, DELETED
     for key, entry in overlay.items():
         if key.__class__ is bytes:
-            raw_key = BYTES_TAG + key
+            raw_key = bytes_tag + key
         else:
-            raw_key = STR_TAG + key.encode()  # type: ignore[union-attr]
-        if entry.__class__ is bytes:
+            raw_key = str_tag + key.encode()  # type: ignore[union-attr]
+        cls = entry.__class__
+        if cls is bytes:
             put(raw_key, entry)
-        elif entry is DELETED:
+        elif entry is deleted:
             batch.delete(raw_key)
-        else:
+        else:  # a scalar: int, str, bool or None
             try:
-                put(raw_key, _dumps(entry))
+                put(raw_key, dumps(entry))
             except TypeError:  # an int beyond 64 bits
                 put(raw_key, encode_value(entry))
 

@@ -66,7 +66,7 @@ _NoneType = type(None)
 class TaskStore(MutableMapping[Key, Any]):
     """One task's state: a MutableMapping over RocksDB with a transaction overlay."""
 
-    __slots__ = ("_path", "_db", "_write_opts", "_overlay", "_undo", "_closed")
+    __slots__ = ("_path", "_db", "_write_opts", "_overlay", "_undo", "_closed", "__weakref__")
 
     def __init__(self, path: str | os.PathLike[str], *, sync: bool = False) -> None:
         """Open (or create) the store in directory `path`.
@@ -104,34 +104,37 @@ class TaskStore(MutableMapping[Key, Any]):
     def __getitem__(self, key: Key) -> Any:
         entry = self._overlay.get(key, ABSENT)
         if entry is ABSENT:
-            raw = self._stored(key)
-            if raw is None:
+            entry = self._stored(key)
+            if entry is None:
                 raise KeyError(key)
-            try:
-                return _loads(raw)
-            except _JSONDecodeError:
-                return decode_value(raw)
-        if entry.__class__ is bytes:
+        elif entry.__class__ is not bytes:
+            if entry is DELETED:
+                raise KeyError(key)
+            return entry
+        try:
             return _loads(entry)
-        if entry is DELETED:
-            raise KeyError(key)
-        return entry
+        except _JSONDecodeError:
+            return decode_value(entry)
 
     def get(self, key: Key, default: Any = None) -> Any:
         entry = self._overlay.get(key, ABSENT)
-        if entry is ABSENT:
-            raw = self._stored(key)
-            if raw is None:
-                return default
+        if entry is ABSENT:  # `_stored`, inlined: most reads of a record's key land here
+            cls = key.__class__
+            raw_key = (BYTES_TAG + key if cls is bytes  # type: ignore[operator]
+                       else STR_TAG + key.encode() if cls is str  # type: ignore[union-attr]
+                       else encode_key(key))
             try:
-                return _loads(raw)
-            except _JSONDecodeError:
-                return decode_value(raw)
-        if entry.__class__ is bytes:
+                entry = self._db.get(raw_key)
+            except _DbClosedError:
+                self._raise_closed()
+            if entry is None:
+                return default
+        elif entry.__class__ is not bytes:
+            return default if entry is DELETED else entry
+        try:
             return _loads(entry)
-        if entry is DELETED:
-            return default
-        return entry
+        except _JSONDecodeError:
+            return decode_value(entry)
 
     def __setitem__(self, key: Key, value: Any) -> None:
         cls = key.__class__
@@ -340,9 +343,12 @@ class TaskStore(MutableMapping[Key, Any]):
                 f"cannot checkpoint task store {self._path} to {dest}: {exc}")) from exc
 
     def approximate_bytes(self) -> int:
-        """Size of the store's files on disk."""
-        with os.scandir(self._path) as entries:
-            return sum(e.stat().st_size for e in entries if e.is_file())
+        """Size of the store's files on disk (0 once destroyed)."""
+        try:
+            with os.scandir(self._path) as entries:
+                return sum(e.stat().st_size for e in entries if e.is_file())
+        except FileNotFoundError:
+            return 0
 
     def close(self) -> None:
         """Close the store, dropping uncommitted writes; idempotent."""
@@ -350,6 +356,8 @@ class TaskStore(MutableMapping[Key, Any]):
             return
         self._closed = True
         self._overlay = {}
+        # writes check `_undo` anyway; this one refuses them, so the open path pays
+        # nothing for the closed check (reads fail in RocksDB, translated in `_stored`)
         self._undo = _ClosedLog(self._path)
         self._db.close()
 

@@ -122,7 +122,7 @@ def test_destroy_removes_the_directory(store_factory: StoreFactory) -> None:
     store["a"] = 1
     store.commit({"t:0": 1})
     store.destroy()
-    assert not store.path.exists()
+    assert not store.path.exists() and store.approximate_bytes() == 0
     store.destroy()  # idempotent
     assert len(store_factory()) == 0
 

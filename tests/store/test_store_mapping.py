@@ -11,7 +11,8 @@ from store import TaskStore
 
 StoreFactory = Callable[..., TaskStore]
 
-VALUES: list[Any] = [0, 2**70, -3, 1.25, True, None, "s", [1, [2]], {"a": {"b": None}}]
+VALUES: list[Any] = [0, 2**70, -3, 1.25, True, None, "s", [1, [2]], {"a": {"b": None}},
+                     [2**70, {"big": -(2**80)}]]
 
 
 def test_is_a_mutable_mapping(store: TaskStore) -> None:
