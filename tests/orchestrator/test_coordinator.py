@@ -388,6 +388,8 @@ def test_drain_moves_everything_then_stops() -> None:
     h.core.drain("p1")
     h.sync()
     assert h.stream["drain"] == {"processors": ["p1"]}
+    assert h.metric("baton_processors", state="draining") == 1
+    assert h.metric("baton_processors", state="alive") == 1
     for _ in range(6):
         p2.positions = at(1000, *ALL)
         p2.beat()
