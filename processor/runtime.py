@@ -34,6 +34,7 @@ from metrics import ProcessorMetrics, TransactionOutcome
 from orchestrator.config import Config
 from orchestrator.protocol import Barrier, HeartbeatReply, TaskReport
 from processor.active import ActiveTask, TaskFailed, TaskFenced, TransactionAborted
+from processor.bulk import BulkResult
 from processor.job import Job
 from processor.offsets import committed_offsets, parse_partition, watermarks
 from processor.replica import Replica, ReplicaRole
@@ -125,6 +126,10 @@ class TaskRuntime:
         self._caps_at = 0.0
         self._activations: dict[str, _Activation] = {}
         self._standby_producers: dict[str, Producer] = {}   # connected, not yet fencing
+        self._bulk: dict[str, Future[BulkResult]] = {}       # warmups on the Spark path
+        self._bulk_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="baton-bulk")
+        self._spark_started = False
+        self._replay_assigned: set[str] = set()
         self._fencer = ThreadPoolExecutor(max_workers=4, thread_name_prefix="baton-fence")
 
     # ---- the coordinator's API -------------------------------------------------------
@@ -296,8 +301,58 @@ class TaskRuntime:
         replica = Replica(task, partitions, self.job, store, role, positions,
                           {p: max(caps[p], 0) for p in partitions})
         self.replicas[task] = replica
-        self._assign_replay(replica)
         self._prepare_producer(task)
+        if not applied and self.config.catch_up.source == "input" \
+                and replica.lag() > self.config.catch_up.bulk_threshold:
+            ranges = {p: (positions[p], replica.caps[p]) for p in partitions}
+            log.info("task %r: %d records to catch up: bulk path on Spark (%s)", task,
+                     replica.lag(), self.config.spark.master)
+            self._bulk[task] = self._bulk_pool.submit(self._run_bulk, task, ranges)
+            return          # the consumer takes the tail once the bulk result is ingested
+        self._assign_replay(replica)
+
+    def _run_bulk(self, task: str, ranges: dict[str, tuple[int, int]]) -> BulkResult:
+        """On a worker thread: Spark only, no store or consumer of the main loop."""
+        from processor.bulk import bulk_catch_up
+        from processor.spark import spark_session, startup_seconds
+
+        spark = spark_session(self.config.spark.master)
+        if self.metrics is not None and not self._spark_started:
+            self._spark_started = True
+            self.metrics.record_spark_session_start(startup_seconds() or 0.0)
+        return bulk_catch_up(spark, self.config.job.class_, self.config.kafka_settings(),
+                             ranges, "input", task)
+
+    def _progress_bulk(self) -> None:
+        """Ingest finished bulk catch-ups (one atomic step); a failure falls back to the
+        consumer path from where the store is, with a warning and a metric."""
+        from processor.bulk import ingest_bulk
+
+        for task, future in list(self._bulk.items()):
+            if not future.done():
+                continue
+            del self._bulk[task]
+            replica = self.replicas.get(task)
+            try:
+                result = future.result()
+                if replica is None or replica.role == "activating":
+                    result.cleanup()        # dropped or activated meanwhile: not needed
+                    continue
+                ingest_bulk(replica.store, result)
+            except Exception as exc:  # noqa: BLE001 - any Spark failure: fall back
+                log.warning("task %r: bulk catch-up failed, the consumer path takes over: %s",
+                            task, exc)
+                if self.metrics is not None:
+                    self.metrics.record_bulk_fallback(task)
+            else:
+                replica.positions.update(result.offsets)
+                log.info("task %r: bulk catch-up ingested %d records (%d keys) in %.1fs", task,
+                         result.records, result.keys, result.timings.get("total", 0.0))
+                if self.metrics is not None:
+                    self.metrics.record_catch_up(task, "spark", result.records)
+                    self.metrics.record_bulk_catch_up(result.timings.get("total", 0.0))
+            if replica is not None and task in self.replicas:
+                self._assign_replay(replica)
 
     def drop(self, task: str) -> None:
         """Forget a replica (its store stays on disk for a later return)."""
@@ -315,6 +370,8 @@ class TaskRuntime:
         """One round: active batch, replay batch, commits. Returns records handled."""
         handled = 0
         self._progress_activations()
+        if self._bulk:
+            self._progress_bulk()
         split = timeout / 2 if self.active and self.replicas else timeout
         if self.active:
             handled += self._poll_active(split)
@@ -561,5 +618,6 @@ class TaskRuntime:
         self._activations.clear()
         self._standby_producers.clear()
         self._fencer.shutdown(wait=False, cancel_futures=True)
+        self._bulk_pool.shutdown(wait=False, cancel_futures=True)
         self.active_consumer.close()
         self.replay_consumer.close()
