@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import (
     Consumer,
@@ -34,11 +34,13 @@ from metrics import ProcessorMetrics, TransactionOutcome
 from orchestrator.config import Config
 from orchestrator.protocol import Barrier, HeartbeatReply, TaskReport
 from processor.active import ActiveTask, TaskFailed, TaskFenced, TransactionAborted
-from processor.bulk import BulkResult
 from processor.job import Job
 from processor.offsets import committed_offsets, parse_partition, watermarks
 from processor.replica import Replica, ReplicaRole
 from store import StoreError, TaskStore, task_store_path
+
+if TYPE_CHECKING:       # the Spark path (and pyspark) loads only when a warmup needs it
+    from processor.bulk import BulkResult
 
 __all__ = ["StoreAheadError", "TaskRuntime", "load_job"]
 
