@@ -23,7 +23,8 @@ from processor.offsets import partition_name, to_topic_partitions
 from processor.replica import new_record
 from store import TaskStore
 
-__all__ = ["ActiveTask", "TaskFailed", "TaskFenced", "TransactionAborted", "encode_output"]
+__all__ = ["ActiveTask", "ProducerFatal", "TaskFailed", "TaskFenced", "TransactionAborted",
+           "encode_output"]
 
 log = logging.getLogger("baton.processor.active")
 
@@ -36,6 +37,10 @@ _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
 
 class TaskFenced(Exception):
     """Another owner initialised this task's transactional id: stop at once, commit nothing."""
+
+
+class ProducerFatal(Exception):
+    """The producer failed fatally without being fenced: restart the task's activation."""
 
 
 class TaskFailed(Exception):
@@ -52,15 +57,26 @@ def encode_output(value: bytes | str | None) -> bytes | None:
     return str(value).encode("utf-8")
 
 
-def _is_fenced(exc: KafkaException) -> bool:
+def _error(exc: KafkaException) -> KafkaError | None:
     err = exc.args[0] if exc.args else None
-    if not isinstance(err, KafkaError):
-        return False
-    return err.code() in _FENCED_CODES or err.fatal()
+    return err if isinstance(err, KafkaError) else None
+
+
+def _is_fenced(exc: KafkaException) -> bool:
+    """A newer owner took the transactional id: this producer must never write again."""
+    err = _error(exc)
+    return err is not None and err.code() in _FENCED_CODES
+
+
+def _is_fatal(exc: KafkaException) -> bool:
+    """The producer is unusable (e.g. a broker lost its sequence state) but nobody
+    fenced it: a new producer for the same task may carry on."""
+    err = _error(exc)
+    return err is not None and err.fatal()
 
 
 def _retriable_commit(exc: BaseException) -> bool:
-    if not isinstance(exc, KafkaException) or _is_fenced(exc):
+    if not isinstance(exc, KafkaException) or _is_fenced(exc) or _is_fatal(exc):
         return False
     err = exc.args[0]
     return isinstance(err, KafkaError) and err.retriable()
@@ -203,6 +219,10 @@ class ActiveTask:
         if _is_fenced(exc):
             raise TaskFenced(f"task {self.name!r}: producer fenced by a newer owner; "
                              f"its open transaction is void: {exc}") from exc
+        if _is_fatal(exc):
+            raise ProducerFatal(f"task {self.name!r}: producer failed fatally, its open "
+                                f"transaction is void; the task restarts from its committed "
+                                f"offsets with a new producer: {exc}") from exc
         try:
             self.producer.abort_transaction(_TXN_TIMEOUT_S)
         except KafkaException as abort_exc:

@@ -33,7 +33,13 @@ from confluent_kafka import (
 from metrics import ProcessorMetrics, TransactionOutcome
 from orchestrator.config import Config
 from orchestrator.protocol import Barrier, HeartbeatReply, TaskReport
-from processor.active import ActiveTask, TaskFailed, TaskFenced, TransactionAborted
+from processor.active import (
+    ActiveTask,
+    ProducerFatal,
+    TaskFailed,
+    TaskFenced,
+    TransactionAborted,
+)
 from processor.job import Job
 from processor.offsets import committed_offsets, parse_partition, watermarks
 from processor.replica import Replica, ReplicaRole
@@ -178,7 +184,8 @@ class TaskRuntime:
     def _guard(self, task: str, change: Callable[[str], object]) -> None:
         try:
             change(task)
-        except (StoreError, StoreAheadError, KafkaException, OSError) as exc:
+        except (StoreError, StoreAheadError, KafkaException, OSError, TaskFenced,
+                ProducerFatal, TaskFailed) as exc:
             log.error("task %r: %s", task, exc)
             self.failed[task] = str(exc)
             if task in self.active:
@@ -282,6 +289,9 @@ class TaskRuntime:
         started = time.monotonic()
         try:
             active.commit()
+        except (TaskFenced, ProducerFatal, TransactionAborted) as exc:
+            # the open transaction is void: final T1 is the last committed offsets
+            log.warning("task %r: release without its last transaction: %s", task, exc)
         finally:
             self._unassign_active(task)
             active.close()
@@ -425,6 +435,11 @@ class TaskRuntime:
             for p, offset in active.committed.items():
                 if p in self._owner:
                     self.active_consumer.seek(_tp(p, offset))
+        except ProducerFatal as exc:
+            log.warning("%s", exc)
+            self._stop_active(task, str(exc))
+            del self.failed[task]
+            self._guard(task, self.activate)        # fence again, replay, carry on
         except (TaskFenced, TaskFailed, StoreAheadError) as exc:
             log.error("%s", exc)
             if isinstance(exc, TaskFenced):
