@@ -3,6 +3,8 @@
 `PrometheusServer.start(workdir, targets)` writes a config that scrapes `targets`
 every second (honor_labels: true, so Baton's `job` label wins), keeps its TSDB in
 `workdir`, listens on a free 127.0.0.1 port, and waits until /-/ready answers.
+With `file_sd=True` the targets go to a file_sd target file instead of a static list,
+and `set_targets()` rewrites it: Prometheus picks up new targets without a restart.
 `query()` and `wait_for()` use the HTTP API; `stop()` ends the process it started,
 by PID. Use it through the `prometheus_factory` fixture, which stops every server
 it started.
@@ -14,6 +16,7 @@ root. A missing binary is a test failure with instructions, never a skip.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -32,6 +35,8 @@ SCRAPE_INTERVAL = "1s"
 # Prometheus 2.x starts in well under a second on a warm machine; allow a slow CI host.
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
+# How often Prometheus re-reads a file_sd target file besides watching it (inotify).
+FILE_SD_REFRESH = "1s"
 # A free port can be taken between probing and binding; start again this many times.
 _BIND_ATTEMPTS = 3
 
@@ -56,9 +61,23 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def write_targets(path: Path, targets: Sequence[str]) -> Path:
+    """A file_sd target file listing `targets`, replaced atomically (never read half-written)."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps([{"targets": list(targets)}], indent=2))
+    os.replace(partial, path)
+    return path
+
+
 def write_config(path: Path, targets: Sequence[str], job_name: str,
-                 rule_files: Sequence[Path] = ()) -> Path:
-    """A Prometheus config scraping `targets` every second (JSON is valid YAML)."""
+                 rule_files: Sequence[Path] = (), file_sd: bool = False) -> Path:
+    """A Prometheus config scraping `targets` every second (JSON is valid YAML);
+    with `file_sd`, through the target file `targets.json` beside it."""
+    discovery: dict[str, Any] = {"static_configs": [{"targets": list(targets)}]}
+    if file_sd:
+        target_file = write_targets(path.with_name("targets.json"), targets)
+        discovery = {"file_sd_configs": [{"files": [str(target_file)],
+                                          "refresh_interval": FILE_SD_REFRESH}]}
     config = {
         "global": {"scrape_interval": SCRAPE_INTERVAL, "scrape_timeout": SCRAPE_INTERVAL,
                    "evaluation_interval": SCRAPE_INTERVAL},
@@ -66,7 +85,7 @@ def write_config(path: Path, targets: Sequence[str], job_name: str,
         "scrape_configs": [{
             "job_name": job_name,
             "honor_labels": True,
-            "static_configs": [{"targets": list(targets)}],
+            **discovery,
         }],
     }
     path.write_text(json.dumps(config, indent=2))
@@ -85,11 +104,13 @@ class PrometheusServer:
 
     @classmethod
     def start(cls, workdir: Path, targets: Sequence[str], *, job_name: str = "baton",
-              rule_files: Sequence[Path] = ()) -> PrometheusServer:
-        """Start Prometheus scraping `targets` (host:port) with its data in `workdir`."""
+              rule_files: Sequence[Path] = (), file_sd: bool = False) -> PrometheusServer:
+        """Start Prometheus scraping `targets` (host:port) with its data in `workdir`
+        (with `file_sd`, through a target file that `set_targets` rewrites)."""
         binary = require_binary("prometheus")
         workdir.mkdir(parents=True, exist_ok=True)
-        config = write_config(workdir / "prometheus.yml", targets, job_name, rule_files)
+        config = write_config(workdir / "prometheus.yml", targets, job_name, rule_files,
+                              file_sd)
         for attempt in range(1, _BIND_ATTEMPTS + 1):
             port = _free_port()
             server = cls._spawn(binary, config, workdir, port)
@@ -111,6 +132,13 @@ class PrometheusServer:
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
         return cls(proc, port, workdir)
+
+    def set_targets(self, targets: Sequence[str]) -> None:
+        """Replace the scraped targets (a server started with `file_sd=True` only)."""
+        target_file = self.workdir / "targets.json"
+        if not target_file.exists():
+            raise AssertionError("set_targets needs a server started with file_sd=True")
+        write_targets(target_file, targets)
 
     def log(self) -> str:
         """Prometheus' own log so far."""
