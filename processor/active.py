@@ -29,7 +29,9 @@ __all__ = ["ActiveTask", "ProducerFatal", "TaskFailed", "TaskFenced", "Transacti
 log = logging.getLogger("baton.processor.active")
 
 OnError = Literal["fail", "skip", "dlq"]
-_TXN_TIMEOUT_S = 30.0
+# librdkafka retries inside each call up to this; a broker that does not finish a
+# transaction within it is treated as having lost it (see _after_failed_commit)
+_TXN_TIMEOUT_S = 10.0
 _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                  KafkaError.INVALID_PRODUCER_EPOCH,
                  KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
@@ -207,7 +209,7 @@ class ActiveTask:
             self.pause_ms = (time.monotonic() - self.activated_at) * 1000
         return committed
 
-    @retry(retry=retry_if_exception(_retriable_commit), stop=stop_after_attempt(5),
+    @retry(retry=retry_if_exception(_retriable_commit), stop=stop_after_attempt(2),
            wait=wait_exponential(multiplier=0.1, max=2), reraise=True)
     def _commit_transaction(self) -> None:
         self.producer.commit_transaction(_TXN_TIMEOUT_S)
@@ -219,17 +221,22 @@ class ActiveTask:
         if _is_fenced(exc):
             raise TaskFenced(f"task {self.name!r}: producer fenced by a newer owner; "
                              f"its open transaction is void: {exc}") from exc
-        if _is_fatal(exc):
-            raise ProducerFatal(f"task {self.name!r}: producer failed fatally, its open "
-                                f"transaction is void; the task restarts from its committed "
-                                f"offsets with a new producer: {exc}") from exc
+        err = _error(exc)
+        if err is None or not err.txn_requires_abort():
+            # fatal, or still failing after the retries (a broker that restarted may have
+            # lost the transaction): whether it committed is unknown, so start over with
+            # a new producer from the committed offsets, which the broker knows
+            raise ProducerFatal(f"task {self.name!r}: commit failed ({exc}); the task "
+                                f"restarts from its committed offsets with a new producer"
+                                ) from exc
         try:
             self.producer.abort_transaction(_TXN_TIMEOUT_S)
         except KafkaException as abort_exc:
             if _is_fenced(abort_exc):
                 raise TaskFenced(f"task {self.name!r}: fenced while aborting: {abort_exc}") \
                     from abort_exc
-            raise
+            raise ProducerFatal(f"task {self.name!r}: abort failed ({abort_exc}); the task "
+                                f"restarts from its committed offsets") from abort_exc
         raise TransactionAborted(f"task {self.name!r}: transaction aborted: {exc}") from exc
 
     def abort(self) -> None:

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
-__all__ = ["committed_offsets", "parse_partition", "partition_name", "to_topic_partitions",
-           "watermarks"]
+__all__ = ["committed_offsets", "committed_once", "parse_partition", "partition_name",
+           "to_topic_partitions", "watermarks"]
 
 _LOOKUP_TIMEOUT_S = 10.0
 # a broker that restarts or elects a coordinator answers with retriable errors for a few
@@ -71,11 +71,17 @@ def watermarks(consumer: Consumer, partition: str) -> tuple[int, int]:
 @_KAFKA_RETRY
 def committed_offsets(consumer: Consumer, partitions: Iterable[str]) -> dict[str, int]:
     """The group's committed offsets (T1); the low watermark where none is committed."""
+    return committed_once(consumer, partitions, _LOOKUP_TIMEOUT_S)
+
+
+def committed_once(consumer: Consumer, partitions: Iterable[str],
+                   timeout: float) -> dict[str, int]:
+    """One attempt, for callers that can simply try again later (replica caps)."""
     names = list(partitions)
     if not names:
         return {}
     found = consumer.committed([TopicPartition(*parse_partition(p)) for p in names],
-                               timeout=_LOOKUP_TIMEOUT_S)
+                               timeout=timeout)
     result: dict[str, int] = {}
     for tp in found:
         name = partition_name(tp.topic, tp.partition)

@@ -41,7 +41,7 @@ from processor.active import (
     TransactionAborted,
 )
 from processor.job import Job
-from processor.offsets import committed_offsets, parse_partition, watermarks
+from processor.offsets import committed_offsets, committed_once, parse_partition, watermarks
 from processor.replica import Replica, ReplicaRole
 from store import StoreError, TaskStore, task_store_path
 
@@ -54,6 +54,7 @@ log = logging.getLogger("baton.processor.runtime")
 
 _BATCH = 5000                 # records per consume() call: amortises Python per-call cost
 _CAP_REFRESH_S = 0.2          # how often replicas re-read the owner's committed offsets
+_CAP_LOOKUP_TIMEOUT_S = 2.0   # a refresh that cannot answer this fast is skipped
 _INIT_TXN_TIMEOUT_S = 30.0
 # A partition assigned while a fetch is parked at the broker waits for that fetch to
 # return; librdkafka's default (500 ms) would then sit inside every handoff pause.
@@ -493,7 +494,11 @@ class TaskRuntime:
         partitions = [p for r in following for p in r.partitions]
         if not partitions:
             return
-        caps = committed_offsets(self.replay_consumer, partitions)
+        try:
+            caps = committed_once(self.replay_consumer, partitions, _CAP_LOOKUP_TIMEOUT_S)
+        except KafkaException as exc:       # keep the old caps; the next refresh retries
+            log.debug("replica caps not refreshed: %s", exc)
+            return
         for replica in following:
             replica.caps = {p: caps[p] for p in replica.partitions}
             resume = [p for p in replica.partitions

@@ -311,3 +311,17 @@ def wait_for_coordinator(config: Any, daemon: Daemon, timeout: float = 60.0) -> 
                 client.close()
         time.sleep(0.1)
     raise AssertionError(f"coordinator not up in {timeout:.0f}s:\n{daemon.log()[-3000:]}")
+
+
+# (case, records in, records out, lost, duplicated, wrong) rows of the fault suite
+FAULT_RESULTS: list[tuple[str, int, int, int, int, int]] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not FAULT_RESULTS:
+        return
+    write = terminalreporter.write_line
+    write("")
+    write(f"{'fault case':<42} {'in':>7} {'out':>7} {'lost':>5} {'dup':>5} {'wrong':>5}")
+    for case, rin, rout, lost, dup, wrong in FAULT_RESULTS:
+        write(f"{case:<42} {rin:>7} {rout:>7} {lost:>5} {dup:>5} {wrong:>5}")
