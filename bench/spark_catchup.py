@@ -4,7 +4,8 @@ One backlog (N records, K keys, running sums, keyed over P partitions) is produc
 then caught up four ways on the same data in the same run:
 
 1. raw read: the bulk path's reader alone (confluent-kafka consume, nothing else);
-2. consumer path: per-record `process()` into a TaskStore, commits every --commit-every;
+2. consumer path: the processor's warmup replay (processor.replica.Replica): per-record
+   `process()` into a TaskStore, T2 committed with the state every --commit-every records;
 3. Spark on local[1] and 4. on local[2]: `bulk_catch_up` + `ingest_bulk`.
 
 It prints records/s, spark per core / consumer, local[2] / local[1], where the time goes,
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -31,7 +33,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestrator.embedded import EMBEDDED_CLIENT_SETTINGS, EmbeddedBroker
 from processor.bulk import bulk_catch_up, ingest_bulk, load_job, read_range
-from processor.job import Record
+from processor.replica import Replica
 from processor.spark import spark_session, startup_seconds, stop_spark
 from store import TaskStore
 
@@ -49,6 +51,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--commit-every", type=int, default=10_000,
                         help="consumer path: records per store commit")
     parser.add_argument("--masters", default="local[1],local[2]")
+    parser.add_argument("--plans", default="auto",
+                        help="bulk plans to run on every master: auto, local, shuffle")
     parser.add_argument("--bootstrap", help="an existing broker (default: embedded noida-db)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
     return parser.parse_args(argv)
@@ -79,72 +83,110 @@ def _produce(settings: dict[str, Any], records: int, keys: int, partitions: int
         consumer.close()
 
 
+def _cpu_seconds(exclude: set[int]) -> float:
+    """CPU seconds used so far by this process and its descendants (the Spark JVM and
+    its Python workers), minus the `exclude` trees (the embedded broker). On a shared
+    host, records per CPU-second compare paths fairly where wall time cannot."""
+    parents: dict[int, list[int]] = {}
+    used: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(entry))
+        used[int(entry)] = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    total, todo = 0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        if pid not in exclude:
+            total += used.get(pid, 0)
+            todo.extend(parents.get(pid, []))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+class _Measure:
+    """Wall and CPU seconds of one path."""
+
+    exclude: set[int] = set()
+
+    def __enter__(self) -> dict[str, float]:
+        self.row: dict[str, float] = {}
+        self.wall, self.cpu = time.perf_counter(), _cpu_seconds(self.exclude)
+        return self.row
+
+    def __exit__(self, *exc: object) -> None:
+        self.row["seconds"] = time.perf_counter() - self.wall
+        self.row["cpu"] = _cpu_seconds(self.exclude) - self.cpu
+
+
 def _raw_read(settings: dict[str, Any], ranges: dict[str, tuple[int, int]]) -> dict[str, float]:
-    began, count = time.perf_counter(), 0
-    for name, (lo, hi) in ranges.items():
-        topic, _, p = name.rpartition(":")
-        for msg in read_range(settings, topic, int(p), lo, hi):
-            msg.key(), msg.value()
-            count += 1
-    return {"records": count, "seconds": time.perf_counter() - began}
-
-
-def _consumer_messages(settings: dict[str, Any], ranges: dict[str, tuple[int, int]]
-                       ) -> Iterator[Any]:
-    """All ranges assigned together, as a warmup's consumer reads them."""
-    consumer = Consumer({**settings, "group.id": "bench-consumer", "enable.auto.commit": False,
-                         "isolation.level": "read_committed"})
-    left = {name: hi for name, (lo, hi) in ranges.items() if hi > lo}
-    consumer.assign([TopicPartition(n.rpartition(":")[0], int(n.rpartition(":")[2]), lo)
-                     for n, (lo, _) in ranges.items()])
-    try:
-        while left:
-            for msg in consumer.consume(10_000, 1.0):
-                name = f"{msg.topic()}:{msg.partition()}"
-                if msg.offset() < left.get(name, -1):
-                    yield msg
-                    if msg.offset() + 1 >= left[name]:
-                        del left[name]
-    finally:
-        consumer.close()
+    count = 0
+    with _Measure() as row:
+        for name, (lo, hi) in ranges.items():
+            topic, _, p = name.rpartition(":")
+            for msg in read_range(settings, topic, int(p), lo, hi):
+                msg.key(), msg.value()
+                count += 1
+    return {**row, "records": count}
 
 
 def _consumer_path(settings: dict[str, Any], ranges: dict[str, tuple[int, int]], path: Path,
                    commit_every: int) -> dict[str, float]:
+    """The processor's own warmup replay (processor.replica.Replica): all ranges assigned
+    to one consumer, process() per record into the TaskStore, T2 committed with it."""
     job = load_job(JOB)()
     store = TaskStore(path)
-    began = time.perf_counter()
-    applied: dict[str, int] = {}
-    count = 0
-    for msg in _consumer_messages(settings, ranges):
-        record = Record(msg.key(), msg.value(), msg.topic(), msg.partition(), msg.offset(),
-                        msg.timestamp()[1])
-        for _ in job.process(record, store):
-            pass
-        applied[f"{msg.topic()}:{msg.partition()}"] = msg.offset() + 1
-        count += 1
-        if count % commit_every == 0:
-            store.commit(applied)
-    store.commit({name: hi for name, (_, hi) in ranges.items()})
-    seconds = time.perf_counter() - began
+    replica = Replica("bench", list(ranges), job, store, "warmup",
+                      {name: lo for name, (lo, _) in ranges.items()},
+                      {name: hi for name, (_, hi) in ranges.items()})
+    consumer = Consumer({**settings, "group.id": "bench-consumer", "enable.auto.commit": False,
+                         "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(n.rpartition(":")[0], int(n.rpartition(":")[2]), lo)
+                     for n, (lo, _) in ranges.items()])
+    uncommitted = 0
+    with _Measure() as row:
+        while not replica.caught_up():
+            batch = consumer.consume(10_000, 0.2)
+            replica.apply(batch)
+            uncommitted += len(batch)
+            if uncommitted >= commit_every:
+                replica.commit()
+                uncommitted = 0
+        replica.commit()
+    consumer.close()
     store.close()
-    return {"records": count, "seconds": seconds}
+    return {**row, "records": replica.applied_total}
 
 
-def _spark_path(master: str, settings: dict[str, Any], ranges: dict[str, tuple[int, int]],
-                path: Path) -> dict[str, Any]:
-    stop_spark()
+def _spark_path(master: str, plan: Any, settings: dict[str, Any],
+                ranges: dict[str, tuple[int, int]], path: Path) -> dict[str, Any]:
+    stop_spark()  # a new session per run: its start-up is reported, not counted
     spark = spark_session(master, "baton-bench")
-    result = bulk_catch_up(spark, JOB, settings, ranges, "input", "bench")
-    store = TaskStore(path)
-    try:
-        ingest_bulk(store, result)
-    finally:
-        store.close()
+    warm = time.perf_counter()  # start the Python workers and import Baton in them
+    cores = spark.sparkContext.defaultParallelism
+    spark.sparkContext.parallelize(range(cores), cores).foreach(_import_bulk)
+    warm = time.perf_counter() - warm
+    with _Measure() as row:
+        result = bulk_catch_up(spark, JOB, settings, ranges, "input", "bench", plan=plan)
+        store = TaskStore(path)
+        try:
+            ingest_bulk(store, result)
+        finally:
+            store.close()
     timings = result.timings
-    seconds = timings["total"] + timings["ingest"]
-    return {"records": result.records, "seconds": seconds, "session_start": startup_seconds(),
-            "files": len(result.sst_paths), "keys": result.keys, **timings}
+    return {**row, "records": result.records, "session_start": startup_seconds(), "warm": warm,
+            "files": len(result.sst_paths), "keys": result.keys, "plan": result.plan, **timings}
+
+
+def _import_bulk(_: object) -> None:
+    import processor.bulk  # noqa: F401
+
+
+def _cores(name: str) -> int:
+    return int(name.split("[")[1].split("]")[0])
 
 
 def _raw_store(path: Path) -> Iterator[tuple[bytes, bytes]]:
@@ -162,31 +204,43 @@ def _same(a: Path, b: Path) -> bool:
     return all(x == y for x, y in zip(_raw_store(a), _raw_store(b), strict=True))
 
 
-def _report(figures: dict[str, Any], records: int) -> None:
+_LABELS = {"replay": "read+process", "read": "read+group", "fold": "fold",
+           "write": "SST write"}
+
+
+def _report(figures: dict[str, Any]) -> None:
     def rate(name: str) -> float:
         return float(figures[name]["records"] / figures[name]["seconds"])
 
-    print(f"\n{'path':<22}{'records/s':>12}{'seconds':>10}")
+    def per_cpu(name: str) -> float:
+        return float(figures[name]["records"] / figures[name]["cpu"])
+
+    print(f"\n{'path':<24}{'records/s':>11}{'wall s':>8}{'CPU s':>8}{'records/CPU-s':>15}")
     for name, row in figures.items():
         if isinstance(row, dict) and "seconds" in row:
-            print(f"{name:<22}{rate(name):>12,.0f}{row['seconds']:>10.1f}")
-    consumer = rate("consumer path")
+            print(f"{name:<24}{rate(name):>11,.0f}{row['seconds']:>8.1f}{row['cpu']:>8.1f}"
+                  f"{per_cpu(name):>15,.0f}")
+    consumer, consumer_cpu = rate("consumer path"), per_cpu("consumer path")
     for name, row in figures.items():
         if name.startswith("spark "):
-            cores = int(name.split("[")[1].rstrip("]"))
-            print(f"\n{name}: per core {rate(name) / cores:,.0f} records/s = "
-                  f"{rate(name) / cores / consumer:.2f}x consumer; session start "
-                  f"{row['session_start']:.1f}s (not counted); {row['files']} SST files, "
+            cores = _cores(name)
+            print(f"\n{name} ({row['plan']} plan): wall per core {rate(name) / cores:,.0f} "
+                  f"records/s = {rate(name) / cores / consumer:.2f}x consumer; per CPU-second "
+                  f"{per_cpu(name) / consumer_cpu:.2f}x consumer; {row['files']} SST files, "
                   f"{row['keys']:,} keys")
-            print(f"  wall: spark jobs {row['spark']:.1f}s, fetch files {row['fetch']:.1f}s, "
-                  f"ingest {row['ingest']:.1f}s")
-            print(f"  executor task seconds: read+group {row.get('read', 0):.1f}, fold "
-                  f"{row.get('fold', 0):.1f}, SST write {row.get('write', 0):.1f}; the rest "
-                  f"of {row['spark'] * cores:.1f} core-seconds is shuffle, pickling, "
-                  "scheduling")
-    if "spark local[1]" in figures and "spark local[2]" in figures:
-        print(f"\nlocal[2] / local[1] = {rate('spark local[2]') / rate('spark local[1]'):.2f}")
-    print(f"stores identical: {figures['identical']}")
+            print(f"  wall: session start {row['session_start']:.1f}s + Python worker warm-up "
+                  f"{row['warm']:.1f}s (not counted), spark "
+                  f"jobs {row['spark']:.1f}s, fetch files {row['fetch']:.1f}s, ingest "
+                  f"{row['ingest']:.1f}s")
+            work = {k: row[k] for k in ("replay", "read", "fold", "write") if k in row}
+            print("  executor task seconds: " + ", ".join(
+                f"{_LABELS[k]} {v:.1f}" for k, v in work.items()) + f"; the rest of "
+                f"{row['cpu']:.1f} CPU-seconds is Spark: JVM, Python workers, shuffle, results")
+    for plan in ("", " local", " shuffle"):
+        one, two = f"spark local[1]{plan}", f"spark local[2]{plan}"
+        if one in figures and two in figures:
+            print(f"\n{two} / {one} = {rate(two) / rate(one):.2f} (wall)")
+    print(f"stores identical: {figures['identical']}; load average {figures['load']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,16 +257,21 @@ def main(argv: list[str] | None = None) -> int:
             ranges = _produce(settings, args.records, args.keys, args.partitions)
             print(f"produced {args.records:,} records, {args.keys:,} keys, {args.partitions} "
                   f"partitions in {time.perf_counter() - began:.1f}s", file=sys.stderr)
+            _Measure.exclude = {broker.pid} if broker is not None and broker.pid else set()
+            load = [os.getloadavg()[0]]
             figures: dict[str, Any] = {"raw read": _raw_read(settings, ranges)}
             figures["consumer path"] = _consumer_path(settings, ranges, Path(tmp) / "consumer",
                                                       args.commit_every)
-            for master in args.masters.split(","):
-                figures[f"spark {master}"] = _spark_path(master, settings, ranges,
-                                                         Path(tmp) / master)
+            runs = [(m, p) for p in args.plans.split(",") for m in args.masters.split(",")]
+            for master, plan in runs:
+                name = f"spark {master}" + ("" if plan == "auto" else f" {plan}")
+                figures[name] = _spark_path(master, plan, settings, ranges, Path(tmp) / name)
             stop_spark()
-            figures["identical"] = all(_same(Path(tmp) / "consumer", Path(tmp) / m)
-                                       for m in args.masters.split(","))
-            _report(figures, args.records)
+            figures["identical"] = all(_same(Path(tmp) / "consumer", Path(tmp) / name)
+                                       for name in figures if name.startswith("spark "))
+            load.append(os.getloadavg()[0])
+            figures["load"] = f"{load[0]:.1f} at start, {load[1]:.1f} at end (2 cores)"
+            _report(figures)
             if args.json:
                 print(json.dumps(figures))
     finally:

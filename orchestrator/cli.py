@@ -10,6 +10,7 @@ from __future__ import annotations
 import click
 
 from orchestrator.cli_assign import assign_command
+from orchestrator.cli_audit import audit_command
 from orchestrator.cli_demo import demo_command
 from orchestrator.cli_group import group_command
 from orchestrator.cli_ops import (
@@ -41,6 +42,7 @@ main.add_command(plan_command, name="plan")
 main.add_command(drain_command, name="drain")
 main.add_command(expand_command, name="expand")
 main.add_command(assign_command, name="assign")
+main.add_command(audit_command, name="audit")
 
 
 if __name__ == "__main__":

@@ -27,10 +27,10 @@ __all__ = ["audit_command"]
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def audit_command(config_path: str, as_json: bool) -> None:
     """Recompute a deterministic job's output from its input (on Spark) and compare it,
-    key by key, with the output topic (read_committed)."""
+    key by key, with the output topic (read_committed). Run it when the job has caught
+    up: outputs of input records still in flight count as missing."""
     from processor.audit import AuditError, audit
-    from processor.bulk import load_job
-    from processor.spark import SparkError, spark_session
+    from processor.spark import SparkError, load_job, spark_session
 
     try:
         config = load_config(config_path)

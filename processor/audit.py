@@ -1,14 +1,18 @@
 """`baton audit`: recompute a deterministic job's output from its input and compare.
 
-Theory of operation: the input partitions are read with the bulk path's reader and
-shuffled by record key exactly as a bulk catch-up does; each key's records go through
-the job's `process()` in (input order, offset) order, and this time the outputs are
-kept, tagged with that position. The output topic is read with the same reader
-(read_committed, so aborted outputs do not count). Expected and actual records are
-shuffled together by output key, and each key's two sequences are compared on the
-executors: equal, or counts of missing, duplicated and wrong values and the first index
-where they diverge. Only totals and a few examples travel back to the driver.
+Theory of operation: the input is read with the bulk path's reader (read_committed) and
+replayed through the job's `process()`, keeping the outputs this time, each tagged with
+its input position. With one input topic, each partition is replayed in offset order on
+its own state, exactly as the processor owning that partition's task does (one Spark
+task per partition). With several input topics a key's state spans partitions, so the
+records are shuffled by key and each key is folded in (input order, offset) order, as
+the bulk path's shuffle plan does. The output topic is read with the same reader, so
+aborted outputs do not count. Expected and actual records are then shuffled together by
+output key, and each key's two sequences are compared on the executors: equal, or
+counts of missing, duplicated and wrong values and the first index where they diverge.
+Only totals and a few examples travel back to the driver.
 
+Audit a quiesced job: outputs of input records still in flight count as missing.
 An output key fed by several input partitions has no single correct interleaving; its
 expected sequence follows the input order of `job.inputs` and partition numbers, so
 such a key can report a reordering that is not a fault.
@@ -24,19 +28,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orchestrator.config import Config
-from processor.bulk import (
-    BulkCatchUpError,
+from processor.bulk import group_chunks
+from processor.job import Job, Record
+from processor.spark import (
     Chunk,
     FoldState,
-    group_chunks,
+    SparkError,
     key_partition,
     load_job,
     plan_chunks,
     read_range,
     spark_failure,
 )
-from processor.job import Record
-from processor.spark import SparkError
 
 __all__ = ["AuditError", "AuditReport", "KeyDiff", "audit", "compare_sequences"]
 
@@ -115,8 +118,7 @@ def compare_sequences(expected: list[bytes | None], actual: list[bytes | None]
     return missing, duplicated, wrong, first
 
 
-def audit(spark: Any, config: Config, *, max_examples: int = MAX_EXAMPLES,
-          chunk_records: int | None = None) -> AuditReport:
+def audit(spark: Any, config: Config, *, max_examples: int = MAX_EXAMPLES) -> AuditReport:
     """Compare the job's output topic with the output recomputed from its inputs.
 
     Raises:
@@ -133,9 +135,7 @@ def audit(spark: Any, config: Config, *, max_examples: int = MAX_EXAMPLES,
     outputs = _ranges(settings, [config.job.output])
     try:
         return _run(spark.sparkContext, config.job.class_, settings, inputs, outputs,
-                    max_examples, chunk_records)
-    except BulkCatchUpError as exc:
-        raise AuditError(str(exc)) from exc
+                    max_examples)
     except Exception as exc:  # noqa: BLE001 - py4j/pyspark raise many types for a job
         raise AuditError(f"audit of job {config.job.name} failed: {spark_failure(exc)}"
                          ) from exc
@@ -165,18 +165,20 @@ def _ranges(settings: Mapping[str, Any], topics: list[str]) -> dict[str, tuple[i
 
 def _run(sc: Any, job_class_path: str, settings: Mapping[str, Any],
          inputs: dict[str, tuple[int, int]], outputs: dict[str, tuple[int, int]],
-         max_examples: int, chunk_records: int | None) -> AuditReport:
-    parallelism = sc.defaultParallelism
-    in_chunks = plan_chunks(inputs, chunk_records)
-    out_chunks = plan_chunks(outputs, chunk_records)
+         max_examples: int) -> AuditReport:
+    in_chunks, out_chunks = plan_chunks(inputs), plan_chunks(outputs)
     total = sum(hi - lo for lo, hi in [*inputs.values(), *outputs.values()])
-    reduces = max(parallelism, -(-total // RECORDS_PER_REDUCE))
-    by_order = {c.order: c for c in in_chunks}
-    expected = (sc.parallelize(in_chunks, max(len(in_chunks), 1))
-                .mapPartitions(functools.partial(group_chunks, dict(settings), "input", None,
-                                                 None))
-                .partitionBy(reduces, key_partition)
-                .mapPartitions(functools.partial(_expected_outputs, job_class_path, by_order)))
+    reduces = max(sc.defaultParallelism, -(-total // RECORDS_PER_REDUCE))
+    read = sc.parallelize(in_chunks, max(len(in_chunks), 1))
+    if len({c.topic for c in in_chunks}) <= 1:
+        expected = read.mapPartitions(functools.partial(_replayed_outputs, job_class_path,
+                                                        dict(settings)))
+    else:
+        by_order = {c.order: c for c in in_chunks}
+        expected = (read.mapPartitions(functools.partial(group_chunks, dict(settings), "input",
+                                                         None, None))
+                    .partitionBy(reduces, key_partition)
+                    .mapPartitions(functools.partial(_folded_outputs, job_class_path, by_order)))
     actual = (sc.parallelize(out_chunks, max(len(out_chunks), 1))
               .mapPartitions(functools.partial(_actual_outputs, dict(settings))))
     summaries = (expected.union(actual).partitionBy(reduces, key_partition)
@@ -189,9 +191,39 @@ def _as_bytes(value: bytes | str | None) -> bytes | None:
     return value.encode() if isinstance(value, str) else value
 
 
-def _expected_outputs(job_class_path: str, chunks: Mapping[int, Chunk],
-                      pieces: Iterable[tuple[Any, Any]]) -> Iterator[tuple[Any, Any]]:
-    """Fold each input key in order, yielding (output key, (tag, position, value))."""
+def _tagged(job: Job, record: Record, state: FoldState, order: int
+            ) -> Iterator[tuple[Any, Any]]:
+    """The outputs of one record as (output key, (tag, input position, value)).
+
+    A record whose process() raises has no output and its state writes are undone, as
+    an owner with on_error skip or dlq handles it (with fail, the owner stops there and
+    the audit reports every later output missing).
+    """
+    state.begin()
+    try:
+        outputs = list(job.process(record, state) or ())
+    except Exception:  # noqa: BLE001 - user code, see the docstring
+        state.rollback()
+        return
+    for i, (out_key, out_value) in enumerate(outputs):
+        yield _as_bytes(out_key), (_EXPECTED, (order, record.offset, i), _as_bytes(out_value))
+
+
+def _replayed_outputs(job_class_path: str, settings: Mapping[str, Any],
+                      chunks: Iterable[Chunk]) -> Iterator[tuple[Any, Any]]:
+    """One input topic: replay each partition in offset order on its own state."""
+    job = load_job(job_class_path)()
+    for chunk in chunks:
+        state = FoldState()
+        for msg in read_range(settings, chunk.topic, chunk.partition, chunk.start, chunk.end):
+            record = Record(msg.key(), msg.value(), chunk.topic, chunk.partition,
+                            msg.offset(), msg.timestamp()[1])
+            yield from _tagged(job, record, state, chunk.order)
+
+
+def _folded_outputs(job_class_path: str, chunks: Mapping[int, Chunk],
+                    pieces: Iterable[tuple[Any, Any]]) -> Iterator[tuple[Any, Any]]:
+    """Several input topics: fold each key in (input order, offset) order."""
     groups: dict[Any, list[Any]] = {}
     for key, piece in pieces:
         groups.setdefault(key, []).append(piece)
@@ -202,9 +234,7 @@ def _expected_outputs(job_class_path: str, chunks: Mapping[int, Chunk],
             chunk = chunks[order]
             for offset, value, timestamp in rows:
                 record = Record(key, value, chunk.topic, chunk.partition, offset, timestamp)
-                for i, (out_key, out_value) in enumerate(job.process(record, state) or ()):
-                    yield _as_bytes(out_key), (_EXPECTED, (order, offset, i),
-                                               _as_bytes(out_value))
+                yield from _tagged(job, record, state, order)
 
 
 def _actual_outputs(settings: Mapping[str, Any], chunks: Iterable[Chunk]

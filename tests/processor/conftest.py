@@ -35,14 +35,42 @@ CLUSTER_START_TIMEOUT_S = 60.0
 
 
 class Trail(Job):
-    """An order-sensitive job: a per-key hash chain of the values and the last offsets."""
+    """An order-sensitive job: a per-key hash chain of the values and the last offsets.
+
+    The value b"0" is poison: it raises AFTER writing state, so a path that skips it
+    without undoing its writes builds a different state.
+    """
 
     def process(self, record: Record, state: State) -> Iterator[Output]:
         prev = state.get(record.key, {"n": 0, "chain": 0, "last": []})
         chain = zlib.crc32(record.value or b"", prev["chain"])
         state[record.key] = {"n": prev["n"] + 1, "chain": chain,
                              "last": (prev["last"] + [record.offset])[-3:]}
+        if record.value == b"0":
+            raise ValueError(f"poison record at {record.topic}:{record.partition}@"
+                             f"{record.offset}")
         yield record.key, f"{prev['n'] + 1}:{chain}"
+
+
+class ExecutorBomb(Job):
+    """Fails in every Spark task (not on the driver): to test task retries and errors."""
+
+    def __init__(self) -> None:
+        from pyspark import TaskContext
+
+        if TaskContext.get() is not None:
+            raise RuntimeError("boom in an executor")
+
+    def process(self, record: Record, state: State) -> Iterator[Output]:
+        yield from ()
+
+
+class Tally(Job):
+    """Keeps state across keys (a global count): no per-key parallel fold can rebuild it."""
+
+    def process(self, record: Record, state: State) -> Iterator[Output]:
+        state["records"] = state.get("records", 0) + 1
+        yield record.key, str(state["records"])
 
 
 def _with_repo_on_pythonpath(env: dict[str, str]) -> dict[str, str]:

@@ -93,6 +93,31 @@ def test_audit_finds_planted_duplicates_gaps_and_wrong_values(spark, broker, job
     assert "DIFFERENT: 1 keys differ" in human.output and "missing" in human.output
 
 
+@pytest.mark.spark
+@pytest.mark.integration
+def test_audit_of_a_job_with_two_inputs(spark, broker, job_config, tmp_path) -> None:
+    """Keys span both inputs: the audit folds each key over them in input order."""
+    raw = job_config(partitions=2, spark={"master": "local[2]"})
+    first = raw["job"]["inputs"][0]
+    second = broker.create_topic(f"{first}-b", 2)
+    raw["job"]["inputs"].append(second)
+    producer = broker.producer()
+    for topic in (first, second):
+        for i in range(200):
+            producer.produce(topic, key=f"k{i % 10}".encode(), value=b"%d" % (i % 7 + 1))
+    assert producer.flush(30) == 0
+    job, state, outputs = RunningSum(), {}, []
+    for topic in (first, second):  # the audit's order: input order, then partition, offset
+        for msg in broker.read_all(topic):
+            record = Record(msg.key(), msg.value(), topic, msg.partition(), msg.offset(), 0)
+            outputs.extend(job.process(record, state))
+    _write(broker, raw["job"]["output"], outputs, aborted=[])
+    result = _audit(raw, tmp_path / "two.toml", "--json")
+    report = json.loads(result.output)
+    assert result.exit_code == 0, report
+    assert report["keys"] == 10 and report["expected"] == report["actual"] == 400
+
+
 @pytest.mark.integration
 def test_bad_config_exits_2_naming_file_and_key(tmp_path, job_config) -> None:
     raw = job_config(partitions=1)

@@ -26,10 +26,9 @@ from processor.bulk import (
     decode_changelog,
     encode_changelog,
     ingest_bulk,
-    load_job,
 )
 from processor.job import Record
-from processor.spark import SparkUnavailableError, spark_session
+from processor.spark import SparkUnavailableError, load_job, spark_session
 from store import TaskStore, decode_value
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
@@ -39,13 +38,15 @@ SUM = "processor.examples:RunningSum"
 
 
 def _produce_input(broker: Any, topic: str, partitions: int, records: int, keys: int,
-                   seed: int) -> dict[str, tuple[int, int]]:
-    """Random keys on random partitions, so a key's records span partitions and chunks."""
+                   seed: int, spread: bool = False) -> dict[str, tuple[int, int]]:
+    """Keyed records (the default partitioner: a key stays in one partition), or with
+    `spread` on random partitions, so a key's records span partitions and chunks."""
     rng = random.Random(seed)
     producer = broker.producer()
     for _ in range(records):
+        where = {"partition": rng.randrange(partitions)} if spread else {}
         producer.produce(topic, key=f"k{rng.randrange(keys)}".encode(),
-                         value=str(rng.randint(1, 9)).encode(), partition=rng.randrange(partitions))
+                         value=str(rng.randint(0, 9)).encode(), **where)  # b"0": poison
     assert producer.flush(30) == 0
     return _ranges(broker, topic, partitions)
 
@@ -101,8 +102,12 @@ def _apply(job: Any, store: TaskStore, source: str, msg: Any) -> None:
         return
     record = Record(msg.key(), msg.value(), msg.topic(), msg.partition(), msg.offset(),
                     msg.timestamp()[1])
-    for _ in job.process(record, store):
-        pass
+    store.begin_record()
+    try:
+        for _ in job.process(record, store):
+            pass
+    except ValueError:  # a poison record is skipped, its writes undone
+        store.rollback_record()
 
 
 def _raw(path: Path) -> list[tuple[bytes, bytes]]:
@@ -123,27 +128,58 @@ def _bulk_store(path: Path, result: Any) -> None:
         store.close()
 
 
+def test_local_plan_matches_consumer_path(spark, broker, unique, tmp_path) -> None:
+    topic = broker.create_topic(unique("bulk-local"), 3)
+    ranges = _produce_input(broker, topic, 3, 3000, 150, seed=1)
+    result = bulk_catch_up(spark, TRAIL, broker.settings(), ranges, "input", "Partition 0")
+    assert result.plan == "local" and len(result.sst_paths) == 3 and result.records == 3000
+    assert 200 < result.skipped < 400  # the poison values, as the consumer path skips them
+    assert result.offsets == {name: end for name, (_, end) in ranges.items()}
+    _bulk_store(tmp_path / "bulk", result)
+    assert not result.directory.exists()
+    _consumer_path(broker, tmp_path / "ref", ranges, "input")
+    bulk, ref = _raw(tmp_path / "bulk"), _raw(tmp_path / "ref")
+    assert len(ref) > 150  # data and the applied offsets
+    assert bulk == ref
+
+
 # A lambda travels to the executors by value (a test module's function would not import).
 _even = lambda key: zlib.crc32(key or b"") % 2 == 0  # noqa: E731
 
 
 @pytest.mark.parametrize("key_filter", [None, _even], ids=["all", "split-filter"])
-def test_input_source_matches_consumer_path(spark, broker, unique, tmp_path, key_filter
+def test_shuffle_plan_matches_consumer_path(spark, broker, unique, tmp_path, key_filter
                                             ) -> None:
-    topic = broker.create_topic(unique("bulk-in"), 3)
-    ranges = _produce_input(broker, topic, 3, 3000, 150, seed=7)
+    """Keys span partitions and sub-ranges: their records must still fold in order."""
+    topic = broker.create_topic(unique("bulk-shuffle"), 3)
     # no transactions in this input, so sub-ranges read safely on any broker
+    ranges = _produce_input(broker, topic, 3, 3000, 150, seed=7, spread=True)
     result = bulk_catch_up(spark, TRAIL, broker.settings(), ranges, "input", "Partition 0",
                            key_filter=key_filter, chunk_records=400, sst_files=3)
+    assert result.plan == "shuffle" and len(result.sst_paths) == 3
     assert result.records == 3000
-    assert len(result.sst_paths) == 3
-    assert result.offsets == {name: end for name, (_, end) in ranges.items()}
     _bulk_store(tmp_path / "bulk", result)
-    assert not result.directory.exists()
     _consumer_path(broker, tmp_path / "ref", ranges, "input", key_filter=key_filter)
-    bulk, ref = _raw(tmp_path / "bulk"), _raw(tmp_path / "ref")
-    assert len(ref) > 50
-    assert bulk == ref
+    assert _raw(tmp_path / "bulk") == _raw(tmp_path / "ref")
+
+
+def test_local_plan_reruns_as_shuffle_when_keys_span_partitions(spark, broker, unique,
+                                                                 tmp_path) -> None:
+    topic = broker.create_topic(unique("bulk-spread"), 2)
+    ranges = _produce_input(broker, topic, 2, 1000, 50, seed=9, spread=True)
+    result = bulk_catch_up(spark, TRAIL, broker.settings(), ranges, "input", "Partition 0")
+    assert result.plan.startswith("shuffle (local plan found keys spanning ranges)")
+    _bulk_store(tmp_path / "bulk", result)
+    _consumer_path(broker, tmp_path / "ref", ranges, "input")
+    assert _raw(tmp_path / "bulk") == _raw(tmp_path / "ref")
+
+
+def test_a_job_with_state_across_keys_is_refused(spark, broker, unique) -> None:
+    topic = broker.create_topic(unique("bulk-tally"), 2)
+    ranges = _produce_input(broker, topic, 2, 200, 20, seed=2)
+    with pytest.raises(BulkCatchUpError, match="several ranges or record keys .*'records'"):
+        bulk_catch_up(spark, "tests.processor.conftest:Tally", broker.settings(), ranges,
+                      "input", "Partition 0")
 
 
 def _produce_changelog(broker: Any, topic: str, seed: int) -> None:
@@ -161,7 +197,7 @@ def _produce_changelog(broker: Any, topic: str, seed: int) -> None:
             raw_key, raw = encode_changelog(key, None if value is _DELETE else value)
             if value is not _DELETE and value is None:
                 raw = b"null"  # a stored JSON null, not a delete
-            producer.produce(topic, key=raw_key, value=raw, partition=rng.randrange(2))
+            producer.produce(topic, key=raw_key, value=raw, partition=zlib.crc32(raw_key) % 2)
         if batch == 3:
             producer.flush(30)
             producer.abort_transaction(30)
@@ -176,12 +212,14 @@ def unique_id(prefix: str) -> str:
     return f"{prefix}-{random.getrandbits(40):x}"
 
 
-def test_changelog_source_matches_consumer_path(spark, broker, unique, tmp_path) -> None:
+@pytest.mark.parametrize("plan", ["local", "shuffle"])
+def test_changelog_source_matches_consumer_path(spark, broker, unique, tmp_path, plan) -> None:
     topic = broker.create_topic(unique("bulk-chg"), 2)
     _produce_changelog(broker, topic, seed=11)
     ranges = _ranges(broker, topic, 2)
     result = bulk_catch_up(spark, TRAIL, broker.settings(), ranges, "changelog", "Partition 1",
-                           sst_files=2)
+                           plan=plan)
+    assert result.plan == plan
     assert result.records == 1500  # the aborted transaction's 300 records are skipped
     _bulk_store(tmp_path / "bulk", result)
     _consumer_path(broker, tmp_path / "ref", ranges, "changelog")
@@ -206,15 +244,14 @@ def test_ingest_is_refused_into_a_store_with_state(spark, broker, unique, tmp_pa
 
 def test_executor_failure_is_retried_then_raised(spark, broker, unique) -> None:
     assert spark.sparkContext.master == "local[2,4]"  # local mode retries tasks too
-    topic = broker.create_topic(unique("bulk-poison"), 1)
-    producer = broker.producer()
-    for value in (b"1", b"2", b"not-a-number", b"3"):
-        producer.produce(topic, key=b"k", value=value, partition=0)
-    assert producer.flush(30) == 0
+    topic = broker.create_topic(unique("bulk-bomb"), 1)
+    ranges = _produce_input(broker, topic, 1, 10, 2, seed=4)
     with pytest.raises(BulkCatchUpError) as failure:
-        bulk_catch_up(spark, SUM, broker.settings(), {f"{topic}:0": (0, 4)}, "input", "t")
-    assert "invalid literal for int()" in str(failure.value)
-    assert f"{topic}:0 [0, 4)" in str(failure.value)
+        bulk_catch_up(spark, "tests.processor.conftest:ExecutorBomb", broker.settings(),
+                      ranges, "input", "t")
+    message = str(failure.value)
+    assert "RuntimeError: boom in an executor" in message
+    assert f"{topic}:0 [0, 10)" in message and "after Spark's task retries" in message
 
 
 def test_a_job_that_cannot_be_imported_is_named(spark, broker) -> None:
@@ -244,8 +281,10 @@ from pathlib import Path
 from processor.bulk import bulk_catch_up
 from processor.spark import spark_session, startup_seconds
 
+began = time.monotonic()
 args = json.loads(sys.argv[1])
 spark = spark_session(args["master"])
+print(f"session {time.monotonic() - began:.1f}s", file=sys.stderr)
 sc = spark.sparkContext
 deadline = time.monotonic() + 60
 while sc._jsc.sc().getExecutorMemoryStatus().size() < 3:  # two executors + the driver
@@ -259,9 +298,12 @@ def ancestors(_):
         pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     return pids
 
+print(f"executors {time.monotonic() - began:.1f}s", file=sys.stderr)
 result = bulk_catch_up(spark, args["job"], args["settings"], args["ranges"], "input",
                        "Partition 0", directory=Path(args["out"]), chunk_records=500)
+print(f"bulk {time.monotonic() - began:.1f}s", file=sys.stderr)
 lineages = sc.parallelize(range(8), 8).map(ancestors).collect()
+print(f"lineage {time.monotonic() - began:.1f}s", file=sys.stderr)
 print(json.dumps({"paths": [str(p) for p in result.sst_paths], "offsets": result.offsets,
                   "records": result.records, "lineages": lineages, "driver": os.getpid(),
                   "startup_s": startup_seconds()}))
