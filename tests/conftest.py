@@ -318,10 +318,17 @@ FAULT_RESULTS: list[tuple[str, int, int, int, int, int]] = []
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not FAULT_RESULTS:
+    import sys
+
+    # test modules import this file as `tests.conftest`, pytest loads it as `conftest`
+    rows = {id(m.FAULT_RESULTS): m.FAULT_RESULTS for m in
+            (sys.modules.get("conftest"), sys.modules.get("tests.conftest"))
+            if m is not None and hasattr(m, "FAULT_RESULTS")}
+    results = [row for found in rows.values() for row in found]
+    if not results:
         return
     write = terminalreporter.write_line
     write("")
     write(f"{'fault case':<42} {'in':>7} {'out':>7} {'lost':>5} {'dup':>5} {'wrong':>5}")
-    for case, rin, rout, lost, dup, wrong in FAULT_RESULTS:
+    for case, rin, rout, lost, dup, wrong in results:
         write(f"{case:<42} {rin:>7} {rout:>7} {lost:>5} {dup:>5} {wrong:>5}")
