@@ -138,7 +138,7 @@ def run_size(keys: int, handoffs: int, log: Any) -> dict[str, Any]:
             demo.wait(client, "p2 balanced", lambda s: _balanced(s) and all(
                 p["active"] for p in s["processors"]) and len(s["processors"]) == 2, 900)
             join_s = time.monotonic() - joined
-            volume = sum(w.max_lag for w in demo.watches.values())
+            volume = sum(w.max_lag for w in demo.watches)
             log(f"p2 joined -> balanced in {join_s:.1f}s (catch-up volume ~{volume} records)")
             traffic = _Traffic(broker.bootstrap, "events", keys)
             traffic.start()

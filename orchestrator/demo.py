@@ -143,6 +143,7 @@ class _Cluster:
 class _Watch:
     """What the demo saw of each handoff: when, and how much had to be caught up."""
 
+    task: str
     first_seen: float
     last_seen: float
     max_lag: int = 0
@@ -171,7 +172,8 @@ class Demo:
     def __init__(self, console: Console | None) -> None:
         self.console = console
         self.result = DemoResult()
-        self.watches: dict[tuple[str, str], _Watch] = {}
+        self.watches: list[_Watch] = []                 # one per handoff seen
+        self._live: dict[tuple[str, str], _Watch] = {}  # handoffs in the last /status
 
     def log(self, text: str) -> None:
         self.result.steps.append(text)
@@ -206,10 +208,15 @@ class Demo:
     def _observe(self, status: dict[str, Any], progress: Progress,
                  bars: dict[tuple[str, str], Any]) -> None:
         now = time.monotonic()
+        live: dict[tuple[str, str], _Watch] = {}
         for handoff in status.get("handoffs", []):
             key = (handoff["task"], str(handoff.get("to")))
             lag = int(handoff.get("lag") or 0)
-            watch = self.watches.setdefault(key, _Watch(now, now))
+            watch = self._live.get(key)
+            if watch is None:       # a handoff not in the previous /status: a new one
+                watch = _Watch(handoff["task"], now, now)
+                self.watches.append(watch)
+            live[key] = watch
             watch.last_seen = now
             watch.max_lag = max(watch.max_lag, lag)
             if handoff["phase"] not in ("planned", "catching_up") and watch.caught_up_at is None:
@@ -222,7 +229,7 @@ class Demo:
             rate = f"{(watch.max_lag - lag) / elapsed:.0f}"
             progress.update(bars[key], description=label, total=max(watch.max_lag, 1),
                             completed=watch.max_lag - lag, lag=lag, rate=rate)
-        live = {(h["task"], str(h.get("to"))) for h in status.get("handoffs", [])}
+        self._live = live
         for moved, bar in bars.items():
             if moved not in live:
                 progress.update(bar, completed=progress.tasks[bar].total, lag=0)
@@ -284,7 +291,8 @@ def _pauses(demo: Demo, inputs: list[Any], outputs: list[Any],
         times.setdefault(key_task.get(m.key()) or "", []).append(m.timestamp()[1] / 1000)
     wall_offset = time.time() - time.monotonic()
     pauses = []
-    for (task, _), watch in demo.watches.items():
+    for watch in demo.watches:
+        task = watch.task
         start, end = watch.first_seen + wall_offset - 1, watch.last_seen + wall_offset + 1
         stamps = sorted(t for t in times.get(task, []) if start <= t <= end)
         gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
@@ -404,7 +412,7 @@ def _summarise(demo: Demo, oracle: OracleResult, pauses: list[float]) -> None:
     result.handoffs = len(demo.watches)
     result.pause_ms_p50 = round(_percentile(pauses, 50), 1)
     result.pause_ms_p99 = round(_percentile(pauses, 99), 1)
-    rates = [w.max_lag / (w.caught_up_at - w.first_seen) for w in demo.watches.values()
+    rates = [w.max_lag / (w.caught_up_at - w.first_seen) for w in demo.watches
              if w.caught_up_at is not None and w.caught_up_at > w.first_seen and w.max_lag]
     result.catchup_records_per_s = round(statistics.mean(rates), 1) if rates else 0.0
     result.ok = oracle.ok
