@@ -428,8 +428,9 @@ def _shuffled(sc: Any, job_class_path: str, settings: dict[str, Any], source: So
 
 
 def _collect(written: Any, result: BulkResult) -> None:
-    """Run every SST task in parallel, then fetch the files one at a time (bounded
-    driver memory) and check that no state key is in two files."""
+    """Run every SST task in parallel, then fetch the files one partition at a time,
+    the next one prefetched (driver memory bounded by two files), and check that no
+    state key is in two files."""
     from pyspark import StorageLevel
 
     began = time.monotonic()
@@ -439,7 +440,8 @@ def _collect(written: Any, result: BulkResult) -> None:
     try:
         written.count()
         fetched = time.monotonic()
-        for index, data, keys, key_hashes, twice in written.toLocalIterator():
+        parts = written.toLocalIterator(prefetchPartitions=True)
+        for index, data, keys, key_hashes, twice in parts:
             path = result.directory / f"{_safe(result.task)}-{index:05d}.sst"
             path.write_bytes(data)
             result.sst_paths.append(path)
