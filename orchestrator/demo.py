@@ -293,7 +293,10 @@ def _pauses(demo: Demo, inputs: list[Any], outputs: list[Any],
     pauses = []
     for watch in demo.watches:
         task = watch.task
-        start, end = watch.first_seen + wall_offset - 1, watch.last_seen + wall_offset + 1
+        # from the moment it was seen past catching_up (the release) to its end: gaps
+        # during the catch-up itself are not the pause
+        began = watch.caught_up_at if watch.caught_up_at is not None else watch.last_seen
+        start, end = began + wall_offset - 0.5, watch.last_seen + wall_offset + 0.5
         stamps = sorted(t for t in times.get(task, []) if start <= t <= end)
         gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
         if gaps:

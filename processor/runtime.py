@@ -53,6 +53,7 @@ __all__ = ["StoreAheadError", "TaskRuntime", "load_job"]
 log = logging.getLogger("baton.processor.runtime")
 
 _BATCH = 5000                 # records per consume() call: amortises Python per-call cost
+_REPLAY_BATCH_BESIDE_ACTIVE = 1000
 _CAP_REFRESH_S = 0.2          # how often replicas re-read the owner's committed offsets
 _CAP_LOOKUP_TIMEOUT_S = 2.0   # a refresh that cannot answer this fast is skipped
 _INIT_TXN_TIMEOUT_S = 30.0
@@ -461,7 +462,9 @@ class TaskRuntime:
 
     def _poll_replicas(self, timeout: float) -> int:
         self._refresh_caps()
-        messages = self.replay_consumer.consume(_BATCH, timeout)
+        # replays share the loop with active tasks: smaller bites keep their latency low
+        batch = _REPLAY_BATCH_BESIDE_ACTIVE if self.active else _BATCH
+        messages = self.replay_consumer.consume(batch, timeout)
         owner = {p: r for r in self.replicas.values() for p in r.partitions}
         by_task: dict[str, list[Message]] = {}
         for msg in messages:
