@@ -3,8 +3,9 @@
 Two halves: the driver's SparkSession factory, and what runs inside executors for both
 users (the Kafka range reader, ranges and chunks, job loading, the fold's state).
 
-The session. Why a factory: a JVM holds one SparkContext, and starting it costs seconds, so a
-process builds its session once and reuses it for every bulk catch-up. The driver binds
+The session. Why a factory: a JVM holds one SparkContext, and starting it costs
+seconds, so a process builds its session once and reuses it for every bulk catch-up
+(thread-safe: the processor starts it on a worker thread). The driver binds
 to 127.0.0.1 (executors of a local cluster connect back to it there), the UI is off,
 Python workers run this interpreter (the job's code and Baton must import there), and
 shuffles use few partitions (the bulk path chooses its own counts). Before starting the
