@@ -2,7 +2,8 @@
 
 The reference is the consumer path: the same ranges read with a plain confluent-kafka
 consumer, one `process()` (or changelog write) per record into a TaskStore, committed
-with the offsets. Both stores must hold the same bytes, metadata included.
+with the offsets; a record whose process() raises is skipped with its writes undone, as
+the processor's replica does. Both stores must hold the same bytes, metadata included.
 """
 
 from __future__ import annotations
