@@ -116,10 +116,17 @@ class CoordinatorStream:
     def _fail(self, producer: Producer, exc: KafkaException) -> None:
         err: KafkaError = exc.args[0]
         if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
-                          KafkaError.INVALID_PRODUCER_EPOCH) or err.fatal():
+                          KafkaError.INVALID_PRODUCER_EPOCH):
             raise FencedError(
                 f"another coordinator took over {self.topic} (transactional id fenced: "
                 f"{err.str()}); this one stops so that only one coordinator writes") from exc
+        if err.fatal():
+            # not fenced, but the producer is unusable (e.g. a restarted broker lost its
+            # sequence state). Re-initialising here could fence a newer coordinator, so
+            # stop the same way: a restarted coordinator re-reads the stream and resumes.
+            raise FencedError(
+                f"the coordinator stream's producer failed fatally ({err.str()}); this "
+                f"coordinator stops; restart it (it rebuilds from {self.topic})") from exc
         if err.txn_requires_abort():
             try:
                 producer.abort_transaction(_TXN_TIMEOUT_S)
