@@ -97,6 +97,27 @@ def load_job(path: str) -> Job:
     return cls()
 
 
+def _by_task(messages: Sequence[Message], task_of: Callable[[str], str | None],
+             on_error: Callable[[Message], None]) -> dict[str, list[Message]]:
+    """Group a batch by task; the broker returns runs of one partition, so the
+    partition's name is built once per run, not per record."""
+    by_task: dict[str, list[Message]] = {}
+    run: tuple[str, int] | None = None
+    bucket: list[Message] | None = None
+    for msg in messages:
+        if msg.error():
+            on_error(msg)
+            continue
+        where = (msg.topic(), msg.partition())
+        if where != run:
+            run = where
+            task = task_of(f"{where[0]}:{where[1]}")
+            bucket = None if task is None else by_task.setdefault(task, [])
+        if bucket is not None:
+            bucket.append(msg)
+    return by_task
+
+
 def _tp(name: str, offset: int | None = None) -> TopicPartition:
     topic, number = parse_partition(name)
     if offset is None:
@@ -398,14 +419,7 @@ class TaskRuntime:
     def _poll_active(self, timeout: float) -> int:
         self._release_barriers()
         messages = self.active_consumer.consume(_BATCH, timeout)
-        by_task: dict[str, list[Message]] = {}
-        for msg in messages:
-            if msg.error():
-                self._log_error(msg)
-                continue
-            task = self._owner.get(f"{msg.topic()}:{msg.partition()}")
-            if task is not None:
-                by_task.setdefault(task, []).append(msg)
+        by_task = _by_task(messages, self._owner.get, self._log_error)
         for task, batch in by_task.items():
             self._run_active(task, lambda t, b=batch: t.process(b))
         for task in list(self.active):
@@ -465,15 +479,8 @@ class TaskRuntime:
         # replays share the loop with active tasks: smaller bites keep their latency low
         batch = _REPLAY_BATCH_BESIDE_ACTIVE if self.active else _BATCH
         messages = self.replay_consumer.consume(batch, timeout)
-        owner = {p: r for r in self.replicas.values() for p in r.partitions}
-        by_task: dict[str, list[Message]] = {}
-        for msg in messages:
-            if msg.error():
-                self._log_error(msg)
-                continue
-            replica = owner.get(f"{msg.topic()}:{msg.partition()}")
-            if replica is not None:
-                by_task.setdefault(replica.name, []).append(msg)
+        owner = {p: r.name for r in self.replicas.values() for p in r.partitions}
+        by_task = _by_task(messages, owner.get, self._log_error)
         for task, replica in list(self.replicas.items()):
             before = replica.applied_total
             capped = replica.apply(by_task.get(task, ()))
