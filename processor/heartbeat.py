@@ -19,8 +19,9 @@ import httpx
 
 from metrics import HeartbeatOutcome
 from orchestrator.protocol import HeartbeatReply, HeartbeatRequest, TaskReport
+from orchestrator.token import TokenError, read_token
 
-__all__ = ["HeartbeatMonitor", "read_token"]
+__all__ = ["HeartbeatMonitor"]
 
 log = logging.getLogger("baton.processor.heartbeat")
 
@@ -31,14 +32,6 @@ EXIT_DEAD = 3
 # while this processor is about to be activated, it asks for its orders this often:
 # the wait for the next heartbeat is part of the handoff pause
 _FAST_INTERVAL_S = 0.025
-
-
-def read_token(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise OSError(f"coordinator.token_file {path}: cannot read the bearer token: "
-                      f"{exc.strerror or exc}") from None
 
 
 class HeartbeatMonitor(threading.Thread):
@@ -106,7 +99,7 @@ class HeartbeatMonitor(threading.Thread):
             try:
                 reply = self._post(path, self._request())
                 alive = reply.alive and self._alive()
-            except (httpx.HTTPError, OSError, ValueError) as exc:
+            except (httpx.HTTPError, OSError, ValueError, TokenError) as exc:
                 self.on_heartbeat("unreachable")
                 if time.monotonic() - last_ok > self.grace_s:
                     self._die(f"coordinator {self.url} unreachable for more than "
@@ -148,5 +141,5 @@ class HeartbeatMonitor(threading.Thread):
         self._poked.set()
         try:
             self._post("/processors/heartbeat", self._request(leaving=True))
-        except (httpx.HTTPError, OSError, ValueError) as exc:
+        except (httpx.HTTPError, OSError, ValueError, TokenError) as exc:
             log.warning("final heartbeat failed: %s", exc)
