@@ -323,6 +323,7 @@ class TaskRuntime:
         self.store_bytes.pop(task, None)
         if self.metrics is not None:
             self.metrics.record_handoff_step("releasing", time.monotonic() - started)
+            self.metrics.forget_task(task)      # its series now belong to the new owner
         log.info("task %r: released at %s", task, active.committed)
         return dict(active.committed)
 
@@ -398,6 +399,8 @@ class TaskRuntime:
         self._unassign_replay(replica.partitions)
         replica.commit()
         replica.store.close()
+        if self.metrics is not None:
+            self.metrics.forget_task(task)
 
     # ---- the loop ----------------------------------------------------------------------
 
