@@ -71,7 +71,9 @@ class _Feeder:
     """Steady keyed traffic; the partition is the key's hash modulo the current count."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        # log_level 4: its notice about the expansion would land amid the progress bars
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                                  "log_level": 4})
         self.topic, self.partitions, self.sent = topic, INPUT_PARTITIONS, 0
         self._stop = threading.Event()
         self.hold = threading.Event()
@@ -384,6 +386,7 @@ def run_demo(console: Console | None) -> DemoResult:
         finally:
             feeder.stop()
             cluster.stop_all()
+        del feeder, admin       # their librdkafka handles would log the broker's stop
         inputs, outputs = _read(broker.bootstrap, topics[0]), _read(broker.bootstrap, topics[1])
         oracle = check_running_sums([(m.key(), m.value()) for m in inputs],
                                     [(m.key(), m.value()) for m in outputs])
