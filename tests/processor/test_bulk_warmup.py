@@ -4,24 +4,16 @@ traffic: the running-sum oracle holds and the catch-up metric shows the Spark pa
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from metrics import ProcessorMetrics
 from orchestrator.config import parse_config
-from orchestrator.protocol import Assignment, HeartbeatReply
-from processor.runtime import TaskRuntime
 from tests.conftest import Feeder, oracle_check, wait_for
+from tests.processor.test_runtime import _consumed, _model, _reply, _runtime
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
-
-
-def _reply(model: dict[str, list[str]], active: list[str] = (), warmup: list[str] = ()
-           ) -> HeartbeatReply:
-    return HeartbeatReply(alive=True, tasks=model,
-                          assignment=Assignment(active=list(active), warmup=list(warmup)))
 
 
 def test_warmup_through_spark_then_handoff(spark, broker, job_config, tmp_path: Path) -> None:
@@ -29,15 +21,11 @@ def test_warmup_through_spark_then_handoff(spark, broker, job_config, tmp_path: 
                      spark={"master": "local[2]"})
     config = parse_config(raw)
     topic = config.job.inputs[0]
-    model = {f"Partition {p}": [f"{topic}:{p}"] for p in range(2)}
-
-    def runtime(name: str, **extra: Any) -> TaskRuntime:
-        own = {**raw, "processor": {**raw["processor"], "state_dir": str(tmp_path / name)}}
-        return TaskRuntime(parse_config(own), name, **extra)
-
-    old = runtime("p1")
+    model = _model(topic, 2)
+    old = _runtime(raw, tmp_path, "p1")
     registry = CollectorRegistry()
-    new = runtime("p2", metrics=ProcessorMetrics(registry, config.job.name, "p2"))
+    new = _runtime(raw, tmp_path, "p2",
+                   metrics=ProcessorMetrics(registry, config.job.name, "p2"))
     feeder = Feeder(broker, topic, keys=30, rate=3000).start()
     try:
         old.apply(_reply(model, active=list(model)))
@@ -61,8 +49,7 @@ def test_warmup_through_spark_then_handoff(spark, broker, job_config, tmp_path: 
         new.apply(_reply(model, active=["Partition 0"]))
         wait_for(lambda: "Partition 0" in new.active, 60, "activation", both)
         sent = feeder.stop()
-        wait_for(lambda: sum(sum(a.committed.values()) for r in (old, new)
-                             for a in r.active.values()) >= sent, 120, "all consumed", both)
+        wait_for(lambda: _consumed([old, new], sent), 120, "all consumed", both)
     finally:
         feeder.stop()
         old.close(commit=True)

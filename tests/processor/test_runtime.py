@@ -28,9 +28,9 @@ def _model(topic: str, partitions: int) -> dict[str, list[str]]:
     return {f"Partition {p}": [partition_name(topic, p)] for p in range(partitions)}
 
 
-def _runtime(raw: dict[str, Any], tmp_path: Path, name: str) -> TaskRuntime:
+def _runtime(raw: dict[str, Any], tmp_path: Path, name: str, **extra: Any) -> TaskRuntime:
     raw = {**raw, "processor": {**raw["processor"], "state_dir": str(tmp_path / name)}}
-    return TaskRuntime(parse_config(raw), name)
+    return TaskRuntime(parse_config(raw), name, **extra)
 
 
 def _input_end(broker: Any, topic: str, partitions: int) -> int:
