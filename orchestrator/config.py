@@ -112,8 +112,9 @@ class Config(_Section):
 
     def kafka_settings(self, **extra: Any) -> dict[str, Any]:
         """librdkafka settings: [kafka] as is, with `bootstrap_servers` spelled its way."""
-        settings = {k.replace("_", ".") if k == "bootstrap_servers" else k: v
-                    for k, v in self.kafka.items()}
+        settings = dict(_CLIENT_DEFAULTS)
+        settings.update({k.replace("_", ".") if k == "bootstrap_servers" else k: v
+                         for k, v in self.kafka.items()})
         settings.update(extra)
         return settings
 
@@ -124,6 +125,14 @@ class Config(_Section):
     @property
     def token_file(self) -> Path:
         return _relative_to(self.path, self.coordinator.token_file)
+
+
+# librdkafka (2.10 on) re-bootstraps when every broker is down; its group-coordinator
+# lookup can then strand a pending TxnOffsetCommit, and send_offsets_to_transaction
+# blocks past its own timeout (librdkafka issue 5511; seen here across a broker
+# restart). Reconnecting to the brokers it knows is what one cluster needs; [kafka]
+# may override it.
+_CLIENT_DEFAULTS: dict[str, Any] = {"metadata.recovery.strategy": "none"}
 
 
 def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -13,6 +13,10 @@ all-or-nothing for readers (read_committed). `open()` calls init_transactions
 *before* reading: that aborts whatever a previous coordinator left open and fences
 it, so from then on this instance is the only writer and the topic's end is stable.
 A fenced instance learns it on its next write (`FencedError`) and must stop.
+
+A batch during which the producer lost its brokers is written again: a broker that
+restarted may have dropped part of it (orchestrator/watched_producer.py), and
+writing the same values again changes nothing for a last-value-per-key reader.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from orchestrator.watched_producer import WatchedProducer
 
 __all__ = ["CoordinatorStream", "FencedError", "StreamError", "stream_topic"]
 
@@ -37,6 +43,8 @@ _TXN_TIMEOUT_S = 30.0
 _LOAD_STALL_S = 30.0
 _POLL_S = 0.5
 _BATCH = 10_000
+# writes of one batch while the brokers keep going away; then it is a StreamError
+_REWRITES = 5
 
 
 class StreamError(RuntimeError):
@@ -63,7 +71,7 @@ class CoordinatorStream:
     def __init__(self, settings: Mapping[str, Any], job: str) -> None:
         self._settings = dict(settings)
         self.topic = stream_topic(job)
-        self._producer: Producer | None = None
+        self._producer: WatchedProducer | None = None
 
     def open(self) -> dict[str, Any]:
         """Fence any previous writer, then read the stream to its end.
@@ -74,7 +82,7 @@ class CoordinatorStream:
         Raises:
             StreamError: the broker did not answer in time.
         """
-        self._producer = Producer({**self._settings, "transactional.id": self.topic,
+        self._producer = WatchedProducer({**self._settings, "transactional.id": self.topic,
                                    "enable.idempotence": True, "linger.ms": 0})
         try:
             self._producer.init_transactions(_TXN_TIMEOUT_S)
@@ -104,6 +112,17 @@ class CoordinatorStream:
         if not changes:
             return
         producer = self._require_open()
+        for _ in range(_REWRITES):
+            mark = producer.mark()
+            self._write_once(producer, changes)
+            if not producer.lost_brokers_since(mark):
+                return
+            log.warning("the brokers went away while %s was written; writing the batch "
+                        "again", self.topic)
+        raise StreamError(f"cannot write to {self.topic}: the brokers kept going away "
+                          f"({_REWRITES} attempts)")
+
+    def _write_once(self, producer: WatchedProducer, changes: Mapping[str, Any | None]) -> None:
         try:
             producer.begin_transaction()
             for key, value in changes.items():
@@ -113,7 +132,12 @@ class CoordinatorStream:
         except KafkaException as exc:
             self._fail(producer, exc)
 
-    def _fail(self, producer: Producer, exc: KafkaException) -> None:
+    def _require_open(self) -> WatchedProducer:
+        if self._producer is None:
+            raise StreamError(f"{self.topic}: write before open()")
+        return self._producer
+
+    def _fail(self, producer: WatchedProducer, exc: KafkaException) -> None:
         err: KafkaError = exc.args[0]
         if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                           KafkaError.INVALID_PRODUCER_EPOCH):
@@ -134,11 +158,6 @@ class CoordinatorStream:
                 raise StreamError(f"cannot abort a failed write to {self.topic}: "
                                   f"{abort_exc.args[0].str()}") from exc
         raise StreamError(f"cannot write to {self.topic}: {err.str()}") from exc
-
-    def _require_open(self) -> Producer:
-        if self._producer is None:
-            raise StreamError(f"{self.topic}: write before open()")
-        return self._producer
 
     def close(self) -> None:
         producer, self._producer = self._producer, None

@@ -6,6 +6,12 @@ the task's state writes reach RocksDB, in one WriteBatch with the same offsets. 
 the store may lag the committed offsets by one transaction after a crash (recovery
 replays the gap without output) but never leads them. The per-task transactional id
 is what fences a zombie owner after a handoff.
+
+A transaction during which the producer lost its brokers is not trusted: before the
+commit it is aborted, over every partition the task writes to, and redone; during the
+commit, the group's committed offsets are read back, and a broker that came back
+without the transaction restarts the task from what it does hold (see
+orchestrator/watched_producer.py).
 """
 
 from __future__ import annotations
@@ -15,9 +21,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
+from orchestrator.watched_producer import WatchedProducer
 from processor.job import Job, Record
 from processor.offsets import partition_name, to_topic_partitions
 from processor.replica import new_record
@@ -36,6 +43,9 @@ _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                  KafkaError.INVALID_PRODUCER_EPOCH,
                  KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
 
+# the record `_abort_everywhere` writes into a transaction it then aborts
+_VOID = [("baton.void", b"1")]
+
 
 class TaskFenced(Exception):
     """Another owner initialised this task's transactional id: stop at once, commit nothing."""
@@ -47,6 +57,10 @@ class ProducerFatal(Exception):
 
 class TaskFailed(Exception):
     """process() raised under on_error = "fail": the task stops at its last committed offsets."""
+
+
+class BrokerLost(Exception):
+    """The producer lost its brokers inside the open transaction: redo it."""
 
 
 class TransactionAborted(Exception):
@@ -88,8 +102,10 @@ class ActiveTask:
     """The active role of one task on this processor (owned by the runtime's loop)."""
 
     def __init__(self, name: str, partitions: Sequence[str], job: Job, store: TaskStore,
-                 producer: Producer, output_topic: str, dlq_topic: str, on_error: OnError,
-                 group_metadata: Callable[[], Any], committed: dict[str, int]) -> None:
+                 producer: WatchedProducer, output_topic: str, dlq_topic: str,
+                 on_error: OnError, group_metadata: Callable[[], Any],
+                 committed: dict[str, int],
+                 broker_committed: Callable[[list[str]], dict[str, int]]) -> None:
         self.name = name
         self.partitions = list(partitions)
         self.job = job
@@ -99,6 +115,8 @@ class ActiveTask:
         self.dlq_topic = dlq_topic
         self.on_error = on_error
         self._group_metadata = group_metadata
+        self._broker_committed = broker_committed
+        self._losses = 0                      # the producer's broker losses at begin
         self.committed = dict(committed)      # T1: the offsets of the last committed txn
         self.pending = dict(committed)        # positions including the open transaction
         self.in_transaction = False
@@ -113,6 +131,7 @@ class ActiveTask:
     def process(self, messages: Sequence[Message]) -> None:
         """Run process() over one poll batch's records of this task, inside a transaction."""
         if not self.in_transaction:
+            self._losses = self.producer.mark()
             self.producer.begin_transaction()
             self.in_transaction = True
         pending, process_one = self.pending, self._process_one
@@ -195,12 +214,20 @@ class ActiveTask:
         offsets = {p: o for p, o in self.pending.items() if o != self.committed.get(p)}
         try:
             if offsets:
+                # every output delivered before the offsets: a broker that restarts
+                # during the commit then cannot end up holding only part of them
+                self.producer.flush(_TXN_TIMEOUT_S)
                 self.producer.send_offsets_to_transaction(
                     to_topic_partitions(offsets), self._group_metadata(), _TXN_TIMEOUT_S)
+            if self.producer.lost_brokers_since(self._losses):
+                raise BrokerLost()
+            losses = self.producer.mark()
             self._commit_transaction()
-        except KafkaException as exc:
+        except (KafkaException, BrokerLost) as exc:
             self._after_failed_commit(exc)
         self.in_transaction = False
+        if offsets and self.producer.lost_brokers_since(losses):
+            self._verify_committed(offsets)
         self.store.commit(offsets)
         self.committed.update(offsets)
         committed, self.processed = self.processed, 0
@@ -214,10 +241,60 @@ class ActiveTask:
     def _commit_transaction(self) -> None:
         self.producer.commit_transaction(_TXN_TIMEOUT_S)
 
-    def _after_failed_commit(self, exc: KafkaException) -> None:
+    def _verify_committed(self, offsets: dict[str, int]) -> None:
+        """The brokers went away during the commit: does the cluster hold it?"""
+        try:
+            held: dict[str, int] | str = self._broker_committed(list(offsets))
+        except KafkaException as exc:
+            held = f"unknown: {exc}"
+        if held == offsets:
+            return
+        self.store.abort()
+        self.pending = dict(self.committed)
+        raise ProducerFatal(f"task {self.name!r}: the brokers went away during the commit "
+                            f"and came back without it (committed {held}, expected "
+                            f"{offsets}); the task restarts from the committed offsets")
+
+    def _after_failed_commit(self, exc: KafkaException | BrokerLost) -> None:
         self.in_transaction = False
         self.store.abort()
         self.pending = dict(self.committed)
+        if isinstance(exc, KafkaException):
+            self._unless_abortable(exc)
+        try:
+            self.producer.abort_transaction(_TXN_TIMEOUT_S)
+            if isinstance(exc, BrokerLost):
+                self._abort_everywhere()
+        except KafkaException as abort_exc:
+            if _is_fenced(abort_exc):
+                raise TaskFenced(f"task {self.name!r}: fenced while aborting: {abort_exc}") \
+                    from abort_exc
+            raise ProducerFatal(f"task {self.name!r}: abort failed ({abort_exc}); the task "
+                                f"restarts from its committed offsets") from abort_exc
+        reason = "the producer lost its brokers inside it" if isinstance(exc, BrokerLost) \
+            else str(exc)
+        raise TransactionAborted(f"task {self.name!r}: transaction aborted: {reason}") from exc
+
+    def _abort_everywhere(self) -> None:
+        """Abort once more, with every partition the task writes to in the transaction.
+
+        A broker that came back without the transaction no longer knows which partitions
+        it spanned, so its abort may miss records the producer delivered after the
+        restart; those would stay open until this producer's next commit took them in.
+        A void record per partition names them all again, and the abort closes them.
+        """
+        topics = [self.output_topic] + ([self.dlq_topic] if self.on_error == "dlq" else [])
+        producer = self.producer
+        producer.begin_transaction()
+        for topic in topics:
+            meta = producer.list_topics(topic, _TXN_TIMEOUT_S).topics[topic]
+            for partition in meta.partitions:
+                producer.produce(topic, b"", None, partition, headers=_VOID)
+        producer.flush(_TXN_TIMEOUT_S)
+        producer.abort_transaction(_TXN_TIMEOUT_S)
+
+    def _unless_abortable(self, exc: KafkaException) -> None:
+        """Raise what a commit failure means, unless aborting the transaction is the cure."""
         if _is_fenced(exc):
             raise TaskFenced(f"task {self.name!r}: producer fenced by a newer owner; "
                              f"its open transaction is void: {exc}") from exc
@@ -229,15 +306,6 @@ class ActiveTask:
             raise ProducerFatal(f"task {self.name!r}: commit failed ({exc}); the task "
                                 f"restarts from its committed offsets with a new producer"
                                 ) from exc
-        try:
-            self.producer.abort_transaction(_TXN_TIMEOUT_S)
-        except KafkaException as abort_exc:
-            if _is_fenced(abort_exc):
-                raise TaskFenced(f"task {self.name!r}: fenced while aborting: {abort_exc}") \
-                    from abort_exc
-            raise ProducerFatal(f"task {self.name!r}: abort failed ({abort_exc}); the task "
-                                f"restarts from its committed offsets") from abort_exc
-        raise TransactionAborted(f"task {self.name!r}: transaction aborted: {exc}") from exc
 
     def abort(self) -> None:
         """Drop the open transaction's outputs and state; positions go back to T1."""

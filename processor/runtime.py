@@ -26,13 +26,13 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Message,
-    Producer,
     TopicPartition,
 )
 
 from metrics import ProcessorMetrics, TransactionOutcome
 from orchestrator.config import Config
 from orchestrator.protocol import Barrier, HeartbeatReply, TaskReport
+from orchestrator.watched_producer import WatchedProducer
 from processor.active import (
     ActiveTask,
     ProducerFatal,
@@ -73,7 +73,7 @@ class _Activation:
     """A task on its way to active: fencing, then replaying T2 -> T1."""
 
     store: TaskStore
-    producer: Producer
+    producer: WatchedProducer
     started: float
     fenced: Future[None]
     replaying: bool = False
@@ -156,7 +156,7 @@ class TaskRuntime:
         self._paused: set[str] = set()
         self._caps_at = 0.0
         self._activations: dict[str, _Activation] = {}
-        self._standby_producers: dict[str, Producer] = {}   # connected, not yet fencing
+        self._standby_producers: dict[str, WatchedProducer] = {}   # connected, not yet fencing
         self._bulk: dict[str, Future[BulkResult]] = {}       # warmups on the Spark path
         self._bulk_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="baton-bulk")
         self._spark_started = False
@@ -243,8 +243,8 @@ class TaskRuntime:
         fenced = self._fencer.submit(producer.init_transactions, _INIT_TXN_TIMEOUT_S)
         self._activations[task] = _Activation(store, producer, time.monotonic(), fenced)
 
-    def _producer(self, task: str) -> Producer:
-        return Producer({**_PRODUCER_DEFAULTS, **self._producer_settings,
+    def _producer(self, task: str) -> WatchedProducer:
+        return WatchedProducer({**_PRODUCER_DEFAULTS, **self._producer_settings,
                          "transactional.id": f"{self.group}.{task}"})
 
     def _prepare_producer(self, task: str) -> None:
@@ -295,7 +295,8 @@ class TaskRuntime:
         active = ActiveTask(task, replay.partitions, self.job, replay.store, activation.producer,
                             self.config.job.output, f"{self.group}.dlq",
                             self.config.processor.on_error,
-                            self.active_consumer.consumer_group_metadata, dict(replay.caps))
+                            self.active_consumer.consumer_group_metadata, dict(replay.caps),
+                            functools.partial(committed_offsets, self.replay_consumer))
         active.activated_at = activation.started
         if self.metrics is not None:
             active.on_process_error = self.metrics.record_process_error

@@ -94,6 +94,18 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
 
 
 @pytest.fixture
+def restartable_broker(tmp_path: Path) -> Iterator[Broker]:
+    """A broker of the test's own, which it may restart: always an embedded one, since a
+    broker given in BATON_TEST_BOOTSTRAP is shared and not ours to stop."""
+    embedded = EmbeddedBroker(tmp_path / "broker")
+    embedded.start()
+    try:
+        yield Broker(embedded.bootstrap, dict(EMBEDDED_CLIENT_SETTINGS), embedded)
+    finally:
+        embedded.close()
+
+
+@pytest.fixture
 def unique() -> Callable[[str], str]:
     """Unique names, so tests sharing one broker never see each other's topics."""
     def make(prefix: str) -> str:
@@ -140,7 +152,8 @@ class Feeder:
     def _run(self) -> None:
         import time
 
-        producer = self.broker.producer()
+        # idempotent: a send retried across a broker restart is not written twice
+        producer = self.broker.producer(**{"enable.idempotence": True})
         started = time.monotonic()
         while not self._stop.is_set():
             due = int((time.monotonic() - started) * self.rate)

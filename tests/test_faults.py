@@ -177,6 +177,29 @@ def test_frozen_old_owner_is_declared_dead_and_fenced(job, broker) -> None:
     _verify("old owner SIGSTOP past release timeout", j, feeder, broker, ("p2", "p3"))
 
 
+class TestBrokerRestart:
+    """On a broker of the test's own (the shared one is not ours to restart)."""
+
+    @pytest.fixture
+    def broker(self, restartable_broker: Broker) -> Broker:
+        return restartable_broker
+
+    def test_broker_restarted_during_catch_up(self, job, broker) -> None:
+        j = job(catch_up={"acceptable_lag": 10}, **PATIENT)
+        feeder = _backlog_scale_out(j, broker)
+        j.signal(["p3"], signal.SIGSTOP)      # hold the handoffs in catching_up
+        try:
+            assert j.handoffs("catching_up"), j.status()["handoffs"]
+            sent = feeder.sent
+            broker.embedded.restart()         # same port, same data dir, clean stop
+            wait_for(lambda: feeder.sent > sent + 2000, 60, "traffic after the restart")
+            assert j.handoffs("catching_up"), j.status()["handoffs"]
+        finally:
+            j.signal(["p3"], signal.SIGCONT)
+        _verify("broker restart during catching_up", j, feeder, broker, ("p1", "p2", "p3"))
+        assert j.holding().get("p3")
+
+
 def test_drain_under_traffic(job, broker) -> None:
     j = job()
     feeder = _two(j, broker)

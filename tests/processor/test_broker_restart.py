@@ -1,0 +1,101 @@
+"""An active task across a restart of its broker, at the two moments that matter.
+
+A broker may come back from a restart without a transaction that was open: Kafka
+keeps it, the embedded broker aborts what it holds of it and then acknowledges the
+rest. Either way the output must stay exactly once: a transaction during which the
+producer lost its brokers is redone (restart before the commit), and a commit the
+broker came back without is found by reading the committed offsets back (restart in
+the middle of the commit). Each test restarts a broker of its own at that moment.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.config import parse_config
+from processor.runtime import TaskRuntime
+from tests.conftest import Broker, oracle_check, wait_for
+from tests.processor.test_runtime import _consumed, _model, _reply, _runtime
+
+pytestmark = pytest.mark.integration
+
+TASK = "Partition 0"
+
+
+@pytest.fixture
+def broker(restartable_broker: Broker) -> Broker:
+    return restartable_broker
+
+
+def _feed(broker: Broker, topic: str, start: int, count: int) -> None:
+    producer = broker.producer(**{"enable.idempotence": True})
+    for i in range(start, start + count):
+        producer.produce(topic, key=f"k{i % 7}".encode(), value=str(i % 9 + 1).encode())
+    assert producer.flush(30) == 0
+
+
+def _active(broker: Broker, job_config: Callable[..., dict[str, Any]], tmp_path: Path
+            ) -> tuple[Any, TaskRuntime]:
+    raw = job_config(partitions=1)
+    config = parse_config(raw)
+    runtime = _runtime(raw, tmp_path, "p1")
+    runtime.apply(_reply(_model(config.job.inputs[0], 1), active=[TASK]))
+    _feed(broker, config.job.inputs[0], 0, 300)
+    wait_for(lambda: _consumed([runtime], 300), 60, "the first records",
+             lambda: runtime.poll(0.05))
+    return config, runtime
+
+
+def _finish(broker: Broker, config: Any, runtime: TaskRuntime, total: int) -> None:
+    try:
+        wait_for(lambda: _consumed([runtime], total), 90, f"all {total} records committed",
+                 lambda: runtime.poll(0.05))
+    finally:
+        runtime.close(commit=True)
+    result = oracle_check(broker, config)
+    assert result.records_in == total
+    assert result.ok, result
+
+
+def test_restart_before_the_commit_redoes_the_transaction(broker, job_config, tmp_path,
+                                                           caplog) -> None:
+    config, runtime = _active(broker, job_config, tmp_path)
+    active = runtime.active[TASK]
+    _feed(broker, config.job.inputs[0], 300, 200)
+    wait_for(lambda: active.processed > 0, 30, "an open transaction",
+             lambda: active.process(runtime.active_consumer.consume(500, 0.1)))
+    broker.embedded.restart()
+    with caplog.at_level(logging.WARNING, logger="baton.processor.runtime"):
+        runtime._run_active(TASK, runtime._commit)
+    assert "lost its brokers" in caplog.text
+    assert active.committed == active.pending          # rewound to T1, nothing committed
+    _finish(broker, config, runtime, 500)
+
+
+def test_restart_inside_the_commit_is_detected(broker, job_config, tmp_path, caplog) -> None:
+    config, runtime = _active(broker, job_config, tmp_path)
+    active = runtime.active[TASK]
+    before = dict(active.committed)
+    commit_transaction = active._commit_transaction
+
+    def restart_then_commit() -> None:    # outputs and offsets sent, EndTxn not yet
+        broker.embedded.restart()
+        commit_transaction()
+
+    active._commit_transaction = restart_then_commit  # type: ignore[method-assign]
+    _feed(broker, config.job.inputs[0], 300, 200)
+    wait_for(lambda: active.processed > 0, 30, "an open transaction",
+             lambda: active.process(runtime.active_consumer.consume(500, 0.1)))
+    with caplog.at_level(logging.WARNING, logger="baton.processor.runtime"):
+        runtime._run_active(TASK, runtime._commit)
+    # the embedded broker came back without the transaction (Kafka would have kept it):
+    # the task restarts from the offsets the broker holds, with a new producer
+    assert "came back without it" in caplog.text
+    assert active.committed == before
+    assert runtime.active.get(TASK) is not active and TASK not in runtime.failed
+    _finish(broker, config, runtime, 500)
