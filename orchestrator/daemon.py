@@ -90,7 +90,10 @@ def _bind(listen: str) -> socket.socket:
     try:
         infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
         family, _, _, _, address = infos[0]
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # proto named: asyncio sets TCP_NODELAY on accepted connections only when the
+        # listener's proto is IPPROTO_TCP; without it every reply's body waited ~40 ms on
+        # Nagle and the client's delayed ACK, twice per heartbeat, inside every handoff
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
         sock.listen(128)
