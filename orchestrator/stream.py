@@ -113,9 +113,9 @@ class CoordinatorStream:
             return
         producer = self._require_open()
         for _ in range(_REWRITES):
-            mark = producer.mark()
+            losses = producer.losses()
             self._write_once(producer, changes)
-            if not producer.lost_brokers_since(mark):
+            if producer.losses() == losses:
                 return
             log.warning("the brokers went away while %s was written; writing the batch "
                         "again", self.topic)

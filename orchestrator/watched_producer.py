@@ -4,13 +4,13 @@ A broker that restarts between a transaction's first write and its commit may co
 back without that transaction: Kafka keeps transaction state in a replicated log and
 resumes it, but a broker that forgets it aborts the records already written and then
 acknowledges the rest of the transaction as if nothing happened. The writers that
-must not lose a transaction (a task's output, the coordinator stream) therefore ask
-`lost_brokers_since()` around each transaction and redo or verify it when the answer
+must not lose a transaction (a task's output, the coordinator stream) therefore
+compare `losses()` before and after each transaction and redo or verify it when the answer
 is yes; on a broker that keeps its transactions, that costs one redo or one lookup
 per broker outage and nothing otherwise.
 
 librdkafka reports the loss as error events (all brokers down, transport failures),
-delivered by `poll()`: `mark()` polls, then remembers the count.
+delivered by `poll()`: `losses()` polls, then returns the count.
 """
 
 from __future__ import annotations
@@ -36,12 +36,7 @@ class WatchedProducer(Producer):  # type: ignore[misc]
         if err.code() in _LOSS_CODES:
             self.broker_losses += 1
 
-    def mark(self) -> int:
-        """Serve pending error events, then return the loss count to compare later."""
+    def losses(self) -> int:
+        """Serve pending error events, then return the loss count (compare two calls)."""
         self.poll(0)
         return self.broker_losses
-
-    def lost_brokers_since(self, mark: int) -> bool:
-        """Did the producer lose a broker connection since `mark()` returned `mark`?"""
-        self.poll(0)
-        return self.broker_losses != mark

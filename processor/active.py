@@ -131,7 +131,7 @@ class ActiveTask:
     def process(self, messages: Sequence[Message]) -> None:
         """Run process() over one poll batch's records of this task, inside a transaction."""
         if not self.in_transaction:
-            self._losses = self.producer.mark()
+            self._losses = self.producer.losses()
             self.producer.begin_transaction()
             self.in_transaction = True
         pending, process_one = self.pending, self._process_one
@@ -219,14 +219,14 @@ class ActiveTask:
                 self.producer.flush(_TXN_TIMEOUT_S)
                 self.producer.send_offsets_to_transaction(
                     to_topic_partitions(offsets), self._group_metadata(), _TXN_TIMEOUT_S)
-            if self.producer.lost_brokers_since(self._losses):
+            losses = self.producer.losses()
+            if losses != self._losses:
                 raise BrokerLost()
-            losses = self.producer.mark()
             self._commit_transaction()
         except (KafkaException, BrokerLost) as exc:
             self._after_failed_commit(exc)
         self.in_transaction = False
-        if offsets and self.producer.lost_brokers_since(losses):
+        if offsets and self.producer.losses() != losses:
             self._verify_committed(offsets)
         self.store.commit(offsets)
         self.committed.update(offsets)

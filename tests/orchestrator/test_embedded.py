@@ -87,9 +87,7 @@ def test_clean_stop_under_transactions_loses_nothing_acknowledged(tmp_path) -> N
     def stop_soon() -> None:
         while len(acked) < 20:
             threading.Event().wait(0.01)
-        print('at stop', len(acked))
         broker.stop()
-        print('after stop', len(acked))
         stopped.set()
 
     threading.Thread(target=stop_soon, daemon=True).start()
