@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator.assignment import (  # noqa: E402
+from orchestrator.core.assignment import (  # noqa: E402
     Assignment,
     AssignmentConfig,
     ProcessorState,

@@ -31,8 +31,7 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from orchestrator.client import CoordinatorClient
-from orchestrator.demo import (
+from orchestrator.devkit.demo import (
     Demo,
     _balanced,
     _Cluster,
@@ -42,8 +41,9 @@ from orchestrator.demo import (
     _percentile,
     _read,
 )
-from orchestrator.embedded import EmbeddedBroker
-from orchestrator.token import read_token
+from orchestrator.devkit.embedded import EmbeddedBroker
+from orchestrator.wire.client import CoordinatorClient
+from orchestrator.wire.token import read_token
 
 PARTITIONS = 4
 RATE = 1000.0

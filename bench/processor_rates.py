@@ -36,10 +36,10 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from orchestrator.config import parse_config
-from orchestrator.embedded import EMBEDDED_CLIENT_SETTINGS, EmbeddedBroker
-from orchestrator.protocol import Assignment, HeartbeatReply
-from processor.offsets import partition_name
+from orchestrator.devkit.embedded import EMBEDDED_CLIENT_SETTINGS, EmbeddedBroker
+from orchestrator.kafka.offsets import partition_name
+from orchestrator.wire.config import parse_config
+from orchestrator.wire.protocol import Assignment, HeartbeatReply
 from processor.runtime import TaskRuntime
 
 __all__ = ["main", "measure"]

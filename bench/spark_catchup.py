@@ -31,7 +31,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from orchestrator.embedded import EMBEDDED_CLIENT_SETTINGS, EmbeddedBroker
+from orchestrator.devkit.embedded import EMBEDDED_CLIENT_SETTINGS, EmbeddedBroker
 from processor.bulk import bulk_catch_up, ingest_bulk, load_job, read_range
 from processor.replica import Replica
 from processor.spark import spark_session, startup_seconds, stop_spark

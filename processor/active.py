@@ -24,9 +24,9 @@ from typing import Any, Literal
 from confluent_kafka import KafkaError, KafkaException, Message
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
-from orchestrator.watched_producer import WatchedProducer
+from orchestrator.kafka.offsets import partition_name, to_topic_partitions
+from orchestrator.kafka.watched_producer import WatchedProducer
 from processor.job import Job, Record
-from processor.offsets import partition_name, to_topic_partitions
 from processor.replica import new_record
 from store import TaskStore
 

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from orchestrator.config import Config
+from orchestrator.wire.config import Config
 from processor.bulk import group_chunks
 from processor.job import Job, Record
 from processor.spark import (

@@ -471,7 +471,7 @@ def run_bulk_catch_up(config: Any, store: Any, ranges: Ranges, task: str, *,
     """The processor's one call: Spark session, bulk catch-up, ingest (T2 included).
 
     Args:
-        config: the `orchestrator.config.Config` (spark.master, catch_up.source, job, kafka).
+        config: the `orchestrator.wire.config.Config` (spark.master, catch_up.source, job, kafka).
         store: the task's open, empty TaskStore.
         ranges: {"topic:N": (start, end)} of S2 (input partitions, or the changelog
             partitions for source "changelog"); `end` becomes T2.

@@ -19,8 +19,8 @@ from types import FrameType
 from prometheus_client import CollectorRegistry
 
 from metrics import ProcessorMetrics, serve_metrics
-from orchestrator.config import Config
-from orchestrator.protocol import TaskReport
+from orchestrator.wire.config import Config
+from orchestrator.wire.protocol import TaskReport
 from processor.heartbeat import EXIT_DEAD, HeartbeatMonitor
 from processor.runtime import TaskRuntime
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 
 from metrics import HeartbeatOutcome
-from orchestrator.protocol import HeartbeatReply, HeartbeatRequest, TaskReport
-from orchestrator.token import TokenError, read_token
+from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest, TaskReport
+from orchestrator.wire.token import TokenError, read_token
 
 __all__ = ["HeartbeatMonitor"]
 

@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 from confluent_kafka import Message
 
+from orchestrator.kafka.offsets import partition_name
 from processor.job import Job, Record
-from processor.offsets import partition_name
 from store import TaskStore
 
 __all__ = ["Replica", "ReplicaRole", "new_record"]

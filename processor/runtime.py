@@ -30,9 +30,15 @@ from confluent_kafka import (
 )
 
 from metrics import ProcessorMetrics, TransactionOutcome
-from orchestrator.config import Config
-from orchestrator.protocol import Barrier, HeartbeatReply, TaskReport
-from orchestrator.watched_producer import WatchedProducer
+from orchestrator.kafka.offsets import (
+    committed_offsets,
+    committed_once,
+    parse_partition,
+    watermarks,
+)
+from orchestrator.kafka.watched_producer import WatchedProducer
+from orchestrator.wire.config import Config
+from orchestrator.wire.protocol import Barrier, HeartbeatReply, TaskReport
 from processor.active import (
     ActiveTask,
     ProducerFatal,
@@ -41,7 +47,6 @@ from processor.active import (
     TransactionAborted,
 )
 from processor.job import Job
-from processor.offsets import committed_offsets, committed_once, parse_partition, watermarks
 from processor.replica import Replica, ReplicaRole
 from store import StoreError, TaskStore, task_store_path
 

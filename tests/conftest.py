@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from orchestrator.embedded import EMBEDDED_CLIENT_SETTINGS, EmbeddedBroker
+from orchestrator.devkit.embedded import EMBEDDED_CLIENT_SETTINGS, EmbeddedBroker
 
 
 class Broker:
@@ -274,8 +274,8 @@ def coordinated(job_config: Callable[..., dict[str, Any]], tmp_path: Path
                 ) -> Callable[..., tuple[Any, Path]]:
     """A factory: a job config with its own coordinator port and short, test-friendly
     intervals, written to a TOML file. Returns (Config, path)."""
-    from orchestrator.config import dump_config, load_config
-    from orchestrator.embedded import free_port
+    from orchestrator.devkit.embedded import free_port
+    from orchestrator.wire.config import dump_config, load_config
 
     def make(partitions: int = 4, **sections: dict[str, Any]) -> tuple[Any, Path]:
         port = free_port()
@@ -298,8 +298,8 @@ def coordinated(job_config: Callable[..., dict[str, Any]], tmp_path: Path
 
 def coordinator_client(config: Any, retry: dict[str, Any] | None = None) -> Any:
     """A CoordinatorClient with the token from the config's token file."""
-    from orchestrator.client import CoordinatorClient
-    from orchestrator.token import read_token
+    from orchestrator.wire.client import CoordinatorClient
+    from orchestrator.wire.token import read_token
 
     return CoordinatorClient(config.coordinator.url, read_token(config.token_file), retry)
 

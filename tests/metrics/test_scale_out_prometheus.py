@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from orchestrator.config import load_config
+from orchestrator.wire.config import load_config
 from processor.examples import RunningSum
 from processor.job import Output, Record, State
 from tests.conftest import Daemon, wait_for

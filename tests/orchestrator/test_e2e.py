@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config import load_config
+from orchestrator.wire.config import load_config
 from tests.conftest import Daemon, Feeder, oracle_check, wait_for, wait_for_coordinator
 
 pytestmark = pytest.mark.integration
@@ -117,7 +117,7 @@ class Job:
         return {p: 0 for t in status["tasks"] for p in t["partitions"]} | self._high()
 
     def _high(self) -> dict[str, int]:
-        from orchestrator.topics import TopicAdmin
+        from orchestrator.kafka.topics import TopicAdmin
 
         admin = TopicAdmin(self.config.kafka_settings(), "e2e-reader")
         try:

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.embedded import free_port
+from orchestrator.devkit.embedded import free_port
 from processor.job import Job, Output, Record, State
 from processor.spark import spark_session, stop_spark
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import sys
 
-from orchestrator.config import load_config
-from orchestrator.protocol import Assignment, HeartbeatReply
+from orchestrator.wire.config import load_config
+from orchestrator.wire.protocol import Assignment, HeartbeatReply
 from processor.runtime import TaskRuntime
 
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.cli_audit import audit_command
-from orchestrator.config import dump_config
+from orchestrator.cli.audit import audit_command
+from orchestrator.wire.config import dump_config
 from processor.audit import compare_sequences
 from processor.examples import RunningSum
 from processor.job import Record

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config import parse_config
+from orchestrator.wire.config import parse_config
 from processor.runtime import TaskRuntime
 from tests.conftest import Broker, oracle_check, wait_for
 from tests.processor.test_runtime import _consumed, _model, _reply, _runtime

@@ -262,7 +262,7 @@ def test_a_job_that_cannot_be_imported_is_named(spark, broker) -> None:
 
 
 def test_unreachable_master_is_named() -> None:
-    from orchestrator.embedded import free_port
+    from orchestrator.devkit.embedded import free_port
 
     master = f"spark://127.0.0.1:{free_port()}"
     with pytest.raises(SparkUnavailableError, match=f"Spark master {master} is unreachable"):

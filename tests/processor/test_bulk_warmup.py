@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from metrics import ProcessorMetrics
-from orchestrator.config import parse_config
+from orchestrator.wire.config import parse_config
 from tests.conftest import Feeder, oracle_check, wait_for
 from tests.processor.test_runtime import _consumed, _model, _reply, _runtime
 

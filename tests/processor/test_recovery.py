@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from orchestrator.config import dump_config, parse_config
-from orchestrator.protocol import Assignment, HeartbeatReply
+from orchestrator.wire.config import dump_config, parse_config
+from orchestrator.wire.protocol import Assignment, HeartbeatReply
 from processor.job import Job, Output, Record, State
 from processor.runtime import TaskRuntime
 from tests.conftest import Feeder, oracle_check, wait_for

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from orchestrator.config import parse_config
-from orchestrator.protocol import Assignment, HeartbeatReply
-from processor.offsets import partition_name
+from orchestrator.kafka.offsets import partition_name
+from orchestrator.wire.config import parse_config
+from orchestrator.wire.protocol import Assignment, HeartbeatReply
 from processor.runtime import TaskRuntime
 from tests.conftest import Feeder, oracle_check, wait_for
 

@@ -1,0 +1,31 @@
+"""`baton demo [--json]`: the main job on the embedded broker, end to end."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.console import Console
+
+__all__ = ["demo_command"]
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object (for scripts)")
+def demo_command(as_json: bool) -> None:
+    """Run, scale out, expand, drain, verify, summarise (exit 1 if the oracle fails)."""
+    from orchestrator.devkit.demo import print_summary, run_demo
+
+    console = None if as_json else Console()
+    try:
+        result = run_demo(console)
+    except (TimeoutError, RuntimeError) as exc:
+        click.echo(f"baton demo: {exc}", err=True)
+        sys.exit(1)
+    if as_json:
+        click.echo(json.dumps(result.__dict__))
+    else:
+        assert console is not None
+        print_summary(console, result)
+    sys.exit(0 if result.ok else 1)

@@ -1,0 +1,46 @@
+"""`baton processor -c FILE --id ID`: run a processor daemon."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from orchestrator.wire.config import ConfigError, load_config
+from orchestrator.wire.logs import setup_logging
+
+__all__ = ["processor_command"]
+
+
+@click.command()
+@click.option("-c", "--config", "config_path", required=True, type=click.Path(path_type=Path),
+              help="the job's TOML config")
+@click.option("--id", "processor_id", required=True,
+              help="stable processor id, e.g. p1 ([A-Za-z0-9._-]+)")
+@click.option("--state-dir", type=click.Path(path_type=Path), default=None,
+              help="override processor.state_dir (several processors on one host)")
+def processor_command(config_path: Path, processor_id: str, state_dir: Path | None) -> None:
+    """Run a processor daemon: its tasks, catch-up and handoffs, driven by the coordinator."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", processor_id):
+        raise click.BadParameter("use letters, digits, '.', '_' or '-'", param_hint="--id")
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        click.echo(f"baton processor: {exc}", err=True)
+        sys.exit(2)
+    if state_dir is not None:
+        config = config.model_copy(update={"processor": config.processor.model_copy(
+            update={"state_dir": str(state_dir.resolve())})})
+    setup_logging(f"processor[{processor_id}]")
+    from processor.daemon import run_processor
+    from processor.runtime import load_job
+
+    try:
+        load_job(config.job.class_)
+    except (ImportError, TypeError) as exc:
+        click.echo(f"baton processor: {config_path}: {exc}", err=True)
+        sys.exit(2)
+    sys.exit(run_processor(config, processor_id))

@@ -1,0 +1,422 @@
+"""The coordinator core: job model, processors, assignment and handoffs (no I/O).
+
+Theory of operation
+===================
+
+The core is a plain object driven by three kinds of calls, all made by the daemon
+under one lock, each with the injected clock's reading:
+
+- messages from processors: `register()`, `heartbeat()` (both take a
+  `HeartbeatRequest` and return the `HeartbeatReply`), `alive()` for the pinned
+  /containerHeartbeat probe;
+- observations from the daemon's I/O edge: `observe_offsets()` (watermarks and the
+  job group's committed offsets), `apply_expansion()` / `refuse_expansion()` from
+  the partition monitor;
+- `tick()`, every few hundred milliseconds, and operator requests (`drain()`).
+
+Every call ends in `_reconcile()`, which is level-triggered like the wire protocol:
+it looks at the whole current picture and moves it one step towards the target.
+
+1. Liveness: a valid processor silent for `processor_timeout` is lost; a lost,
+   replaced or declared-dead execution loses its roles (its tasks become ownerless),
+   and every handoff it takes part in gets `ProcessorLost`.
+2. Handoffs (orchestrator/handoff.py, driven by orchestrator/moves.py) get events
+   derived from the reports: the target holds the replica (WarmupStarted), its lag
+   (LagReported), the source reports the task "released" (ReleaseAcked), the target
+   reports it "active" (Activated), and a Tick. Their commands edit the *roles* we
+   list for each processor (orchestrator/roles.py): a release is the task leaving
+   the source's `active`, an activation the task entering the target's `active`. A
+   task is never listed active on two live processors: the target is listed only
+   after the source was unlisted (release acknowledged, or the source declared dead
+   and so invalid).
+3. Placement (orchestrator/placement.py) runs the KIP-441 assignor
+   (orchestrator/assignment.py) with the current owners,
+   replicas and lags. An ownerless task is listed active on its new home at once
+   (its activation fences the old producer). A task whose owner must change becomes
+   a handoff: released at once when the target is caught up, else warmed up first
+   (at most `max_warmups` catch-ups at a time). Draining processors are left out of
+   the assignor's input, so their tasks are placed elsewhere and leave through
+   handoffs; a draining processor that holds nothing is told to stop.
+
+Lag of a replica on a task = sum over the task's partitions of max(0, T1 - T2): T1 is
+the owner's reported committed position (the released position during a release;
+the group's committed offset when no owner reports; else the low watermark), T2 the
+replica's reported position (a missing partition counts from the low watermark).
+
+Persistence: `records()` is the whole state as coordinator-stream records;
+`pending_changes()` diffs it against what was last written, and the daemon writes
+that batch in one transaction *before* it answers, so nothing a processor hears was
+not persisted first. `Coordinator.restore()` rebuilds the core from the records and
+resumes handoffs in flight; the next replies simply carry the persisted roles. After
+a restart no new moves start until every known processor reported again (or timed
+out), so the assignor never decides on an empty picture.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from metrics import CoordinatorMetrics, HandoffSample, LagSample
+from orchestrator.core import handoff as hs
+from orchestrator.core.assignment import AssignmentConfig
+from orchestrator.core.handoff_driver import Moves
+from orchestrator.core.liveness import Liveness, Processor
+from orchestrator.core.model import Expansion, JobModel
+from orchestrator.core.placement import place
+from orchestrator.core.roles import RoleBook
+from orchestrator.wire.clock import Clock
+from orchestrator.wire.config import Config
+from orchestrator.wire.protocol import Barrier, HeartbeatReply, HeartbeatRequest, TaskReport
+
+__all__ = ["Coordinator", "CoreConfig", "DrainError", "UnknownProcessor"]
+
+log = logging.getLogger("baton.coordinator")
+
+
+# Keys of the coordinator stream this core writes (others, like the daemon's
+# "coordinator" keepalive, are left alone).
+_OWNED_KEYS = ("model", "assignment", "drain", "errors")
+_OWNED_PREFIXES = ("processor/", "handoff/")
+
+
+def _owned(key: str) -> bool:
+    return key in _OWNED_KEYS or key.startswith(_OWNED_PREFIXES)
+
+
+class UnknownProcessor(LookupError):
+    """An operator named a processor the coordinator does not know."""
+
+
+class DrainError(RuntimeError):
+    """A drain that cannot be done (for example the processor is not alive)."""
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    """The settings the core uses, in seconds (from [job], [coordinator], [catch_up])."""
+
+    job: str
+    scheme: str = "partition"
+    processor_timeout_s: float = 10.0
+    assignment: AssignmentConfig = AssignmentConfig()
+    handoff: hs.HandoffConfig = hs.HandoffConfig()
+
+    @classmethod
+    def from_config(cls, config: Config) -> CoreConfig:
+        """Build from an `orchestrator.wire.config.Config`."""
+        c, k = config.coordinator, config.catch_up
+        return cls(
+            job=config.job.name, scheme=config.job.grouping,
+            processor_timeout_s=c.processor_timeout_ms / 1000,
+            assignment=AssignmentConfig(k.acceptable_lag, k.max_warmups, k.num_standbys,
+                                        k.balance_factor),
+            handoff=hs.HandoffConfig(k.acceptable_lag, c.release_timeout_ms / 1000,
+                                     c.activate_timeout_ms / 1000))
+
+
+class Coordinator:
+    """The coordinator's state and rules; see the module docstring.
+
+    Args:
+        config: thresholds and timeouts.
+        clock: the injected clock (a `FakeClock` in tests).
+        model: the job model in force.
+        metrics: where to record handoff phases, outcomes, pauses, invalid heartbeats.
+    """
+
+    def __init__(self, config: CoreConfig, clock: Clock, model: JobModel,
+                 metrics: CoordinatorMetrics | None = None) -> None:
+        self.config = config
+        self.clock = clock
+        self.model = model
+        self.metrics = metrics
+        self.processors = Liveness()
+        self.roles = RoleBook(self._valid)
+        self.moves = Moves(config.handoff, self.roles, clock, metrics,
+                           lambda pid, why: self._lose(pid, why, keep_roles=False))
+        self.draining: set[str] = set()
+        self.errors: list[str] = []
+        self.low: dict[str, int] = {}
+        self.high: dict[str, int] = {}
+        self.committed: dict[str, int] = {}
+        self.follow_up = False
+        self._persisted: dict[str, Any] = {}
+        self._settle_by = clock.monotonic()
+        if metrics is not None:
+            metrics.set_generation(model.generation)
+            metrics.set_views(lag_view=self.lag_samples, handoff_view=self.handoff_samples)
+
+    # ---- restore and persistence --------------------------------------------------------
+
+    @classmethod
+    def restore(cls, config: CoreConfig, clock: Clock, records: Mapping[str, Any],
+                metrics: CoordinatorMetrics | None = None) -> Coordinator | None:
+        """Rebuild from coordinator-stream records; None when there is no model yet."""
+        if "model" not in records:
+            return None
+        core = cls(config, clock, JobModel.from_record(records["model"]), metrics)
+        now = clock.monotonic()
+        for key, value in records.items():
+            if key.startswith("processor/"):
+                core.processors.add(Processor.from_record(key.partition("/")[2], value, now))
+        core.roles.load(dict(records.get("assignment", {})))
+        core.draining = set(dict(records.get("drain", {})).get("processors", ()))
+        core.errors = list(dict(records.get("errors", {})).get("errors", ()))
+        core._persisted = {k: v for k, v in records.items() if _owned(k)}
+        core._settle_by = now + config.processor_timeout_s
+        for key, value in records.items():
+            if key.startswith("handoff/"):
+                core.moves.resume(hs.Handoff.from_dict(value))
+        return core
+
+    def records(self) -> dict[str, Any]:
+        """The whole state as coordinator-stream records (key -> JSON value)."""
+        out: dict[str, Any] = {"model": self.model.to_record()}
+        for p in self.processors:
+            out[f"processor/{p.id}"] = p.to_record()
+        out["assignment"] = self.roles.to_record()
+        for task, handoff in sorted(self.handoffs.items()):
+            out[f"handoff/{task}"] = handoff.to_dict()
+        if self.draining:
+            out["drain"] = {"processors": sorted(self.draining)}
+        if self.errors:
+            out["errors"] = {"errors": list(self.errors)}
+        return out
+
+    def pending_changes(self) -> dict[str, Any | None]:
+        """Records changed since the last `confirm()`; None values are deletions."""
+        now = self.records()
+        changes: dict[str, Any | None] = {k: v for k, v in now.items()
+                                          if self._persisted.get(k) != v}
+        changes.update({k: None for k in self._persisted if k not in now})
+        return changes
+
+    def confirm(self, changes: Mapping[str, Any | None]) -> None:
+        """The daemon wrote `changes`: they are the persisted state now."""
+        for key, value in changes.items():
+            if value is None:
+                self._persisted.pop(key, None)
+            else:
+                self._persisted[key] = value
+
+    # ---- processors ---------------------------------------------------------------------
+
+    def alive(self, execution_id: str) -> bool:
+        """The pinned /containerHeartbeat answer."""
+        return self.processors.alive(execution_id)
+
+    def register(self, request: HeartbeatRequest) -> HeartbeatReply:
+        """A processor execution starts: it becomes its id's one valid execution."""
+        now = self.clock.monotonic()
+        old = self.processors.get(request.processor_id)
+        if old is not None and old.execution_id != request.execution_id:
+            log.warning("processor %s registered a new execution %s; execution %s is no "
+                        "longer valid", old.id, request.execution_id, old.execution_id)
+            self._lose(old.id, f"replaced by execution {request.execution_id}",
+                       keep_roles=True)
+        processor = self.processors.register(request, now, self.clock.time())
+        return self._answer(processor, request)
+
+    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatReply:
+        """A processor's periodic report; an invalid execution is told it is dead."""
+        processor = self.processors.valid(request)
+        if processor is None:
+            if self.metrics is not None:
+                self.metrics.record_invalid_heartbeat()
+            return HeartbeatReply(alive=False, generation=self.model.generation)
+        return self._answer(processor, request)
+
+    def _answer(self, processor: Processor, request: HeartbeatRequest) -> HeartbeatReply:
+        self.processors.seen(processor, request, self.clock.monotonic())
+        if request.leaving:
+            return self._leave(processor)
+        self._reconcile()
+        if not processor.valid:  # declared dead by this very reconcile
+            return HeartbeatReply(alive=False, generation=self.model.generation)
+        processor.generation = self.model.generation
+        return HeartbeatReply(
+            alive=True, generation=self.model.generation, tasks=self.model.tasks,
+            barriers={c: Barrier(parent=p, offset=o) for c, (p, o) in self.model.barriers.items()},
+            assignment=self.roles.peek(processor.id).wire(),
+            stop=self._drained(processor.id))
+
+    def _leave(self, processor: Processor) -> HeartbeatReply:
+        """A graceful goodbye: take its released positions, then forget it."""
+        self._drive_handoffs()
+        log.info("processor %s left", processor.id)
+        self._lose(processor.id, "left", keep_roles=False)
+        self.processors.remove(processor.id)
+        self.draining.discard(processor.id)
+        self._reconcile()
+        return HeartbeatReply(alive=True, generation=self.model.generation, stop=True)
+
+    def _lose(self, pid: str, reason: str, *, keep_roles: bool) -> None:
+        """Invalidate `pid`'s execution; its handoffs learn it; its roles go (or stay
+        listed for the same id's new execution, whose activation fences the old one)."""
+        if self.processors.invalidate(pid, reason) is None:
+            return  # unknown, or already invalid
+        if not keep_roles:
+            self.roles.drop(pid)
+        for task in [h.task for h in self.moves.involving(pid)]:
+            current = self.moves.handoffs.get(task)  # a nested loss may have ended it
+            if current is not None and pid in (current.source, current.target):
+                self.moves.step(current, hs.ProcessorLost(pid))
+
+    def drain(self, pid: str) -> dict[str, Any]:
+        """Scale in: move `pid`'s tasks away (with catch-up), then tell it to stop.
+
+        Raises:
+            UnknownProcessor: no such processor.
+            DrainError: it is not alive.
+        """
+        processor = self.processors.get(pid)
+        if processor is None:
+            raise UnknownProcessor(f"no processor {pid!r}; known: "
+                                   f"{', '.join(p.id for p in self.processors) or 'none'}")
+        if not processor.valid:
+            raise DrainError(f"processor {pid!r} is not alive ({processor.reason}): its "
+                             f"tasks are already being placed elsewhere")
+        self.draining.add(pid)
+        self._reconcile()
+        return {"processor": pid, "draining": True,
+                "tasks": sorted(self.roles.peek(pid).active)}
+
+    def _drained(self, pid: str) -> bool:
+        """A draining processor holds nothing and takes part in no handoff."""
+        return (pid in self.draining and self.roles.peek(pid).empty()
+                and not self.moves.involving(pid))
+
+    # ---- observations -------------------------------------------------------------------
+
+    def observe_offsets(self, low: Mapping[str, int], high: Mapping[str, int],
+                        committed: Mapping[str, int]) -> None:
+        """Watermarks and the job group's committed offsets, from the daemon's admin I/O."""
+        self.low.update(low)
+        self.high.update(high)
+        self.committed.update(committed)
+
+    def apply_expansion(self, expansion: Expansion) -> None:
+        """The monitor (or POST /expand) grew the model: new generation, barriers."""
+        self.model = expansion.model
+        for topic, (old, new) in expansion.grown.items():
+            log.info("input %s grew from %d to %d partitions: generation %d, barriers %s",
+                     topic, old, new, self.model.generation,
+                     {c: self.model.barriers[c] for c in expansion.parents
+                      if c.startswith(topic + ":")})
+            if self.metrics is not None:
+                self.metrics.record_expansion(topic)
+        self.errors = [e for e in self.errors if not e.startswith("expansion refused")]
+        if self.metrics is not None:
+            self.metrics.set_generation(self.model.generation)
+        self._reconcile()
+
+    def refuse_expansion(self, reason: str) -> None:
+        """A growth the grouping refuses: keep the old model, surface the reason."""
+        message = f"expansion refused: {reason}"
+        if message not in self.errors:
+            log.error("%s; the job keeps generation %d", message, self.model.generation)
+            self.errors = [e for e in self.errors if not e.startswith("expansion refused")]
+            self.errors.append(message)
+
+    def tick(self) -> None:
+        """Time passed: timeouts, then one reconcile step."""
+        self._reconcile()
+
+    # ---- the reconcile step -------------------------------------------------------------
+
+    def _reconcile(self) -> None:
+        now = self.clock.monotonic()
+        for processor in self.processors.silent(now, self.config.processor_timeout_s):
+            log.warning("processor %s (execution %s) silent for %.1f s: lost; its tasks are "
+                        "placed again", processor.id, processor.execution_id,
+                        now - processor.last_seen)
+            self._lose(processor.id, f"silent for more than {self.config.processor_timeout_s}"
+                       " s (coordinator.processor_timeout_ms)", keep_roles=False)
+        self._drive_handoffs()
+        if self._settled():
+            self.roles.keep_only({p.id for p in self.processors.live()})
+            self.follow_up = place(self)
+        self.moves.count_pauses(self)
+        if self.metrics is not None:
+            live = self.processors.live()
+            self.metrics.set_processors({
+                "alive": sum(p.id not in self.draining for p in live),
+                "draining": sum(p.id in self.draining for p in live),
+                "dead": sum(not p.valid for p in self.processors)})
+
+    def _drive_handoffs(self) -> None:
+        self.moves.drive(self)
+
+    def _settled(self) -> bool:
+        """After a restart, wait for every valid processor's first report."""
+        return (self.clock.monotonic() >= self._settle_by
+                or all(p.reported for p in self.processors.live()))
+
+    # ---- queries ------------------------------------------------------------------------
+
+    def _valid(self, pid: str) -> bool:
+        processor = self.processors.get(pid)
+        return processor is not None and processor.valid
+
+    def report(self, pid: str | None, task: str) -> TaskReport | None:
+        """`pid`'s last report on `task`, if `pid` is valid and holds it."""
+        processor = self.processors.get(pid) if pid is not None else None
+        if processor is None or not processor.valid:
+            return None
+        return processor.reports.get(task)
+
+    @property
+    def handoffs(self) -> dict[str, hs.Handoff]:
+        """The handoffs in flight, by task."""
+        return self.moves.handoffs
+
+    @property
+    def history(self) -> list[hs.Handoff]:
+        """Recently finished handoffs, newest last."""
+        return self.moves.history
+
+    def owner(self, task: str) -> str | None:
+        """The live processor listed with `task` active, if any."""
+        return self.roles.owner(task)
+
+    def t1(self, task: str) -> dict[str, int | None]:
+        """The owner's committed positions on `task`; None where nothing is known yet."""
+        partitions = self.model.tasks.get(task, [])
+        reported: Mapping[str, int] = {}
+        handoff = self.handoffs.get(task)
+        source = handoff.source if handoff is not None else None
+        released = self.report(source, task)
+        owner_report = self.report(self.owner(task), task)
+        if released is not None and released.role == "released":
+            reported = released.positions
+        elif owner_report is not None and owner_report.role == "active":
+            reported = owner_report.positions
+        return {p: reported.get(p, self.committed.get(p, self.low.get(p)))
+                for p in partitions}
+
+    def lag(self, task: str, pid: str) -> int | None:
+        """Records `pid`'s replica of `task` is behind T1; None without a replica report."""
+        report = self.report(pid, task)
+        if report is None or report.role not in ("warmup", "standby", "activating"):
+            return None
+        t1 = self.t1(task)
+        if any(v is None for v in t1.values()):
+            return None  # T1 unknown: never call a replica caught up on a guess
+        return sum(max(0, (v or 0) - report.positions.get(p, self.low.get(p, 0)))
+                   for p, v in t1.items())
+
+    def lag_samples(self) -> list[LagSample]:
+        """Scrape-time view for metrics: every replica of every task."""
+        out = []
+        for processor in self.processors.live():
+            for task, report in processor.reports.items():
+                if report.role in ("warmup", "standby", "activating", "active"):
+                    lag = 0 if report.role == "active" else self.lag(task, processor.id)
+                    out.append(LagSample(task, processor.id, report.role, lag, report.rate))
+        return out
+
+    def handoff_samples(self) -> list[HandoffSample]:
+        return self.moves.samples()

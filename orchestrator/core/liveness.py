@@ -1,0 +1,132 @@
+"""Processor liveness: which execution of each processor id is the valid one (SAMZA-871).
+
+A processor id has one valid execution at a time. Registering a new execution under
+an id invalidates the previous one; a processor silent for `processor_timeout` is
+lost; the coordinator may declare one dead (release timeout). An invalid or unknown
+execution is answered `alive: false` on every endpoint, which makes it stop without
+committing; its producers are fenced by whoever activates its tasks next.
+
+Pure bookkeeping over an injected clock reading; the coordinator core decides what a
+loss means for tasks and handoffs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.wire.protocol import HeartbeatRequest, TaskReport
+
+__all__ = ["Liveness", "Processor"]
+
+
+@dataclass
+class Processor:
+    """One processor id and its current execution.
+
+    Attributes:
+        id: the stable processor id (`--id`).
+        execution_id: the execution registered last under `id`.
+        metrics_url: where its /metrics is, as it reported.
+        valid: the execution may run tasks; False once lost, replaced or declared dead.
+        reason: why it is not valid, for operators.
+        registered_at: wall-clock time of the registration.
+        last_seen: monotonic time of its last valid message (not persisted).
+        reports: its last report of every task it holds (not persisted).
+        reported: it reported since this coordinator started (not persisted).
+        generation: the model generation it last heard in a reply (not persisted).
+    """
+
+    id: str
+    execution_id: str
+    metrics_url: str | None = None
+    valid: bool = True
+    reason: str = ""
+    registered_at: float = 0.0
+    last_seen: float = 0.0
+    reports: dict[str, TaskReport] = field(default_factory=dict)
+    reported: bool = False
+    generation: int = 0
+
+    def to_record(self) -> dict[str, Any]:
+        return {"execution_id": self.execution_id, "metrics_url": self.metrics_url,
+                "valid": self.valid, "reason": self.reason,
+                "registered_at": self.registered_at}
+
+    @classmethod
+    def from_record(cls, pid: str, record: Mapping[str, Any], now: float) -> Processor:
+        """Rebuild from the stream; `last_seen=now` gives it a full timeout to report."""
+        return cls(pid, str(record["execution_id"]), record.get("metrics_url"),
+                   bool(record.get("valid", True)), str(record.get("reason", "")),
+                   float(record.get("registered_at", 0.0)), last_seen=now)
+
+
+class Liveness:
+    """The processors by id; answers "is this execution the valid one?"."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, Processor] = {}
+
+    def __iter__(self) -> Iterator[Processor]:
+        return iter(sorted(self._by_id.values(), key=lambda p: p.id))
+
+    def __contains__(self, pid: object) -> bool:
+        return pid in self._by_id
+
+    def get(self, pid: str) -> Processor | None:
+        return self._by_id.get(pid)
+
+    def add(self, processor: Processor) -> None:
+        self._by_id[processor.id] = processor
+
+    def remove(self, pid: str) -> None:
+        self._by_id.pop(pid, None)
+
+    def live(self) -> list[Processor]:
+        """The valid processors, by id."""
+        return [p for p in self if p.valid]
+
+    def alive(self, execution_id: str) -> bool:
+        """The pinned /containerHeartbeat answer: is `execution_id` some id's valid one?"""
+        return any(p.valid and p.execution_id == execution_id for p in self._by_id.values())
+
+    def valid(self, request: HeartbeatRequest) -> Processor | None:
+        """The processor if `request` comes from its valid execution, else None."""
+        found = self._by_id.get(request.processor_id)
+        if found is None or not found.valid or found.execution_id != request.execution_id:
+            return None
+        return found
+
+    def register(self, request: HeartbeatRequest, now: float, wall: float) -> Processor:
+        """Make `request`'s execution the valid one of its id (the caller has already
+        dealt with the previous execution's tasks)."""
+        found = self._by_id.get(request.processor_id)
+        if found is not None and found.valid and found.execution_id == request.execution_id:
+            return found  # a repeated registration (a retry): nothing changes
+        processor = Processor(request.processor_id, request.execution_id,
+                              request.metrics_url, registered_at=wall, last_seen=now)
+        self._by_id[processor.id] = processor
+        return processor
+
+    def seen(self, processor: Processor, request: HeartbeatRequest, now: float) -> None:
+        """Record a valid message: its time, its reports (level-triggered: all of them)."""
+        processor.last_seen = now
+        processor.reported = True
+        if request.metrics_url is not None:
+            processor.metrics_url = request.metrics_url
+        processor.reports = {r.task: r for r in request.tasks}
+
+    def silent(self, now: float, timeout: float) -> list[Processor]:
+        """Valid processors not heard from for `timeout` seconds."""
+        return [p for p in self.live() if now - p.last_seen >= timeout]
+
+    def invalidate(self, pid: str, reason: str) -> Processor | None:
+        """Mark `pid`'s execution invalid; returns it if it was valid."""
+        found = self._by_id.get(pid)
+        if found is None or not found.valid:
+            return None
+        found.valid = False
+        found.reason = reason
+        found.reports = {}
+        return found

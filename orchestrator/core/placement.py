@@ -1,0 +1,102 @@
+"""Placement: run the KIP-441 assignor on the core's current picture and turn its
+answer into role listings and handoffs (still no I/O).
+
+The assignor is pure and knows nothing of handoffs, so this module translates both
+ways. Into the assignor: each live, non-draining processor with its listed roles and
+its replicas' lags; a handoff before its release counts as active on the source and
+warming up on the target, later (or when the source drains) as active on the
+target. Draining processors are left out, so their tasks look ownerless to the
+assignor and get a new home. Out of the assignor, per task:
+
+- a handoff in flight is left alone, unless it has not released yet and the
+  assignor no longer wants its target (Cancel);
+- an ownerless task is listed active on its home at once (its activation fences
+  whatever producer the previous owner left);
+- a warmup on a non-owner, or a caught-up home other than the owner, becomes a
+  handoff; at most `max_warmups` handoffs catch up at a time;
+- standbys are listed as the assignor says, except on either side of a handoff (a
+  source told to keep a standby would stop reporting the task "released").
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from orchestrator.core import handoff as hs
+from orchestrator.core.assignment import AssignmentError, ProcessorState, TaskInfo, assign
+
+if TYPE_CHECKING:
+    from orchestrator.core.coordinator import Coordinator
+
+__all__ = ["place"]
+
+log = logging.getLogger("baton.coordinator")
+
+
+def place(core: Coordinator) -> bool:
+    """One placement step; returns the assignor's `follow_up` (more moves to come)."""
+    live = [p.id for p in core.processors.live()]
+    candidates = [pid for pid in live if pid not in core.draining]
+    try:
+        result = assign([TaskInfo(t) for t in core.model.tasks],
+                        [_state(core, pid) for pid in candidates], core.config.assignment)
+    except AssignmentError as exc:
+        log.error("assignment failed: %s", exc)
+        return False
+    owners = result.owners()
+    warm = {t: p.id for p in result.processors for t in p.warmup}
+    for task in core.model.tasks:
+        _place_task(core, task, owners.get(task), warm.get(task))
+    handoffs = core.handoffs.values()
+    for wanted in result.processors:
+        roles = core.roles.get(wanted.id)
+        moving = {h.task for h in handoffs if wanted.id in (h.source, h.target)}
+        roles.warmup &= {h.task for h in handoffs if h.target == wanted.id}
+        roles.standby = set(wanted.standby) - roles.active - roles.warmup - moving
+    for pid in core.draining & set(live):
+        roles = core.roles.get(pid)
+        roles.warmup.clear()
+        roles.standby.clear()
+    return result.follow_up
+
+
+def _state(core: Coordinator, pid: str) -> ProcessorState:
+    """The assignor's view of `pid`: in-flight handoffs count where they are going."""
+    roles = core.roles.peek(pid)
+    active, warmup = set(roles.active), set(roles.warmup)
+    for task, handoff in core.handoffs.items():
+        before_release = handoff.phase in (hs.Phase.PLANNED, hs.Phase.CATCHING_UP)
+        source_stays = before_release and handoff.source not in core.draining
+        if handoff.target == pid and not source_stays:
+            active.add(task)
+            warmup.discard(task)
+        if handoff.source == pid and not source_stays:
+            active.discard(task)
+    lags = {t: lag for t in core.model.tasks
+            if t not in active and (lag := core.lag(t, pid)) is not None}
+    return ProcessorState(pid, 1, frozenset(active), frozenset(roles.standby),
+                          frozenset(warmup), lags)
+
+
+def _place_task(core: Coordinator, task: str, home: str | None, warm: str | None) -> None:
+    """One task: keep it, list it directly, plan a handoff, or cancel a stale one."""
+    handoff = core.handoffs.get(task)
+    if handoff is not None:
+        if handoff.phase in (hs.Phase.PLANNED, hs.Phase.CATCHING_UP) \
+                and handoff.target not in (home, warm) and handoff.source not in core.draining:
+            core.moves.step(handoff, hs.Cancel(f"the assignor now wants it on {warm or home}"))
+        return
+    owner = core.owner(task)
+    target = warm if owner is not None and warm is not None else home
+    if target is None or target == owner:
+        return
+    if owner is None:
+        log.info("task %r has no live owner: active on %s", task, target)
+        core.roles.list_active(task, target)
+        return
+    lag = core.lag(task, target)
+    caught_up = lag is not None and lag <= core.config.handoff.acceptable_lag
+    if not caught_up and core.moves.catching_up() >= core.config.assignment.max_warmups:
+        return
+    core.moves.plan(task, owner, target, lag)

@@ -1,0 +1,188 @@
+"""Read-only views of the coordinator core: the pinned status JSON, what is pending
+before the job is balanced, and the dry-run plan of a scale-out or scale-in.
+
+Pure functions over a `Coordinator`; the API serves them as JSON and the CLI renders
+them. They never change the core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from orchestrator.core.assignment import AssignmentError, ProcessorState, TaskInfo, assign
+from orchestrator.core.coordinator import Coordinator
+
+__all__ = ["DEFAULT_CATCH_UP_RATE", "PlanError", "pending", "plan", "status"]
+
+# Records per second one warmup replays when no warmup has reported a rate yet: a
+# conservative figure for a Python process() through the consumer path (the Spark bulk
+# path is much faster); `plan` says when it used this default.
+DEFAULT_CATCH_UP_RATE = 5000.0
+
+
+class PlanError(ValueError):
+    """A plan request naming processors that cannot be added or removed."""
+
+
+def status(core: Coordinator) -> dict[str, Any]:
+    """The pinned `baton status --json` document, plus balance and error details."""
+    now = core.clock.monotonic()
+    waiting = pending(core)
+    return {
+        "job": core.config.job,
+        "generation": core.model.generation,
+        "balanced": not waiting,
+        "pending": waiting,
+        "processors": [_processor(core, p.id) for p in core.processors],
+        "tasks": [{"name": task, "partitions": parts, "active": core.owner(task),
+                   "lag": _input_lag(core, task)}
+                  for task, parts in core.model.tasks.items()],
+        "handoffs": [{"task": h.task, "from": h.source, "to": h.target,
+                      "phase": h.phase.value, "lag": core.lag(h.task, h.target),
+                      "seconds_in_phase": round(max(0.0, now - h.since), 3),
+                      "reason": h.reason}
+                     for h in core.handoffs.values()],
+        "recent_handoffs": [{"task": h.task, "from": h.source, "to": h.target,
+                             "phase": h.phase.value, "reason": h.reason}
+                            for h in core.history[-10:]],
+        "draining": sorted(core.draining),
+        "errors": list(core.errors),
+        "inputs": [{"topic": t, "partitions": n} for t, n in core.model.grouping.inputs],
+        "barriers": {c: {"parent": p, "offset": o} for c, (p, o) in core.model.barriers.items()},
+    }
+
+
+def _processor(core: Coordinator, pid: str) -> dict[str, Any]:
+    processor = core.processors.get(pid)
+    assert processor is not None
+    roles = core.roles.peek(pid)
+    reported = {t: r.role for t, r in processor.reports.items()}
+    return {"id": pid, "alive": processor.valid, "metrics_url": processor.metrics_url,
+            "active": sorted(roles.active), "warmup": sorted(roles.warmup),
+            "standby": sorted(roles.standby), "draining": pid in core.draining,
+            "execution_id": processor.execution_id, "reason": processor.reason,
+            "reported": reported,
+            "seconds_since_heartbeat": round(
+                max(0.0, core.clock.monotonic() - processor.last_seen), 3)}
+
+
+def _input_lag(core: Coordinator, task: str) -> int | None:
+    """How far the task's consumption is behind its inputs' ends (None: unknown)."""
+    total = 0
+    for partition, t1 in core.t1(task).items():
+        if t1 is None or partition not in core.high:
+            return None
+        total += max(0, core.high[partition] - t1)
+    return total
+
+
+def pending(core: Coordinator) -> list[str]:
+    """Why the job is not balanced yet; empty when it is.
+
+    Balanced: every task active on a live processor that reports it active and
+    consumes all of its partitions, no handoff in flight, the assignor wants no move,
+    and no draining processor still holds a task.
+    """
+    out: list[str] = []
+    live = core.processors.live()
+    if not live:
+        out.append("no live processor: start one with 'baton processor -c FILE --id ID'")
+    for h in core.handoffs.values():
+        lag = core.lag(h.task, h.target)
+        out.append(f"task {h.task!r}: moving {h.source} -> {h.target}, {h.phase.value}"
+                   + (f" (lag {lag} records)" if lag is not None else ""))
+    for task, partitions in core.model.tasks.items():
+        if task in core.handoffs:
+            continue
+        owner = core.owner(task)
+        report = core.report(owner, task)
+        if owner is None:
+            out.append(f"task {task!r}: not active on any processor")
+        elif report is None or report.role != "active":
+            out.append(f"task {task!r}: {owner} has not reported it active yet")
+        elif missing := [p for p in partitions if p not in report.positions]:
+            out.append(f"task {task!r}: {owner} does not consume {', '.join(missing)} yet "
+                       f"(generation {core.model.generation})")
+    if core.follow_up and not core.handoffs:
+        out.append("the assignor has more moves to make (warm-ups pending)")
+    for pid in sorted(core.draining):
+        roles = core.roles.peek(pid)
+        if core.processors.get(pid) is not None and not roles.empty():
+            out.append(f"processor {pid}: draining, still holds "
+                       f"{len(roles.active) + len(roles.warmup) + len(roles.standby)} task(s)")
+    return out
+
+
+def plan(core: Coordinator, add: Sequence[str], remove: Sequence[str]) -> dict[str, Any]:
+    """Dry run: the balanced end state with `add` joined and `remove` gone.
+
+    Returns:
+        The moves (task, from, to), each with its S2 size in records (what the new
+        owner replays) and estimated catch-up time, and the totals.
+
+    Raises:
+        PlanError: an added id already runs, or a removed id is unknown.
+    """
+    live = [p.id for p in core.processors.live() if p.id not in core.draining]
+    clash = sorted(set(add) & set(live))
+    unknown = sorted(set(remove) - set(live))
+    if clash:
+        raise PlanError(f"cannot add {', '.join(clash)}: already running")
+    if unknown:
+        raise PlanError(f"cannot remove {', '.join(unknown)}: not a live, non-draining "
+                        f"processor (live: {', '.join(live) or 'none'})")
+    ids = sorted((set(live) - set(remove)) | set(add))
+    current = _current_owners(core)
+    states = [ProcessorState(pid, 1, frozenset(t for t, o in current.items() if o == pid),
+                             lags={t: 0 for t in core.model.tasks}) for pid in ids]
+    try:
+        result = assign([TaskInfo(t) for t in core.model.tasks], states,
+                        core.config.assignment)
+    except AssignmentError as exc:
+        raise PlanError(str(exc)) from exc
+    rate, source = _catch_up_rate(core)
+    moves: list[dict[str, Any]] = []
+    total = 0
+    for task, target in sorted(result.owners().items()):
+        if current.get(task) != target:
+            size = _replay_size(core, task, target)
+            total += size
+            moves.append({"task": task, "from": current.get(task), "to": target,
+                          "records": size, "eta_seconds": round(size / rate, 1)})
+    parallel = max(1, min(core.config.assignment.max_warmups, len(moves)))
+    return {
+        "add": sorted(add), "remove": sorted(remove), "moves": moves,
+        "total_records": total, "eta_seconds": round(total / (rate * parallel), 1),
+        "rate": {"records_per_second": rate, "source": source,
+                 "parallel_warmups": parallel},
+        "processors": [{"id": p.id, "active": list(p.active)} for p in result.processors],
+    }
+
+
+def _current_owners(core: Coordinator) -> dict[str, str]:
+    """Owners now, with moves in flight counted where they are going."""
+    owners = {t: o for t in core.model.tasks if (o := core.owner(t)) is not None}
+    owners.update({t: h.target for t, h in core.handoffs.items()})
+    return owners
+
+
+def _replay_size(core: Coordinator, task: str, target: str) -> int:
+    """S2 in records: the target's replica lag, or the whole retained input."""
+    lag = core.lag(task, target)
+    if lag is not None:
+        return lag
+    total = 0
+    for partition, t1 in core.t1(task).items():
+        end = t1 if t1 is not None else core.high.get(partition, 0)
+        total += max(0, end - core.low.get(partition, 0))
+    return total
+
+
+def _catch_up_rate(core: Coordinator) -> tuple[float, str]:
+    """The mean replay rate warmups reported, or the stated default."""
+    rates = [r.rate for p in core.processors.live() for r in p.reports.values()
+             if r.role in ("warmup", "standby") and r.rate > 0]
+    if rates:
+        return sum(rates) / len(rates), "measured"
+    return DEFAULT_CATCH_UP_RATE, "default"

@@ -1,0 +1,1 @@
+"""The coordinator process: main loop, service, HTTP API, partition monitor."""

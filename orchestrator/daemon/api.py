@@ -1,0 +1,192 @@
+"""The coordinator's HTTP API (FastAPI), served by the daemon's uvicorn thread.
+
+Endpoints (DESIGN.md "Liveness" and "CLI"):
+
+- `GET /containerHeartbeat?executionContainerId=ID` -> {"alive": bool}   (pinned, no token)
+- `GET /metrics` -> Prometheus text of the coordinator's own registry     (no token)
+- `POST /processors/register`, `POST /processors/heartbeat` (HeartbeatRequest -> HeartbeatReply)
+- `GET /status`, `POST /plan`, `POST /drain`, `POST /expand`, `GET /openapi.json`
+
+Every endpoint but the first two requires `Authorization: Bearer <token>` (401
+otherwise; compared in constant time). A malformed request is the caller's fault and
+always gets a 4xx with a reason, never a 5xx: bodies and parameters are validated by
+pydantic models (422), and the core's refusals map to 400/404/409. 503 means the
+coordinator cannot persist right now (broker trouble, or it was fenced) and the
+caller should retry or look at the coordinator's log.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from typing import Annotated, Any
+
+from confluent_kafka import KafkaException
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CollectorRegistry
+from pydantic import BaseModel, ConfigDict, Field
+
+from metrics import CONTENT_TYPE, render
+from orchestrator.core.coordinator import DrainError, UnknownProcessor
+from orchestrator.core.views import PlanError
+from orchestrator.daemon.service import CoordinatorService, ExpansionError
+from orchestrator.kafka.stream import StreamError
+from orchestrator.kafka.topics import TopicsError
+from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest
+
+__all__ = ["AliveReply", "DrainRequest", "ExpandRequest", "PlanRequest", "create_app"]
+
+log = logging.getLogger("baton.coordinator.api")
+
+_PROCESSOR_ID = r"^[A-Za-z0-9._-]+$"
+_TOPIC = r"^[A-Za-z0-9._-]+$"
+# Kafka's own bound on partitions per topic is far lower in practice; this only keeps
+# a typo from asking the broker for a billion partitions.
+_MAX_PARTITIONS = 100_000
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AliveReply(_Body):
+    alive: bool
+
+
+_ProcessorId = Annotated[str, Field(min_length=1, max_length=200, pattern=_PROCESSOR_ID)]
+
+
+class PlanRequest(_Body):
+    add: list[_ProcessorId] = Field(default_factory=list, max_length=1000)
+    remove: list[_ProcessorId] = Field(default_factory=list, max_length=1000)
+
+
+class DrainRequest(_Body):
+    processor: _ProcessorId
+
+
+class ExpandRequest(_Body):
+    topic: str = Field(min_length=1, max_length=249, pattern=_TOPIC)
+    partitions: int = Field(ge=1, le=_MAX_PARTITIONS)
+
+
+_BEARER = HTTPBearer(auto_error=False, description="The token in coordinator.token_file")
+
+
+class _TokenCheck:
+    """The bearer-token dependency (a class: FastAPI resolves its annotations from
+    this module's globals, which a closure's locals are not)."""
+
+    def __init__(self, token: str) -> None:
+        self._secret = token.encode()
+
+    def __call__(self, credentials: Annotated[HTTPAuthorizationCredentials | None,
+                                              Depends(_BEARER)]) -> None:
+        given = credentials.credentials.encode() if credentials is not None else b""
+        if not hmac.compare_digest(given, self._secret):
+            raise HTTPException(401, "missing or wrong bearer token (see coordinator.token_file)",
+                                headers={"WWW-Authenticate": "Bearer"})
+
+
+def create_app(service: CoordinatorService, token: str,
+               registry: CollectorRegistry | None = None) -> FastAPI:
+    """The API over `service`; `token` is the bearer secret (never logged)."""
+    app = FastAPI(title="Baton coordinator", version="1", docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    auth = [Depends(_TokenCheck(token))]
+    _add_error_handlers(app)
+
+    @app.get("/containerHeartbeat", response_model=AliveReply, tags=["liveness"])
+    def container_heartbeat(
+            executionContainerId: Annotated[str, Query(min_length=1, max_length=200)],  # noqa: N803
+    ) -> AliveReply:
+        """Pinned: is this execution its processor's valid one?"""
+        return AliveReply(alive=service.alive(executionContainerId))
+
+    @app.post("/processors/register", response_model=HeartbeatReply, dependencies=auth,
+              tags=["processors"])
+    def register(request: HeartbeatRequest) -> HeartbeatReply:
+        """A processor execution starts; it becomes its id's one valid execution."""
+        return service.register(request)
+
+    @app.post("/processors/heartbeat", response_model=HeartbeatReply, dependencies=auth,
+              tags=["processors"])
+    def heartbeat(request: HeartbeatRequest) -> HeartbeatReply:
+        """Reports in, the whole assignment out (level-triggered)."""
+        return service.heartbeat(request)
+
+    @app.get("/status", dependencies=auth, tags=["operators"])
+    def status() -> dict[str, Any]:
+        """The job model, processors, tasks with lag, handoffs in flight."""
+        return service.status()
+
+    @app.post("/plan", dependencies=auth, tags=["operators"])
+    def plan(request: PlanRequest) -> dict[str, Any]:
+        """Dry run of adding/removing processors: moves, S2 sizes, catch-up estimate."""
+        return service.plan(request.add, request.remove)
+
+    @app.post("/drain", dependencies=auth, tags=["operators"])
+    def drain(request: DrainRequest) -> dict[str, Any]:
+        """Scale in: move the processor's tasks away, then tell it to exit."""
+        return service.drain(request.processor)
+
+    @app.post("/expand", dependencies=auth, tags=["operators"])
+    def expand(request: ExpandRequest) -> dict[str, Any]:
+        """Grow an input topic and apply the fixed-task expansion (barriers recorded)."""
+        return service.expand(request.topic, request.partitions)
+
+    @app.get("/metrics", response_class=Response, tags=["metrics"])
+    def metrics() -> Response:
+        """The coordinator's Prometheus metrics (no token, like any scrape target)."""
+        body = service.locked(lambda: render(registry)) if registry is not None else b""
+        return Response(body, media_type=CONTENT_TYPE)
+
+    @app.get("/openapi.json", dependencies=auth, include_in_schema=False)
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = get_openapi(title=app.title, version=app.version,
+                                             description=__doc__, routes=app.routes)
+        return app.openapi_schema
+
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Map every refusal to a 4xx with a reason; persistence trouble to 503."""
+
+    def handler(status: int) -> Any:
+        async def respond(request: Request, exc: Exception) -> JSONResponse:
+            if status >= 500:
+                log.error("%s %s: %s", request.method, request.url.path, exc)
+            return JSONResponse({"detail": str(exc)}, status_code=status)
+        return respond
+
+    app.add_exception_handler(UnknownProcessor, handler(404))
+    app.add_exception_handler(DrainError, handler(409))
+    app.add_exception_handler(PlanError, handler(400))
+    app.add_exception_handler(ExpansionError, handler(400))
+    app.add_exception_handler(TopicsError, handler(409))
+    app.add_exception_handler(StreamError, handler(503))
+    app.add_exception_handler(KafkaException, handler(503))  # the broker, after retries
+
+    async def invalid(request: Request, exc: Exception) -> JSONResponse:
+        errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+        first = errors[0] if errors else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        reason = f"{where}: {first.get('msg', 'invalid request')}" if first else str(exc)
+        return JSONResponse({"detail": reason, "errors": _jsonable(errors)}, status_code=422)
+
+    app.add_exception_handler(RequestValidationError, invalid)
+
+
+def _jsonable(errors: Any) -> Any:
+    """Validation errors may carry exceptions in `ctx`; keep only what JSON holds."""
+    out = []
+    for error in errors:
+        out.append({k: (str(v) if k in ("ctx", "input") else v) for k, v in error.items()
+                    if k in ("loc", "msg", "type")})
+    return out

@@ -1,0 +1,51 @@
+"""The partition monitor: polls the inputs' partition counts and reports growth.
+
+Owned by the daemon's main loop (it never runs on its own thread): `poll_if_due()` is
+cheap when the interval has not passed. A count that changed goes to the service,
+which applies the fixed-task expansion or refuses it with an error naming the topic
+and both counts (kept in /status until a later poll sees an acceptable count).
+Admin errors are logged and retried at the next interval: the job keeps running on
+the model it has.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from confluent_kafka import KafkaException
+
+from orchestrator.daemon.service import Admin, CoordinatorService
+from orchestrator.kafka.topics import TopicsError
+from orchestrator.wire.clock import Clock, Deadline
+
+__all__ = ["PartitionMonitor"]
+
+log = logging.getLogger("baton.coordinator.monitor")
+
+
+class PartitionMonitor:
+    """Polls `inputs` every `interval_s` seconds on `clock`."""
+
+    def __init__(self, admin: Admin, service: CoordinatorService, inputs: Sequence[str],
+                 interval_s: float, clock: Clock) -> None:
+        self._admin = admin
+        self._service = service
+        self._inputs = list(inputs)
+        self._interval_s = interval_s
+        self._due = Deadline(clock)
+        self._due.arm(0)
+
+    def poll_if_due(self) -> bool:
+        """Poll once if the interval has passed; returns whether it polled."""
+        if not self._due.expired():
+            return False
+        self._due.arm(self._interval_s)
+        try:
+            counts = self._admin.partition_counts(self._inputs)
+        except (TopicsError, KafkaException) as exc:
+            log.warning("partition monitor: cannot read partition counts of %s: %s; "
+                        "retrying in %.1f s", ", ".join(self._inputs), exc, self._interval_s)
+            return True
+        self._service.sync_partitions(counts)
+        return True

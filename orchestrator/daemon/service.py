@@ -1,0 +1,228 @@
+"""The coordinator service: the core behind one lock, persisted before every answer.
+
+The HTTP handlers (uvicorn's thread), the tick loop and the partition monitor (the
+daemon's main thread) all go through this object. Each operation runs the core
+under the lock, then writes the core's pending changes to the coordinator stream
+(one transaction) before returning, so an answer never carries state that a
+restarted coordinator would not find. Admin I/O (watermarks, partition counts,
+create_partitions) runs *outside* the core lock, so a slow broker never stalls
+heartbeats; the expansion path has its own lock so the monitor and POST /expand
+never apply the same growth twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+from orchestrator.core import views
+from orchestrator.core.coordinator import Coordinator
+from orchestrator.core.grouping import GroupingError
+from orchestrator.kafka.stream import FencedError
+from orchestrator.kafka.topics import Offsets
+from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest
+
+__all__ = ["Admin", "CoordinatorService", "ExpansionError", "Persist"]
+
+log = logging.getLogger("baton.coordinator")
+
+_T = TypeVar("_T")
+Persist = Callable[[Mapping[str, Any | None]], None]
+
+
+class Admin(Protocol):
+    """The admin I/O the service needs (orchestrator.kafka.topics.TopicAdmin; fakes in tests)."""
+
+    def partition_counts(self, topics: Sequence[str]) -> dict[str, int]: ...
+
+    def watermarks(self, partitions: Iterable[str]) -> dict[str, Offsets]: ...
+
+    def committed(self, partitions: Iterable[str]) -> dict[str, int]: ...
+
+    def create_partitions(self, topic: str, count: int) -> None: ...
+
+
+class ExpansionError(ValueError):
+    """An expansion request Baton refuses (not an input, a shrink, not a multiple)."""
+
+
+class CoordinatorService:
+    """Thread-safe operations over the core; see the module docstring.
+
+    Args:
+        core: the coordinator core.
+        persist: writes a batch of changes in one transaction (raises on failure).
+        admin: admin I/O for offsets and expansion.
+        inputs: the job's input topics, in order (`job.inputs`).
+        info: extra keys for /status (the coordinator's own URLs).
+    """
+
+    def __init__(self, core: Coordinator, persist: Persist, admin: Admin,
+                 inputs: Sequence[str], info: Mapping[str, Any] | None = None) -> None:
+        self.core = core
+        self._clock = core.clock
+        self.last_write = core.clock.monotonic()
+        self._persist = persist
+        self._admin = admin
+        self._inputs = list(inputs)
+        self._info = dict(info or {})
+        self._lock = threading.RLock()
+        self._expand_lock = threading.Lock()
+        self.fenced: FencedError | None = None
+        self.fenced_event = threading.Event()
+
+    def commit(self) -> None:
+        """Write the core's pending changes (caller holds the lock or is alone).
+
+        Raises:
+            FencedError: another coordinator took over (also recorded in `fenced`).
+            StreamError: the write failed; the changes stay pending for the next try.
+        """
+        changes = self.core.pending_changes()
+        if changes:
+            self._write(changes)
+            self.core.confirm(changes)
+
+    def _write(self, changes: Mapping[str, Any | None]) -> None:
+        try:
+            self._persist(changes)
+        except FencedError as exc:
+            self.fenced = exc
+            self.fenced_event.set()
+            raise
+        self.last_write = self._clock.monotonic()
+
+    def keepalive(self, record: Mapping[str, Any]) -> None:
+        """Write the "coordinator" record when nothing else was written for a while.
+
+        Why: a coordinator fenced by a newer one only learns it when it writes; an idle
+        one would otherwise keep answering processors with a stale picture.
+        """
+        with self._lock:
+            self._write({"coordinator": dict(record)})
+
+    def locked(self, read: Callable[[], _T]) -> _T:
+        """Run `read` under the core lock (scrape-time metric views read the core)."""
+        with self._lock:
+            return read()
+
+    # ---- processors -------------------------------------------------------------------
+
+    def alive(self, execution_id: str) -> bool:
+        with self._lock:
+            return self.core.alive(execution_id)
+
+    def register(self, request: HeartbeatRequest) -> HeartbeatReply:
+        with self._lock:
+            reply = self.core.register(request)
+            self.commit()
+            return reply
+
+    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatReply:
+        with self._lock:
+            reply = self.core.heartbeat(request)
+            self.commit()
+            return reply
+
+    # ---- operators --------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return {**views.status(self.core), **self._info}
+
+    def plan(self, add: Sequence[str], remove: Sequence[str]) -> dict[str, Any]:
+        with self._lock:
+            return views.plan(self.core, add, remove)
+
+    def drain(self, processor: str) -> dict[str, Any]:
+        with self._lock:
+            result = self.core.drain(processor)
+            self.commit()
+            return result
+
+    def expand(self, topic: str, partitions: int) -> dict[str, Any]:
+        """Grow an input topic and apply the expansion at once (POST /expand).
+
+        The growth is checked against the grouping *before* the topic is touched.
+        The barrier offsets are read after the partitions exist: a record a producer
+        wrote to a parent before it saw the new count is then still below the
+        barrier, so the child never overtakes it (reading earlier could miss it).
+
+        Raises:
+            ExpansionError: not an input, a shrink, or not a multiple.
+        """
+        with self._expand_lock:
+            if topic not in self._inputs:
+                raise ExpansionError(f"{topic!r} is not an input of job "
+                                     f"{self.core.config.job!r} (inputs: "
+                                     f"{', '.join(self._inputs)})")
+            with self._lock:
+                model = self.core.model
+            counts = model.counts()
+            try:
+                model.plan_expansion([(t, partitions if t == topic else counts.get(t, n))
+                                      for t, n in model.grouping.inputs])
+            except GroupingError as exc:
+                raise ExpansionError(str(exc)) from exc
+            self._admin.create_partitions(topic, partitions)
+            self._sync_locked(self._admin.partition_counts(self._inputs))
+            with self._lock:
+                return {"topic": topic, "partitions": partitions,
+                        "generation": self.core.model.generation,
+                        "barriers": {c: {"parent": p, "offset": o}
+                                     for c, (p, o) in self.core.model.barriers.items()
+                                     if c.startswith(topic + ":")}}
+
+    # ---- the daemon's loops -----------------------------------------------------------
+
+    def tick(self) -> None:
+        with self._lock:
+            self.core.tick()
+            self.commit()
+
+    def sync_partitions(self, counts: Mapping[str, int]) -> None:
+        """The monitor saw these partition counts: expand, or refuse and say why.
+
+        Skipped while POST /expand is at work (it applies the growth itself), so the
+        daemon's loop never waits on its admin calls.
+        """
+        if not self._expand_lock.acquire(blocking=False):
+            return
+        try:
+            self._sync_locked(counts)
+        finally:
+            self._expand_lock.release()
+
+    def _sync_locked(self, counts: Mapping[str, int]) -> None:
+        with self._lock:
+            model = self.core.model
+        if any(t not in counts for t in self._inputs):
+            return  # a partial answer must never look like a removed input
+        inputs = [(t, counts[t]) for t in self._inputs]
+        if inputs == list(model.grouping.inputs):
+            return
+        try:
+            grouping, parents = model.plan_expansion(inputs)
+        except GroupingError as exc:
+            with self._lock:
+                self.core.refuse_expansion(str(exc))
+                self.commit()
+            return
+        marks = self._admin.watermarks(sorted(set(parents.values())))
+        ends = {p: m.high for p, m in marks.items()}
+        with self._lock:
+            if self.core.model is model:
+                self.core.apply_expansion(model.expanded(grouping, parents, ends))
+                self.commit()
+
+    def refresh_offsets(self) -> None:
+        """Watermarks and committed offsets of every input partition, for lags."""
+        with self._lock:
+            partitions = self.core.model.partitions
+        marks = self._admin.watermarks(partitions)
+        committed = self._admin.committed(partitions)
+        with self._lock:
+            self.core.observe_offsets({p: m.low for p, m in marks.items()},
+                                      {p: m.high for p, m in marks.items()}, committed)

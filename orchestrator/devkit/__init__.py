@@ -1,0 +1,1 @@
+"""Developer tooling: the embedded broker profile and the demo."""

@@ -1,0 +1,445 @@
+"""`baton demo`: the running-sum job on the embedded broker, scaled under live traffic.
+
+Theory of operation: the demo is a scale-out script like an operator's. It starts a
+broker, a coordinator and two processors as child processes, keeps a keyed producer
+running, then adds a third processor, expands the input from 8 to 16 partitions and
+drains one processor, watching `/status` with progress bars. At the end it stops
+the traffic, lets the job finish, and checks the oracle over the output topic: per
+key, the output sequence must equal the running sums of the key's inputs in order.
+Pauses are measured from the output itself: the largest gap between consecutive
+outputs of a moved task's keys while its handoff was in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from orchestrator.devkit.embedded import EmbeddedBroker, free_port
+from orchestrator.wire.client import CoordinatorClient
+from orchestrator.wire.config import dump_config
+from orchestrator.wire.token import read_token
+from processor.oracle import OracleResult, check_running_sums
+
+__all__ = ["DemoResult", "run_demo"]
+
+INPUT_PARTITIONS = 8
+EXPANDED_PARTITIONS = 16
+KEYS = 2000
+RATE = 1500.0                 # records/s: steady traffic a 2-core machine keeps up with
+WARM_S = 8.0                  # traffic before the scale-out, so there is state to move
+PHASE_TIMEOUT_S = 60.0
+
+
+@dataclass
+class DemoResult:
+    records_in: int = 0
+    records_out: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    wrong: int = 0
+    handoffs: int = 0
+    pause_ms_p50: float = 0.0
+    pause_ms_p99: float = 0.0
+    catchup_records_per_s: float = 0.0
+    seconds: float = 0.0
+    ok: bool = False
+    metrics: dict[str, str] = field(default_factory=dict)
+    steps: list[str] = field(default_factory=list)
+
+
+class _Feeder:
+    """Steady keyed traffic; the partition is the key's hash modulo the current count."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        # log_level 4: its notice about the expansion would land amid the progress bars
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                                  "log_level": 4})
+        self.topic, self.partitions, self.sent = topic, INPUT_PARTITIONS, 0
+        self._stop = threading.Event()
+        self.hold = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="demo-feeder", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        while not self._stop.is_set():
+            if self.hold.is_set():
+                self.producer.flush(30)
+                started = time.monotonic() - self.sent / RATE   # no burst after the hold
+                time.sleep(0.01)
+                continue
+            due = int((time.monotonic() - started) * RATE)
+            while self.sent < due:
+                key = f"key-{self.sent * 7919 % KEYS}".encode()
+                self.producer.produce(self.topic, key=key, value=str(self.sent % 9 + 1).encode(),
+                                      partition=zlib.crc32(key) % self.partitions)
+                self.sent += 1
+            self.producer.poll(0)
+            time.sleep(0.01)
+        self.producer.flush(30)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(60)
+        return self.sent
+
+
+class _Cluster:
+    """The child processes; every one is stopped on exit and on Ctrl-C."""
+
+    def __init__(self, workdir: Path, config_file: Path, log: Callable[[str], None]) -> None:
+        self.workdir, self.config_file, self.log = workdir, config_file, log
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, *args: str) -> None:
+        if args[0] == "processor":      # processors sharing a host need their own state
+            args = (*args, "--state-dir", str(self.workdir / "state" / name))
+        logfile = (self.workdir / f"{name}.log").open("ab")
+        cmd = [sys.executable, "-m", "orchestrator.cli", *args, "-c", str(self.config_file)]
+        self.procs[name] = subprocess.Popen(cmd, stdout=logfile, stderr=logfile,
+                                            stdin=subprocess.DEVNULL)
+        logfile.close()
+        self.log(f"started {name} (pid {self.procs[name].pid})")
+
+    def stop(self, name: str, timeout: float = 30.0) -> int | None:
+        proc = self.procs.pop(name, None)
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        return proc.returncode
+
+    def stop_all(self) -> None:
+        for name in [n for n in self.procs if n != "coordinator"] + ["coordinator"]:
+            self.stop(name, 15)
+
+
+@dataclass
+class _Watch:
+    """What the demo saw of each handoff: when, and how much had to be caught up."""
+
+    task: str
+    first_seen: float
+    last_seen: float
+    max_lag: int = 0
+    caught_up_at: float | None = None
+
+
+def _make_config(workdir: Path, bootstrap: str, topics: tuple[str, str]) -> Path:
+    port = free_port()
+    raw = {
+        "job": {"name": "demo", "class": "processor.examples:RunningSum",
+                "inputs": [topics[0]], "output": topics[1], "grouping": "partition"},
+        "kafka": {"bootstrap_servers": bootstrap, "receive.message.max.bytes": 1_000_000_000},
+        "coordinator": {"listen": f"127.0.0.1:{port}", "url": f"http://127.0.0.1:{port}",
+                        "token_file": str(workdir / "coordinator.token"),
+                        "release_timeout_ms": 10000, "monitor_interval_ms": 1000},
+        "processor": {"state_dir": str(workdir / "state"), "heartbeat_interval_ms": 100,
+                      "coordinator_grace_ms": 15000, "commit_interval_ms": 100},
+        "catch_up": {"acceptable_lag": 300, "max_warmups": 4},
+    }
+    path = workdir / "demo.toml"
+    path.write_text(dump_config(raw))
+    return path
+
+
+class Demo:
+    def __init__(self, console: Console | None) -> None:
+        self.console = console
+        self.result = DemoResult()
+        self.watches: list[_Watch] = []                 # one per handoff seen
+        self._live: dict[tuple[str, str], _Watch] = {}  # handoffs in the last /status
+
+    def log(self, text: str) -> None:
+        self.result.steps.append(text)
+        if self.console is not None:
+            self.console.print(f"[bold cyan]demo[/] {text}")
+
+    def wait(self, client: CoordinatorClient, what: str, done: Callable[[dict[str, Any]], bool],
+             timeout: float = PHASE_TIMEOUT_S) -> dict[str, Any]:
+        """Poll /status, drawing a progress bar per moving task, until `done`."""
+        deadline = time.monotonic() + timeout
+        with self._progress() as progress:
+            bars: dict[tuple[str, str], Any] = {}
+            while True:
+                status = client.status()
+                self._observe(status, progress, bars)
+                if done(status):
+                    return status
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{what}: not reached in {timeout:.0f}s; pending: "
+                                       f"{status.get('pending') or status.get('handoffs')}")
+                time.sleep(0.2)
+
+    @contextmanager
+    def _progress(self) -> Iterator[Progress]:
+        progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                            TextColumn("lag {task.fields[lag]:>7}"),
+                            TextColumn("{task.fields[rate]:>8} rec/s"), TimeRemainingColumn(),
+                            console=self.console, disable=self.console is None, transient=False)
+        with progress:
+            yield progress
+
+    def _observe(self, status: dict[str, Any], progress: Progress,
+                 bars: dict[tuple[str, str], Any]) -> None:
+        now = time.monotonic()
+        live: dict[tuple[str, str], _Watch] = {}
+        for handoff in status.get("handoffs", []):
+            key = (handoff["task"], str(handoff.get("to")))
+            lag = int(handoff.get("lag") or 0)
+            watch = self._live.get(key)
+            if watch is None:       # a handoff not in the previous /status: a new one
+                watch = _Watch(handoff["task"], now, now)
+                self.watches.append(watch)
+            live[key] = watch
+            watch.last_seen = now
+            watch.max_lag = max(watch.max_lag, lag)
+            if handoff["phase"] not in ("planned", "catching_up") and watch.caught_up_at is None:
+                watch.caught_up_at = now
+            label = (f"{handoff['task']} {handoff.get('from')}→{handoff.get('to')} "
+                     f"{handoff['phase']}")
+            if key not in bars:
+                bars[key] = progress.add_task(label, total=max(lag, 1), lag=lag, rate="-")
+            elapsed = max(now - watch.first_seen, 1e-3)
+            rate = f"{(watch.max_lag - lag) / elapsed:.0f}"
+            progress.update(bars[key], description=label, total=max(watch.max_lag, 1),
+                            completed=watch.max_lag - lag, lag=lag, rate=rate)
+        self._live = live
+        for moved, bar in bars.items():
+            if moved not in live:
+                progress.update(bar, completed=progress.tasks[bar].total, lag=0)
+
+
+def _balanced(status: dict[str, Any]) -> bool:
+    return bool(status.get("balanced")) and not status.get("handoffs")
+
+
+def _holds_tasks(processor: str) -> Callable[[dict[str, Any]], bool]:
+    def check(status: dict[str, Any]) -> bool:
+        mine = [p for p in status["processors"] if p["id"] == processor]
+        return bool(mine and mine[0]["active"]) and _balanced(status)
+    return check
+
+
+def _committed_all(bootstrap: str, topic: str, group: str) -> tuple[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        tps = [TopicPartition(topic, p) for p in parts]
+        committed = sum(max(tp.offset, 0) for tp in consumer.committed(tps, timeout=10))
+        end = sum(consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in tps)
+        return committed, end
+    finally:
+        consumer.close()
+
+
+def _read(bootstrap: str, topic: str) -> list[Any]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"demo-read-{time.time()}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "receive.message.max.bytes": 1_000_000_000})
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in parts}
+        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+        out: list[Any] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            out.extend(m for m in consumer.consume(10000, 0.5) if not m.error())
+            positions = consumer.position([TopicPartition(topic, p) for p in parts])
+            if all(tp.offset >= ends[tp.partition] for tp in positions):
+                break
+        out.sort(key=lambda m: (m.partition(), m.offset()))
+        return out
+    finally:
+        consumer.close()
+
+
+def _pauses(demo: Demo, inputs: list[Any], outputs: list[Any],
+            tasks: dict[str, list[str]]) -> list[float]:
+    """Per handoff: the largest gap between outputs of the task's keys while it moved."""
+    owner = {p: t for t, ps in tasks.items() for p in ps}
+    key_task = {m.key(): owner.get(f"{m.topic()}:{m.partition()}") for m in inputs}
+    times: dict[str, list[float]] = {}
+    for m in outputs:
+        times.setdefault(key_task.get(m.key()) or "", []).append(m.timestamp()[1] / 1000)
+    wall_offset = time.time() - time.monotonic()
+    pauses = []
+    for watch in demo.watches:
+        task = watch.task
+        # from the moment it was seen past catching_up (the release) to its end: gaps
+        # during the catch-up itself are not the pause
+        began = watch.caught_up_at if watch.caught_up_at is not None else watch.last_seen
+        start, end = began + wall_offset - 0.5, watch.last_seen + wall_offset + 0.5
+        stamps = sorted(t for t in times.get(task, []) if start <= t <= end)
+        gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+        if gaps:
+            pauses.append(max(gaps) * 1000)
+    return pauses
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def _scale(demo: Demo, cluster: _Cluster, client: CoordinatorClient, feeder: _Feeder,
+           topic: str) -> dict[str, Any]:
+    demo.wait(client, "coordinator up", lambda s: True, 30)
+    for p in ("p1", "p2"):
+        cluster.start(p, "processor", "--id", p)
+    demo.wait(client, "2 processors balanced", lambda s: _balanced(s) and
+              sum(len(p["active"]) for p in s["processors"]) == INPUT_PARTITIONS)
+    feeder.start()
+    demo.log(f"traffic: {RATE:.0f} records/s over {KEYS} keys; warming up {WARM_S:.0f}s")
+    time.sleep(WARM_S)
+    demo.log("scale out: starting p3 (catch-up, then handoffs)")
+    cluster.start("p3", "processor", "--id", "p3")
+    demo.wait(client, "p3 takes over tasks", _holds_tasks("p3"))
+    demo.log(f"expand: {topic} {INPUT_PARTITIONS} -> {EXPANDED_PARTITIONS} partitions")
+    # Our producer switches to the new partition count when `baton expand` returns; the
+    # barrier is recorded when the partitions are created, so the producer holds its
+    # writes meanwhile (a few hundred ms), as a producer must for per-key order.
+    feeder.hold.set()
+    expanded = subprocess.run([sys.executable, "-m", "orchestrator.cli", "expand", "-c",
+                               str(cluster.config_file), "--topic", topic, "--partitions",
+                               str(EXPANDED_PARTITIONS)], capture_output=True, text=True,
+                              timeout=120)
+    if expanded.returncode != 0:
+        raise RuntimeError(f"baton expand failed: {expanded.stderr.strip()}")
+    feeder.producer.list_topics(topic, timeout=10)     # see the new partitions first
+    feeder.partitions = EXPANDED_PARTITIONS
+    feeder.hold.clear()
+    demo.wait(client, "expansion live", lambda s: _balanced(s) and all(
+        len(t["partitions"]) == 2 for t in s["tasks"]))
+    demo.log("scale in: draining p1")
+    client.drain("p1")
+    demo.wait(client, "p1 drained", lambda s: _balanced(s) and not any(
+        p["id"] == "p1" and p["active"] for p in s["processors"]))
+    return client.status()
+
+
+def run_demo(console: Console | None) -> DemoResult:
+    """Run the whole scenario; the result says whether the oracle held."""
+    demo = Demo(console)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="baton-demo-") as tmp, EmbeddedBroker() as broker:
+        workdir = Path(tmp)
+        topics = ("events", "sums")
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for future in admin.create_topics([NewTopic(topics[0], INPUT_PARTITIONS, 1),
+                                           NewTopic(topics[1], INPUT_PARTITIONS, 1)]).values():
+            future.result(30)
+        config_file = _make_config(workdir, broker.bootstrap, topics)
+        demo.log(f"embedded broker on {broker.bootstrap}; config {config_file}")
+        cluster = _Cluster(workdir, config_file, demo.log)
+        feeder = _Feeder(broker.bootstrap, topics[0])
+        try:
+            token_file = workdir / "coordinator.token"
+            _wait_file(token_file, cluster)
+            url = f"http://{_listen(config_file)}"
+            client = CoordinatorClient(url, read_token(token_file))
+            status = _scale(demo, cluster, client, feeder, topics[0])
+            demo.result.metrics = {p["id"]: p.get("metrics_url") or "-"
+                                   for p in status["processors"]}
+            demo.result.metrics["coordinator"] = f"{url}/metrics"
+            sent = feeder.stop()
+            demo.log(f"traffic stopped after {sent} records; letting the job finish")
+            deadline = time.monotonic() + PHASE_TIMEOUT_S
+            while True:
+                done, end = _committed_all(broker.bootstrap, topics[0], "baton.demo")
+                if done >= end or time.monotonic() > deadline:
+                    break
+                time.sleep(0.3)
+            tasks = {t["name"]: t["partitions"] for t in client.status()["tasks"]}
+        finally:
+            feeder.stop()
+            cluster.stop_all()
+        del feeder, admin       # their librdkafka handles would log the broker's stop
+        inputs, outputs = _read(broker.bootstrap, topics[0]), _read(broker.bootstrap, topics[1])
+        oracle = check_running_sums([(m.key(), m.value()) for m in inputs],
+                                    [(m.key(), m.value()) for m in outputs])
+        _summarise(demo, oracle, _pauses(demo, inputs, outputs, tasks))
+    demo.result.seconds = round(time.monotonic() - started, 1)
+    return demo.result
+
+
+def _listen(config_file: Path) -> str:
+    import tomllib
+
+    return str(tomllib.loads(config_file.read_text())["coordinator"]["listen"])
+
+
+def _wait_file(path: Path, cluster: _Cluster) -> None:
+    cluster.start("coordinator", "coordinator")
+    deadline = time.monotonic() + 30
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the coordinator did not create {path}; see its log")
+        time.sleep(0.1)
+    cluster.procs["coordinator"].poll()
+
+
+def _summarise(demo: Demo, oracle: OracleResult, pauses: list[float]) -> None:
+    result = demo.result
+    result.records_in, result.records_out = oracle.records_in, oracle.records_out
+    result.lost, result.duplicated, result.wrong = oracle.lost, oracle.duplicated, oracle.wrong
+    result.handoffs = len(demo.watches)
+    result.pause_ms_p50 = round(_percentile(pauses, 50), 1)
+    result.pause_ms_p99 = round(_percentile(pauses, 99), 1)
+    rates = [w.max_lag / (w.caught_up_at - w.first_seen) for w in demo.watches
+             if w.caught_up_at is not None and w.caught_up_at > w.first_seen and w.max_lag]
+    result.catchup_records_per_s = round(statistics.mean(rates), 1) if rates else 0.0
+    result.ok = oracle.ok
+    if not oracle.ok:
+        result.steps.extend(oracle.examples)
+
+
+def print_summary(console: Console, result: DemoResult) -> None:
+    table = Table(title="baton demo")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for name in ("records_in", "records_out", "lost", "duplicated", "wrong", "handoffs",
+                 "pause_ms_p50", "pause_ms_p99", "catchup_records_per_s", "seconds"):
+        table.add_row(name, str(getattr(result, name)))
+    for name, url in result.metrics.items():
+        table.add_row(f"metrics {name}", url)
+    console.print(table)
+    console.print("[bold green]oracle holds[/]" if result.ok else "[bold red]ORACLE FAILED[/]")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    out = run_demo(Console(stderr=True))
+    print(json.dumps(out.__dict__), file=sys.stdout)
+    os._exit(0 if out.ok else 1)

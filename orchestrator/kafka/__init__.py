@@ -1,0 +1,1 @@
+"""Kafka plumbing: the watched producer, retry policy, offsets, topics, the coordinator stream."""

@@ -1,0 +1,199 @@
+"""The coordinator stream: the coordinator's whole state as a compacted, keyed topic.
+
+Topic `baton.<job>.coordinator`, one partition, `cleanup.policy=compact`. Keys name
+one piece of state ("model", "processor/<id>", "assignment", "handoff/<task>",
+"drain", ...), values are JSON; a tombstone (null value) deletes the key. Reading the
+topic from the beginning and keeping the last value per key rebuilds the state:
+compaction only saves space, correctness never depends on it (the embedded broker
+does not compact at all).
+
+Writes go through one transactional producer with transactional.id
+`baton.<job>.coordinator`, one transaction per batch of changes, so a batch is
+all-or-nothing for readers (read_committed). `open()` calls init_transactions
+*before* reading: that aborts whatever a previous coordinator left open and fences
+it, so from then on this instance is the only writer and the topic's end is stable.
+A fenced instance learns it on its next write (`FencedError`) and must stop.
+
+A batch during which the producer lost its brokers is written again: a broker that
+restarted may have dropped part of it (orchestrator/watched_producer.py), and
+writing the same values again changes nothing for a last-value-per-key reader.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from orchestrator.kafka.watched_producer import WatchedProducer
+
+__all__ = ["CoordinatorStream", "FencedError", "StreamError", "stream_topic"]
+
+log = logging.getLogger(__name__)
+
+# Bound on init_transactions and on each commit: a healthy broker answers in
+# milliseconds; past this the coordinator cannot promise its state is durable.
+_TXN_TIMEOUT_S = 30.0
+# Reading the stream to its end on start: no progress for this long is an error.
+_LOAD_STALL_S = 30.0
+_POLL_S = 0.5
+_BATCH = 10_000
+# writes of one batch while the brokers keep going away; then it is a StreamError
+_REWRITES = 5
+
+
+class StreamError(RuntimeError):
+    """The coordinator stream cannot be read or written."""
+
+
+class FencedError(StreamError):
+    """Another coordinator of the same job took over the stream; this one must exit."""
+
+
+def stream_topic(job: str) -> str:
+    """`baton.<job>.coordinator`, the topic and the transactional id."""
+    return f"baton.{job}.coordinator"
+
+
+class CoordinatorStream:
+    """The only writer of a job's coordinator stream (after `open()`).
+
+    Args:
+        settings: librdkafka settings for the job's cluster.
+        job: the job name (`job.name`).
+    """
+
+    def __init__(self, settings: Mapping[str, Any], job: str) -> None:
+        self._settings = dict(settings)
+        self.topic = stream_topic(job)
+        self._producer: WatchedProducer | None = None
+
+    def open(self) -> dict[str, Any]:
+        """Fence any previous writer, then read the stream to its end.
+
+        Returns:
+            The last value of every key that has not been deleted.
+
+        Raises:
+            StreamError: the broker did not answer in time.
+        """
+        self._producer = WatchedProducer({**self._settings, "transactional.id": self.topic,
+                                   "enable.idempotence": True, "linger.ms": 0})
+        try:
+            self._producer.init_transactions(_TXN_TIMEOUT_S)
+        except KafkaException as exc:
+            raise StreamError(f"cannot take over the coordinator stream {self.topic}: "
+                              f"{exc.args[0].str()}") from exc
+        return self.load()
+
+    def load(self) -> dict[str, Any]:
+        """Read committed records from the beginning to the current end."""
+        consumer = Consumer({**self._settings, "group.id": f"{self.topic}.reader",
+                             "client.id": f"baton-stream-{uuid.uuid4().hex[:8]}",
+                             "enable.auto.commit": False, "isolation.level": "read_committed",
+                             "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+        try:
+            return _read_to_end(consumer, self.topic)
+        finally:
+            consumer.close()
+
+    def write(self, changes: Mapping[str, Any | None]) -> None:
+        """Write a batch of changes in one transaction (None deletes the key).
+
+        Raises:
+            FencedError: another coordinator took over; stop now.
+            StreamError: the transaction failed (it was aborted: nothing was written).
+        """
+        if not changes:
+            return
+        producer = self._require_open()
+        for _ in range(_REWRITES):
+            losses = producer.losses()
+            self._write_once(producer, changes)
+            if producer.losses() == losses:
+                return
+            log.warning("the brokers went away while %s was written; writing the batch "
+                        "again", self.topic)
+        raise StreamError(f"cannot write to {self.topic}: the brokers kept going away "
+                          f"({_REWRITES} attempts)")
+
+    def _write_once(self, producer: WatchedProducer, changes: Mapping[str, Any | None]) -> None:
+        try:
+            producer.begin_transaction()
+            for key, value in changes.items():
+                producer.produce(self.topic, key=key.encode(),
+                                 value=None if value is None else orjson.dumps(value))
+            producer.commit_transaction(_TXN_TIMEOUT_S)
+        except KafkaException as exc:
+            self._fail(producer, exc)
+
+    def _require_open(self) -> WatchedProducer:
+        if self._producer is None:
+            raise StreamError(f"{self.topic}: write before open()")
+        return self._producer
+
+    def _fail(self, producer: WatchedProducer, exc: KafkaException) -> None:
+        err: KafkaError = exc.args[0]
+        if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                          KafkaError.INVALID_PRODUCER_EPOCH):
+            raise FencedError(
+                f"another coordinator took over {self.topic} (transactional id fenced: "
+                f"{err.str()}); this one stops so that only one coordinator writes") from exc
+        if err.fatal():
+            # not fenced, but the producer is unusable (e.g. a restarted broker lost its
+            # sequence state). Re-initialising here could fence a newer coordinator, so
+            # stop the same way: a restarted coordinator re-reads the stream and resumes.
+            raise FencedError(
+                f"the coordinator stream's producer failed fatally ({err.str()}); this "
+                f"coordinator stops; restart it (it rebuilds from {self.topic})") from exc
+        if err.txn_requires_abort():
+            try:
+                producer.abort_transaction(_TXN_TIMEOUT_S)
+            except KafkaException as abort_exc:
+                raise StreamError(f"cannot abort a failed write to {self.topic}: "
+                                  f"{abort_exc.args[0].str()}") from exc
+        raise StreamError(f"cannot write to {self.topic}: {err.str()}") from exc
+
+    def close(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.flush(5)
+
+
+def _read_to_end(consumer: Consumer, topic: str) -> dict[str, Any]:
+    """Last value per key of partition 0, up to the high watermark seen at the start."""
+    tp = TopicPartition(topic, 0)
+    _, high = consumer.get_watermark_offsets(tp, timeout=_TXN_TIMEOUT_S, cached=False)
+    state: dict[str, Any] = {}
+    if high <= 0:
+        return state
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    stalled_at = time.monotonic() + _LOAD_STALL_S
+    while True:
+        progressed = False
+        for msg in consumer.consume(_BATCH, _POLL_S):
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    return state
+                raise StreamError(f"cannot read {topic}: {err.str()}")
+            progressed = True
+            key = (msg.key() or b"").decode()
+            value = msg.value()
+            if value is None:
+                state.pop(key, None)
+            else:
+                state[key] = orjson.loads(value)
+        position = consumer.position([tp])[0].offset
+        if position >= high:
+            return state
+        if progressed:
+            stalled_at = time.monotonic() + _LOAD_STALL_S
+        elif time.monotonic() > stalled_at:
+            raise StreamError(f"reading {topic} stalled at offset {position} of {high}; "
+                              f"is the broker healthy?")

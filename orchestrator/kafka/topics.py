@@ -1,0 +1,231 @@
+"""Kafka admin I/O for the coordinator: topics, partition counts, offsets.
+
+This is the I/O edge the pure core never sees. Every call that crosses the network
+retries only the errors Kafka itself calls transient (a leader moving, a broker
+restarting, a request timing out), under a named policy, and re-raises the last
+error when the policy gives up; anything else (a missing topic, an authorization
+failure, a refused partition increase) surfaces at once as a `TopicsError` whose
+message names the topic and the next action.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from tenacity import (
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
+
+from orchestrator.core.grouping import format_partition, parse_partition
+
+__all__ = [
+    "ADMIN_RETRY",
+    "Offsets",
+    "TopicAdmin",
+    "TopicsError",
+    "is_transient",
+]
+
+log = logging.getLogger(__name__)
+
+# One admin request's own timeout: long enough for a broker under load, short enough
+# that a tick loop blocked on it still notices SIGTERM within a few seconds.
+_REQUEST_TIMEOUT_S = 10.0
+
+# Retry policy of every admin call: up to 5 attempts within 30 s, backing off from
+# 0.2 s to 5 s. A leader election or a broker restart takes seconds, not minutes; past
+# that the operator should see the error instead of a silent hang.
+ADMIN_RETRY: dict[str, Any] = {
+    "stop": stop_after_attempt(5) | stop_after_delay(30),
+    "wait": wait_exponential(multiplier=0.2, max=5),
+    "reraise": True,
+}
+
+# librdkafka error codes that mean "try again", whatever `retriable()` says (some
+# local transport errors are not flagged retriable but are, for an idempotent read).
+_TRANSIENT_CODES = frozenset({
+    KafkaError._TRANSPORT,
+    KafkaError._TIMED_OUT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._WAIT_COORD,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.NETWORK_EXCEPTION,
+})
+
+
+class TopicsError(RuntimeError):
+    """An admin operation that failed for good; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Offsets:
+    """Low and high watermarks of one partition."""
+
+    low: int
+    high: int
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for Kafka errors worth retrying (see `_TRANSIENT_CODES`)."""
+    if not isinstance(exc, KafkaException) or not exc.args:
+        return False
+    err = exc.args[0]
+    if not isinstance(err, KafkaError):
+        return False
+    return bool(err.retriable()) or err.code() in _TRANSIENT_CODES
+
+
+def _retrying() -> Retrying:
+    return Retrying(retry=retry_if_exception(is_transient), **ADMIN_RETRY)
+
+
+class TopicAdmin:
+    """The coordinator's admin client plus one consumer for offsets (never subscribed).
+
+    Args:
+        settings: librdkafka settings (`Config.kafka_settings()`).
+        group: the job's consumer group (`baton.<job>`), read by `committed()`.
+    """
+
+    def __init__(self, settings: Mapping[str, Any], group: str) -> None:
+        self._settings = dict(settings)
+        self._group = group
+        self._admin = AdminClient(self._settings)
+        self._consumer: Consumer | None = None
+
+    def _offsets_consumer(self) -> Consumer:
+        """A consumer in the job's group that never subscribes (so never joins it)."""
+        if self._consumer is None:
+            self._consumer = Consumer({
+                **self._settings, "group.id": self._group, "enable.auto.commit": False,
+                "client.id": f"baton-coordinator-{uuid.uuid4().hex[:8]}"})
+        return self._consumer
+
+    def close(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()
+
+    def partition_counts(self, topics: Sequence[str]) -> dict[str, int]:
+        """The partition count of each topic.
+
+        Raises:
+            TopicsError: a topic does not exist.
+        """
+        for attempt in _retrying():
+            with attempt:
+                meta = self._admin.list_topics(timeout=_REQUEST_TIMEOUT_S)
+        counts: dict[str, int] = {}
+        for topic in topics:
+            found = meta.topics.get(topic)
+            if found is None or found.error is not None or not found.partitions:
+                reason = found.error if found is not None and found.error else "does not exist"
+                raise TopicsError(f"input topic {topic!r}: {reason}; create it (or fix "
+                                  f"job.inputs) and start again")
+            counts[topic] = len(found.partitions)
+        return counts
+
+    def ensure_compacted(self, topic: str) -> bool:
+        """Create `topic` with 1 partition and cleanup.policy=compact unless it exists.
+
+        Returns:
+            True when it was created now.
+        """
+        for attempt in _retrying():
+            with attempt:
+                meta = self._admin.list_topics(timeout=_REQUEST_TIMEOUT_S)
+        if topic in meta.topics and meta.topics[topic].error is None:
+            return False
+        spec = NewTopic(topic, 1, _replication(meta), config={"cleanup.policy": "compact"})
+        try:
+            for attempt in _retrying():
+                with attempt:
+                    self._admin.create_topics([spec])[topic].result(_REQUEST_TIMEOUT_S)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return False
+            raise TopicsError(f"cannot create the coordinator stream {topic!r}: "
+                              f"{exc.args[0].str()}") from exc
+        log.info("created the coordinator stream %s (1 partition, compacted)", topic)
+        return True
+
+    def watermarks(self, partitions: Iterable[str]) -> dict[str, Offsets]:
+        """Low and high watermark of each "topic:N"."""
+        consumer = self._offsets_consumer()
+        result: dict[str, Offsets] = {}
+        for partition in partitions:
+            topic, number = parse_partition(partition)
+            for attempt in _retrying():
+                with attempt:
+                    low, high = self._watermark(consumer, topic, number)
+            result[partition] = Offsets(int(low), int(high))
+        return result
+
+    def _watermark(self, consumer: Consumer, topic: str, number: int) -> tuple[int, int]:
+        """One partition's watermarks; a partition added since the client's last metadata
+        refresh (an expansion) is unknown to it until it asks for the topic again."""
+        tp = TopicPartition(topic, number)
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=_REQUEST_TIMEOUT_S,
+                                                       cached=False)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._UNKNOWN_PARTITION:
+                raise
+            consumer.list_topics(topic, timeout=_REQUEST_TIMEOUT_S)
+            low, high = consumer.get_watermark_offsets(tp, timeout=_REQUEST_TIMEOUT_S,
+                                                       cached=False)
+        return int(low), int(high)
+
+    def committed(self, partitions: Iterable[str]) -> dict[str, int]:
+        """The job group's committed offsets; partitions without one are left out."""
+        wanted = [TopicPartition(*parse_partition(p)) for p in partitions]
+        if not wanted:
+            return {}
+        consumer = self._offsets_consumer()
+        for attempt in _retrying():
+            with attempt:
+                found = consumer.committed(wanted, timeout=_REQUEST_TIMEOUT_S)
+        return {format_partition(tp.topic, tp.partition): int(tp.offset)
+                for tp in found if tp.error is None and tp.offset >= 0}
+
+    def create_partitions(self, topic: str, count: int) -> None:
+        """Grow `topic` to `count` partitions (no-op when it already has that many).
+
+        Raises:
+            TopicsError: the broker refused (for example a shrink).
+        """
+        current = self.partition_counts([topic])[topic]
+        if current == count:
+            return
+        if count < current:
+            raise TopicsError(f"topic {topic!r} has {current} partitions; Kafka cannot "
+                              f"shrink it to {count}")
+        try:
+            for attempt in _retrying():
+                with attempt:
+                    futures = self._admin.create_partitions([NewPartitions(topic, count)])
+                    futures[topic].result(_REQUEST_TIMEOUT_S)
+        except KafkaException as exc:
+            raise TopicsError(f"cannot grow {topic!r} from {current} to {count} partitions: "
+                              f"{exc.args[0].str()}") from exc
+        log.info("grew %s from %d to %d partitions", topic, current, count)
+
+
+def _replication(meta: Any) -> int:
+    """Replication 3 where there are 3 brokers, else what the cluster can hold."""
+    return max(1, min(3, len(meta.brokers)))

@@ -1,0 +1,177 @@
+"""HTTP client of the coordinator API, for the CLI and the processor daemon.
+
+Bearer token on every call; bounded retries (tenacity) on what is worth retrying:
+a connection that could not be made or broke, a timeout, and 5xx answers (the
+coordinator restarting). 4xx answers are the caller's fault and surface at once with
+the server's reason. When the retries run out the error names the URL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+from tenacity import (
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
+
+from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest
+
+__all__ = [
+    "CLI_RETRY",
+    "HEARTBEAT_RETRY",
+    "CoordinatorClient",
+    "CoordinatorError",
+    "CoordinatorUnreachable",
+]
+
+# The CLI: up to 4 attempts within ~10 s (0.25, 0.5, 1 s back-off), enough to ride out
+# a coordinator restart, short enough that a dead one is reported promptly.
+CLI_RETRY: dict[str, Any] = {
+    "stop": stop_after_attempt(4) | stop_after_delay(10),
+    "wait": wait_exponential(multiplier=0.25, max=2),
+}
+# A processor's heartbeat: one quick retry; the next heartbeat is the real retry, and
+# the processor's own grace period (coordinator_grace_ms) decides when to give up.
+HEARTBEAT_RETRY: dict[str, Any] = {
+    "stop": stop_after_attempt(2),
+    "wait": wait_exponential(multiplier=0.1, max=0.2),
+}
+_TIMEOUT_S = 10.0
+
+
+class CoordinatorError(RuntimeError):
+    """The coordinator answered with an error; `status` is the HTTP status."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class CoordinatorUnreachable(CoordinatorError):
+    """No answer from the coordinator after the retries."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 0)
+
+
+class _Retry(Exception):
+    """A 5xx answer, retried like a transport error."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(f"HTTP {response.status_code}")
+        self.response = response
+
+
+def _retriable(exc: BaseException) -> bool:
+    return isinstance(exc, httpx.TransportError | _Retry)
+
+
+class CoordinatorClient:
+    """Calls to one coordinator.
+
+    Args:
+        url: the coordinator's base URL (`coordinator.url`).
+        token: the bearer token (`orchestrator.wire.token.read_token`).
+        retry: a tenacity policy (`CLI_RETRY`, `HEARTBEAT_RETRY`).
+        transport: an httpx transport (tests pass a `MockTransport` or an ASGI one).
+    """
+
+    def __init__(self, url: str, token: str, retry: dict[str, Any] | None = None,
+                 timeout: float = _TIMEOUT_S,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.url = url.rstrip("/")
+        self._retry = CLI_RETRY if retry is None else retry
+        self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport,
+                                  headers={"Authorization": f"Bearer {token}"})
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> CoordinatorClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(self, method: str, path: str, body: Any = None,
+                params: dict[str, str] | None = None) -> Any:
+        """One call with retries; returns the decoded JSON body.
+
+        Raises:
+            CoordinatorUnreachable: no answer (or only 5xx) after the retries.
+            CoordinatorError: a 4xx answer, with the server's reason.
+        """
+        try:
+            for attempt in Retrying(retry=retry_if_exception(_retriable), reraise=True,
+                                    **self._retry):
+                with attempt:
+                    response = self._http.request(method, path, json=body, params=params)
+                    if response.status_code >= 500:
+                        raise _Retry(response)
+        except _Retry as exc:
+            raise CoordinatorUnreachable(
+                f"coordinator at {self.url} answered {path} with HTTP "
+                f"{exc.response.status_code}: {_reason(exc.response)}") from exc
+        except httpx.TransportError as exc:
+            raise CoordinatorUnreachable(
+                f"coordinator at {self.url} is unreachable ({type(exc).__name__}: {exc}); "
+                f"is 'baton coordinator' running, and is coordinator.url right?") from exc
+        if response.status_code == 401:
+            raise CoordinatorError(f"coordinator at {self.url} refused the token (401): "
+                                   f"does coordinator.token_file match the coordinator's?", 401)
+        if response.status_code >= 400:
+            raise CoordinatorError(f"coordinator at {self.url} refused {method} {path} "
+                                   f"(HTTP {response.status_code}): {_reason(response)}",
+                                   response.status_code)
+        return response.json()
+
+    # --- the endpoints ---------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", "/status")
+        return result
+
+    def plan(self, add: Sequence[str] = (), remove: Sequence[str] = ()) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("POST", "/plan",
+                                              {"add": list(add), "remove": list(remove)})
+        return result
+
+    def drain(self, processor: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("POST", "/drain", {"processor": processor})
+        return result
+
+    def expand(self, topic: str, partitions: int) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("POST", "/expand",
+                                              {"topic": topic, "partitions": partitions})
+        return result
+
+    def register(self, request: HeartbeatRequest) -> HeartbeatReply:
+        return HeartbeatReply.model_validate(
+            self.request("POST", "/processors/register", request.model_dump(mode="json")))
+
+    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatReply:
+        return HeartbeatReply.model_validate(
+            self.request("POST", "/processors/heartbeat", request.model_dump(mode="json")))
+
+    def container_heartbeat(self, execution_id: str) -> bool:
+        """The pinned liveness probe: is this execution still the valid one?"""
+        body = self.request("GET", "/containerHeartbeat",
+                            params={"executionContainerId": execution_id})
+        return bool(body.get("alive"))
+
+
+def _reason(response: httpx.Response) -> str:
+    """The server's `detail`, or the start of the body."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:300] or response.reason_phrase
+    if isinstance(body, dict) and "detail" in body:
+        return str(body["detail"])[:1000]
+    return str(body)[:300]

@@ -1,0 +1,78 @@
+"""The coordinator's bearer token: one secret in a 0600 file, shared with the CLI.
+
+The daemon creates the file on first start; everyone else only reads it. A file that
+others can read is refused rather than repaired: someone may already have copied it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from pathlib import Path
+
+__all__ = ["TokenError", "load_or_create_token", "read_token"]
+
+# 32 random bytes, URL-safe: unguessable and easy to pass in a header.
+_TOKEN_BYTES = 32
+_PRIVATE = 0o600
+
+
+class TokenError(RuntimeError):
+    """The token file is missing, unreadable, empty or too open; the message names it."""
+
+
+def load_or_create_token(path: Path) -> str:
+    """The daemon's side: create `path` (mode 0600) when missing, then read it.
+
+    Raises:
+        TokenError: the file is group/world accessible, empty or unreadable.
+    """
+    if not path.exists():
+        _create_token_file(path)
+    return read_token(path)
+
+
+def _create_token_file(path: Path) -> None:
+    """Write a fresh token to a private temporary file, then link it into place.
+
+    Readers never see the file half-written: it appears with its content or not at all.
+    A concurrent creator that wins the link keeps its token; ours is discarded.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, _PRIVATE)
+        with os.fdopen(fd, "w", encoding="ascii") as out:
+            out.write(secrets.token_urlsafe(_TOKEN_BYTES) + "\n")
+        os.link(tmp, path)
+    except FileExistsError:
+        pass  # another process created it first: use theirs
+    except OSError as exc:
+        raise TokenError(f"cannot create the token file {path}: {exc.strerror}") from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read_token(path: Path) -> str:
+    """Read the token, refusing a file that group or others may access.
+
+    Raises:
+        TokenError: naming the file and what to do.
+    """
+    try:
+        mode = path.stat().st_mode
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise TokenError(
+                f"token file {path} is accessible by group/others (mode "
+                f"{stat.S_IMODE(mode):04o}); run 'chmod 600 {path}', or delete it to get a "
+                f"new token on the next coordinator start")
+        token = path.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        raise TokenError(f"token file {path} not found: start the coordinator first "
+                         f"(it creates the file), or fix coordinator.token_file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TokenError(f"cannot read token file {path}: {exc}") from exc
+    if not token:
+        raise TokenError(f"token file {path} is empty; delete it and restart the coordinator")
+    return token

@@ -1,0 +1,153 @@
+"""The operator CLI and the coordinator daemon as a real subprocess on the broker:
+start-up, status, plan, drain, expand, config and token errors, SIGTERM, fencing."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.devkit.embedded import free_port
+from tests.conftest import wait_for, wait_for_coordinator
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def baton(*args: Any, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_coordinator_starts_serves_status_and_stops_on_sigterm(coordinated, daemons) -> None:
+    config, path = coordinated(partitions=4)
+    coordinator = daemons("coordinator", "coordinator", "-c", path)
+    client = wait_for_coordinator(config, coordinator)
+    token_mode = stat.S_IMODE(os.stat(config.token_file).st_mode)
+    assert token_mode == 0o600
+    status = client.status()
+    assert status["generation"] == 1
+    assert [t["name"] for t in status["tasks"]] == [f"Partition {i}" for i in range(4)]
+    human = baton("status", "-c", path)
+    assert human.returncode == 0, human.stderr
+    assert "Partition 3" in human.stdout and "/metrics" in human.stdout
+    as_json = json.loads(baton("status", "-c", path, "--json").stdout)
+    assert as_json["generation"] == 1
+    token = config.token_file.read_text().strip()
+    assert token not in coordinator.log()
+    assert coordinator.stop() == 0
+    assert "stopped cleanly" in coordinator.log()
+
+
+def test_restart_keeps_the_model(coordinated, daemons) -> None:
+    config, path = coordinated(partitions=2)
+    first = daemons("coordinator-1", "coordinator", "-c", path)
+    wait_for_coordinator(config, first)
+    assert first.stop() == 0
+    second = daemons("coordinator-2", "coordinator", "-c", path)
+    client = wait_for_coordinator(config, second)
+    assert client.status()["generation"] == 1
+    assert "resumed job" in second.log()
+
+
+def test_second_coordinator_fences_the_first(coordinated, daemons, tmp_path) -> None:
+    config, path = coordinated(partitions=2)
+    first = daemons("coordinator-1", "coordinator", "-c", path)
+    wait_for_coordinator(config, first)
+    # the same job on another address: it takes the stream over
+    port = free_port()
+    other = path.read_text().replace(f":{config.coordinator.listen.split(':')[1]}",
+                                     f":{port}")
+    second_path = tmp_path / "second.toml"
+    second_path.write_text(other)
+    second = daemons("coordinator-2", "coordinator", "-c", second_path)
+    assert first.wait(60) == 3
+    assert "fenced" in first.log() and "another coordinator" in first.log()
+    assert second.running()
+
+
+def test_same_address_second_coordinator_fails_without_fencing(coordinated, daemons) -> None:
+    config, path = coordinated(partitions=2)
+    first = daemons("coordinator-1", "coordinator", "-c", path)
+    wait_for_coordinator(config, first)
+    second = daemons("coordinator-2", "coordinator", "-c", path)
+    assert second.wait(60) == 1
+    assert "cannot listen on" in second.log()
+    assert first.running()
+
+
+def test_config_error_names_file_and_key(tmp_path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[job]\nname = "x"\nclass = "a:B"\ninputs = []\noutput = "o"\n'
+                   '[kafka]\nbootstrap_servers = "127.0.0.1:1"\n')
+    result = baton("coordinator", "-c", bad)
+    assert result.returncode == 2
+    assert str(bad) in result.stderr and "job.inputs" in result.stderr
+
+
+def test_open_token_file_is_refused(coordinated, daemons) -> None:
+    config, path = coordinated(partitions=1)
+    config.token_file.parent.mkdir(parents=True, exist_ok=True)
+    config.token_file.write_text("secret\n")
+    config.token_file.chmod(0o644)
+    coordinator = daemons("coordinator", "coordinator", "-c", path)
+    assert coordinator.wait(60) == 2
+    assert str(config.token_file) in coordinator.log()
+    assert "secret" not in coordinator.log()
+
+
+def test_unreachable_coordinator_is_named(coordinated) -> None:
+    config, path = coordinated(partitions=1)
+    config.token_file.parent.mkdir(parents=True, exist_ok=True)
+    config.token_file.write_text("t\n")
+    config.token_file.chmod(0o600)
+    result = baton("status", "-c", path)
+    assert result.returncode == 1
+    assert config.coordinator.url in result.stderr and "unreachable" in result.stderr
+
+
+def test_plan_drain_refusals_and_expand(coordinated, daemons, broker) -> None:
+    config, path = coordinated(partitions=2)
+    coordinator = daemons("coordinator", "coordinator", "-c", path)
+    client = wait_for_coordinator(config, coordinator)
+    plan = json.loads(baton("plan", "-c", path, "--add", "p1", "--json").stdout)
+    assert {m["to"] for m in plan["moves"]} == {"p1"}
+    human = baton("plan", "-c", path, "--add", "p1")
+    assert human.returncode == 0 and "Partition 1" in human.stdout
+    unknown = baton("drain", "-c", path, "--processor", "ghost")
+    assert unknown.returncode == 2 and "ghost" in unknown.stderr
+    odd = baton("expand", "-c", path, "--topic", config.job.inputs[0], "--partitions", "3")
+    assert odd.returncode == 2 and "from 2 to 3" in odd.stderr
+    # no processor: the expansion applies but cannot go live; a short timeout names why
+    grown = baton("expand", "-c", path, "--topic", config.job.inputs[0], "--partitions", "4",
+                  "--timeout", "1")
+    assert grown.returncode == 1 and "no live processor" in grown.stderr
+    status = client.status()
+    assert status["generation"] == 2
+    assert status["tasks"][0]["partitions"] == [f"{config.job.inputs[0]}:0",
+                                                f"{config.job.inputs[0]}:2"]
+    waited = baton("wait", "-c", path, "--until", "balanced", "--timeout", "1")
+    assert waited.returncode == 1 and "pending" in waited.stderr
+
+
+def test_monitor_applies_growth_and_reports_refusals(coordinated, daemons, broker) -> None:
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    config, path = coordinated(partitions=2)
+    coordinator = daemons("coordinator", "coordinator", "-c", path)
+    client = wait_for_coordinator(config, coordinator)
+    admin = AdminClient(broker.settings())
+    topic = config.job.inputs[0]
+    admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30)
+    wait_for(lambda: client.status()["generation"] == 2, 30, "the monitor's expansion")
+    admin.create_partitions([NewPartitions(topic, 6)])[topic].result(30)
+    wait_for(lambda: client.status()["errors"], 30, "the refused expansion in /status")
+    error = client.status()["errors"][0]
+    assert topic in error and "from 4 to 6" in error
+    assert client.status()["generation"] == 2

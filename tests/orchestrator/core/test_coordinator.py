@@ -1,0 +1,510 @@
+"""The coordinator core on a fake clock, with fake processors speaking the wire protocol.
+
+A pair (well, group) harness after h11's ConnectionPair: the core plus fake processors
+that apply each reply the way the real runtime does (level-triggered), and a "stream"
+dict that receives the core's pending changes after every call, as the daemon writes
+them. Interleavings are explicit calls, never sleeps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from metrics import CoordinatorMetrics
+from orchestrator.core.assignment import AssignmentConfig
+from orchestrator.core.coordinator import Coordinator, CoreConfig, DrainError, UnknownProcessor
+from orchestrator.core.handoff import HandoffConfig
+from orchestrator.core.model import JobModel
+from orchestrator.core.views import pending, plan, status
+from orchestrator.wire.clock import FakeClock
+from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest, TaskReport
+
+TOPIC = "in"
+ACCEPTABLE = 100
+
+
+def config(**overrides: Any) -> CoreConfig:
+    base: dict[str, Any] = {
+        "job": "j", "processor_timeout_s": 5.0,
+        "assignment": AssignmentConfig(acceptable_lag=ACCEPTABLE, max_warmups=2),
+        "handoff": HandoffConfig(ACCEPTABLE, release_timeout_s=3.0, activate_timeout_s=6.0)}
+    base.update(overrides)
+    return CoreConfig(**base)
+
+
+class Harness:
+    """A core, its persisted records, and a clock; `sync()` writes like the daemon."""
+
+    def __init__(self, partitions: int = 4, **overrides: Any) -> None:
+        self.clock = FakeClock()
+        self.registry = CollectorRegistry()
+        self.config = config(**overrides)
+        self.core = Coordinator(self.config, self.clock, JobModel.first([(TOPIC, partitions)],
+                                                                        "partition"),
+                                CoordinatorMetrics(self.registry, "j",
+                                                   acceptable_lag=ACCEPTABLE))
+        self.stream: dict[str, Any] = {}
+        self.sync()
+
+    def sync(self) -> None:
+        changes = self.core.pending_changes()
+        for key, value in changes.items():
+            if value is None:
+                self.stream.pop(key, None)
+            else:
+                self.stream[key] = value
+        self.core.confirm(changes)
+        check_one_active_owner(self.core)
+
+    def restart(self) -> None:
+        """A new coordinator process: new clock, state only from the stream."""
+        self.clock = FakeClock(start=1000.0)
+        self.registry = CollectorRegistry()
+        core = Coordinator.restore(self.config, self.clock, dict(self.stream),
+                                   CoordinatorMetrics(self.registry, "j",
+                                                      acceptable_lag=ACCEPTABLE))
+        assert core is not None
+        self.core = core
+        self.sync()
+
+    def tick(self, seconds: float = 0.0) -> None:
+        self.clock.advance(seconds)
+        self.core.tick()
+        self.sync()
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.registry.get_sample_value(name, {"job": "j", **labels})
+        return 0.0 if value is None else value
+
+
+def check_one_active_owner(core: Coordinator) -> None:
+    """The safety invariant: no task listed active on two live processors."""
+    for task in core.model.tasks:
+        owners = [pid for pid, roles in core.roles
+                  if task in roles.active and core.processors.get(pid) is not None
+                  and core.processors.get(pid).valid]  # type: ignore[union-attr]
+        assert len(owners) <= 1, f"{task} active on {owners}"
+
+
+class FakeProcessor:
+    """Applies replies like processor/runtime.py; positions are set by the test."""
+
+    def __init__(self, h: Harness, pid: str, execution: str | None = None) -> None:
+        self.h, self.pid = h, pid
+        self.execution = execution or f"{pid}-exec-1"
+        self.roles: dict[str, str] = {}
+        self.positions: dict[str, dict[str, int]] = {}
+        self.reply: HeartbeatReply | None = None
+        self.ignore_release = False  # a stuck owner: never acknowledges a release
+        self.activate_as = "active"  # "activating": a new owner stuck replaying
+
+    def request(self, leaving: bool = False) -> HeartbeatRequest:
+        return HeartbeatRequest(
+            processor_id=self.pid, execution_id=self.execution,
+            metrics_url=f"http://127.0.0.1:1/{self.pid}", leaving=leaving,
+            tasks=[TaskReport(task=t, role=r,  # type: ignore[arg-type]
+                              positions=self.positions.get(t, {}),
+                              pause_ms=12.0 if r == "active" else None)
+                   for t, r in self.roles.items()])
+
+    def register(self) -> HeartbeatReply:
+        return self._apply(self.h.core.register(self.request()))
+
+    def beat(self) -> HeartbeatReply:
+        return self._apply(self.h.core.heartbeat(self.request()))
+
+    def leave(self) -> HeartbeatReply:
+        return self._apply(self.h.core.heartbeat(self.request(leaving=True)))
+
+    def _apply(self, reply: HeartbeatReply) -> HeartbeatReply:
+        self.h.sync()
+        self.reply = reply
+        if not reply.alive:
+            return reply
+        a = reply.assignment
+        for task, role in list(self.roles.items()):
+            if role == "active" and task not in a.active and not self.ignore_release:
+                self.roles[task] = "released"
+        for task in a.warmup:
+            if self.roles.get(task) != "active":
+                self.roles[task] = "warmup"
+        for task in a.standby:
+            if self.roles.get(task) != "active":
+                self.roles[task] = "standby"
+        for task in a.active:
+            if self.roles.get(task) != "active":
+                self.roles[task] = self.activate_as
+        wanted = set(a.active) | set(a.warmup) | set(a.standby)
+        for task, role in list(self.roles.items()):
+            if task not in wanted and role not in ("released", "active", "activating"):
+                del self.roles[task]
+        return reply
+
+    def active(self) -> set[str]:
+        return {t for t, r in self.roles.items() if r == "active"}
+
+    def listed(self) -> set[str]:
+        assert self.reply is not None
+        return set(self.reply.assignment.active)
+
+
+def partitions(task: str) -> list[str]:
+    return [f"{TOPIC}:{task.rsplit(' ', 1)[1]}"]
+
+
+def at(offset: int, *tasks: str) -> dict[str, dict[str, int]]:
+    return {t: {p: offset for p in partitions(t)} for t in tasks}
+
+
+ALL = ["Partition 0", "Partition 1", "Partition 2", "Partition 3"]
+
+
+def owners(h: Harness) -> dict[str, str | None]:
+    return {t: h.core.owner(t) for t in ALL}
+
+
+# ---- registration and liveness ----------------------------------------------------------
+
+
+def test_register_then_heartbeat_is_alive() -> None:
+    h = Harness()
+    p1 = FakeProcessor(h, "p1")
+    assert p1.register().alive
+    assert h.core.alive("p1-exec-1")
+    assert p1.beat().alive
+    assert p1.listed() == set(ALL)  # the only processor: everything, directly active
+    assert p1.reply is not None and p1.reply.tasks["Partition 0"] == ["in:0"]
+    assert h.stream["processor/p1"]["execution_id"] == "p1-exec-1"
+
+
+def test_new_execution_invalidates_the_previous_one() -> None:
+    h = Harness()
+    old = FakeProcessor(h, "p1")
+    old.register()
+    old.beat()
+    new = FakeProcessor(h, "p1", execution="p1-exec-2")
+    new.register()
+    assert not h.core.alive("p1-exec-1") and h.core.alive("p1-exec-2")
+    assert not old.beat().alive
+    assert h.metric("baton_invalid_heartbeats_total") == 1
+    # the same id comes back: its tasks stay with it (its activation fences the old one)
+    assert new.beat().alive and new.listed() == set(ALL)
+
+
+def test_unknown_execution_is_not_alive() -> None:
+    h = Harness()
+    assert not h.core.alive("nobody")
+    stranger = FakeProcessor(h, "p9")
+    assert not stranger.beat().alive
+    assert h.metric("baton_invalid_heartbeats_total") == 1
+
+
+def test_silent_processor_is_lost_and_its_tasks_move() -> None:
+    h = Harness()
+    p1, p2 = FakeProcessor(h, "p1"), FakeProcessor(h, "p2")
+    p1.positions = at(0, *ALL)
+    p1.register()
+    p2.register()
+    for _ in range(4):
+        p1.beat()
+        p2.beat()
+    assert set(owners(h).values()) == {"p1", "p2"}
+    for _ in range(6):  # p2 keeps beating, p1 is silent past the 5 s timeout
+        h.clock.advance(1.0)
+        p2.beat()
+    assert not h.core.alive("p1-exec-1")
+    assert set(owners(h).values()) == {"p2"}
+    assert not p1.beat().alive
+    assert status(h.core)["processors"][0] == {**status(h.core)["processors"][0],
+                                               "id": "p1", "alive": False}
+
+
+# ---- handoffs -------------------------------------------------------------------------
+
+
+def start_two(h: Harness) -> tuple[FakeProcessor, FakeProcessor]:
+    """p1 owns all four tasks at offset 1000; p2 joins with nothing."""
+    p1 = FakeProcessor(h, "p1")
+    p1.register()
+    p1.beat()
+    p1.positions = at(1000, *ALL)
+    p1.beat()
+    p2 = FakeProcessor(h, "p2")
+    p2.register()
+    return p1, p2
+
+
+def test_full_handoff_through_the_protocol() -> None:
+    h = Harness()
+    p1, p2 = start_two(h)
+    moving = sorted(h.core.handoffs)
+    assert len(moving) == 2  # max_warmups
+    assert {x.phase.value for x in h.core.handoffs.values()} == {"planned"}
+    p2.beat()  # reply lists the warmups
+    assert p2.reply is not None and sorted(p2.reply.assignment.warmup) == moving
+    p2.positions = at(10, *moving)
+    p2.beat()  # reports warmup, lag 990 > 100
+    assert {x.phase.value for x in h.core.handoffs.values()} == {"catching_up"}
+    assert {x["lag"] for x in status(h.core)["handoffs"]} == {990}
+    h.clock.advance(2.0)
+    p2.positions = at(950, *moving)
+    p2.beat()  # lag 50: release starts, the task leaves p1's listing
+    assert {x.phase.value for x in h.core.handoffs.values()} == {"releasing"}
+    assert all(owners(h)[t] is None for t in moving)
+    assert not p2.listed() & set(moving)  # never active on the target before the release
+    p1.positions.update(at(1010, *moving))
+    p1.beat()  # p1 releases (reports "released" with final T1 next time)
+    p1.beat()
+    assert {x.phase.value for x in h.core.handoffs.values()} == {"activating"}
+    assert h.core.handoffs[moving[0]].final_offsets == {partitions(moving[0])[0]: 1010}
+    p2.beat()  # listed active now
+    assert p2.listed() >= set(moving)
+    p2.beat()  # reports active
+    assert not h.core.handoffs
+    assert {owners(h)[t] for t in moving} == {"p2"}
+    assert h.metric("baton_handoffs_total", outcome="done") == 2
+    assert h.metric("baton_handoff_pause_seconds_count") == 2
+    assert h.metric("baton_handoff_phase_seconds_count", phase="catching_up") == 2
+    assert all(f"handoff/{t}" not in h.stream for t in moving)
+    assert sorted(h.stream["assignment"]["p2"]["active"]) == moving
+    p1.beat()
+    p2.beat()
+    assert status(h.core)["balanced"], pending(h.core)
+
+
+def catch_up_and_release(h: Harness, p1: FakeProcessor, p2: FakeProcessor) -> list[str]:
+    """Drive both handoffs of `start_two` to releasing."""
+    moving = sorted(h.core.handoffs)
+    p2.beat()
+    p2.positions = at(1000, *moving)
+    p2.beat()
+    assert {x.phase.value for x in h.core.handoffs.values()} == {"releasing"}
+    return moving
+
+
+def test_release_timeout_declares_the_source_dead() -> None:
+    h = Harness()
+    p1, p2 = start_two(h)
+    catch_up_and_release(h, p1, p2)
+    p1.ignore_release = True
+    p1.beat()
+    h.clock.advance(3.5)  # past release_timeout_s = 3
+    p2.beat()
+    assert not h.core.alive("p1-exec-1")
+    assert not p1.beat().alive
+    assert {x.phase.value for x in h.core.handoffs.values()} == {"activating"}
+    assert all(x.final_offsets is None for x in h.core.handoffs.values())
+    p2.beat()
+    p2.beat()
+    assert set(owners(h).values()) == {"p2"}  # p1's other tasks were placed again
+    assert h.metric("baton_handoffs_total", outcome="fenced") == 2
+
+
+def test_activation_timeout_declares_the_target_dead_and_resumes_the_source(
+        caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness()
+    p1, p2 = start_two(h)
+    moving = catch_up_and_release(h, p1, p2)
+    p1.beat()
+    p1.beat()  # released and acknowledged
+    assert {x.phase.value for x in h.core.handoffs.values()} == {"activating"}
+    p2.activate_as = "activating"  # listed active, it never gets there (stuck replaying)
+    for _ in range(7):  # activate_timeout_s = 6; p1 keeps beating
+        h.clock.advance(1.0)
+        p1.beat()
+        p2.beat()
+    assert not h.core.alive("p2-exec-1")
+    assert {owners(h)[t] for t in moving} == {"p1"}
+    assert p1.active() == set(ALL)
+    assert "still listed active" not in caplog.text
+    assert h.metric("baton_handoffs_total", outcome="cancelled") == 2
+
+
+def test_target_lost_while_catching_up_cancels() -> None:
+    h = Harness()
+    p1, p2 = start_two(h)
+    moving = sorted(h.core.handoffs)
+    p2.beat()
+    p2.positions = at(0, *moving)
+    p2.beat()
+    for _ in range(6):
+        h.clock.advance(1.0)
+        p1.beat()
+    assert not h.core.handoffs
+    assert set(owners(h).values()) == {"p1"}
+    assert h.metric("baton_handoffs_total", outcome="cancelled") == 2
+    assert p1.listed() == set(ALL)
+
+
+def test_target_lost_while_releasing_resumes_the_source() -> None:
+    h = Harness()
+    p1, p2 = start_two(h)
+    moving = catch_up_and_release(h, p1, p2)
+    p1.beat()  # released
+    assert all(p1.roles[t] == "released" for t in moving)
+    # before p1's next beat acknowledges it, the target's execution is replaced
+    FakeProcessor(h, "p2", execution="p2-exec-2").register()
+    assert {owners(h)[t] for t in moving} == {"p1"}
+    # the new execution is a fresh target: the moves start over from planned
+    assert {x.phase.value for x in h.core.handoffs.values()} == {"planned"}
+    p1.beat()
+    assert p1.active() == set(ALL)  # resumed
+    assert h.metric("baton_handoffs_total", outcome="cancelled") == 2
+
+
+def test_caught_up_standby_moves_without_warmup() -> None:
+    h = Harness()
+    p1 = FakeProcessor(h, "p1")
+    p1.register()
+    p1.positions = at(500, *ALL)
+    p1.beat()
+    p2 = FakeProcessor(h, "p2")
+    p2.roles = {t: "standby" for t in ALL}  # a store on disk, caught up
+    p2.positions = at(480, *ALL)
+    p2.register()
+    assert {x.phase.value for x in h.core.handoffs.values()} == {"releasing"}
+    assert len(h.core.handoffs) == 2
+
+
+# ---- drain -------------------------------------------------------------------------------
+
+
+def test_drain_moves_everything_then_stops() -> None:
+    h = Harness()
+    p1, p2 = start_two(h)
+    for _ in range(2):
+        p2.positions = at(1000, *ALL)
+        p2.beat()
+        p1.beat()
+        p1.beat()
+        p2.beat()
+        p2.beat()
+    assert set(owners(h).values()) == {"p1", "p2"}
+    with pytest.raises(UnknownProcessor):
+        h.core.drain("p7")
+    h.core.drain("p1")
+    h.sync()
+    assert h.stream["drain"] == {"processors": ["p1"]}
+    assert h.metric("baton_processors", state="draining") == 1
+    assert h.metric("baton_processors", state="alive") == 1
+    for _ in range(6):
+        p2.positions = at(1000, *ALL)
+        p2.beat()
+        p1.beat()
+    assert set(owners(h).values()) == {"p2"}
+    assert p1.reply is not None and p1.reply.stop
+    p1.leave()
+    assert "processor/p1" not in h.stream and "drain" not in h.stream
+    assert status(h.core)["balanced"], pending(h.core)
+
+
+def test_drain_of_a_dead_processor_is_refused() -> None:
+    h = Harness()
+    p1, p2 = start_two(h)
+    h.clock.advance(6)
+    p2.beat()
+    with pytest.raises(DrainError, match="not alive"):
+        h.core.drain("p1")
+
+
+# ---- restart -------------------------------------------------------------------------
+
+
+def test_restart_during_catching_up_continues_the_handoff() -> None:
+    h = Harness()
+    p1, p2 = start_two(h)
+    moving = sorted(h.core.handoffs)
+    p2.beat()
+    p2.positions = at(10, *moving)
+    p2.beat()
+    h.restart()
+    assert {x.phase.value for x in h.core.handoffs.values()} == {"catching_up"}
+    p1.beat()
+    p2.positions = at(1000, *moving)
+    p2.beat()
+    assert {x.phase.value for x in h.core.handoffs.values()} == {"releasing"}
+    p1.beat()
+    p1.beat()
+    p2.beat()
+    p2.beat()
+    assert not h.core.handoffs
+    assert {owners(h)[t] for t in moving} == {"p2"}
+
+
+def test_restart_during_releasing_continues_the_handoff() -> None:
+    h = Harness()
+    p1, p2 = start_two(h)
+    moving = catch_up_and_release(h, p1, p2)
+    h.restart()
+    assert {x.phase.value for x in h.core.handoffs.values()} == {"releasing"}
+    assert all(owners(h)[t] is None for t in moving)
+    p1.beat()
+    p1.beat()
+    p2.beat()
+    p2.beat()
+    assert not h.core.handoffs
+    assert {owners(h)[t] for t in moving} == {"p2"}
+
+
+def test_restart_waits_for_reports_before_moving_anything() -> None:
+    h = Harness()
+    p1, p2 = start_two(h)
+    h.restart()
+    before = dict(h.core.handoffs)
+    h.tick(1.0)
+    assert h.core.handoffs == before  # nobody reported yet: no new decisions
+    p3 = FakeProcessor(h, "p3")
+    p3.register()
+    assert h.core.handoffs == before  # p1 and p2 still have not reported
+    p1.beat()
+    p2.beat()
+    assert p1.reply is not None and p1.reply.alive
+
+
+def test_restart_rebuilds_processors_and_model() -> None:
+    h = Harness()
+    p1 = FakeProcessor(h, "p1")
+    p1.register()
+    p1.beat()
+    h.restart()
+    assert h.core.alive("p1-exec-1")
+    assert h.core.model.generation == 1
+    assert p1.beat().alive and p1.listed() == set(ALL)
+
+
+# ---- expansion and plan ----------------------------------------------------------------
+
+
+def test_expansion_bumps_generation_and_sets_barriers() -> None:
+    h = Harness(partitions=2)
+    p1 = FakeProcessor(h, "p1")
+    p1.register()
+    grouping, parents = h.core.model.plan_expansion([(TOPIC, 4)])
+    h.core.apply_expansion(h.core.model.expanded(grouping, parents, {"in:0": 7, "in:1": 9}))
+    h.sync()
+    reply = p1.beat()
+    assert reply.generation == 2
+    assert reply.tasks["Partition 0"] == ["in:0", "in:2"]
+    assert reply.barriers["in:3"].parent == "in:1" and reply.barriers["in:3"].offset == 9
+    assert h.stream["model"]["generation"] == 2
+    h.core.refuse_expansion("input 'in' went from 4 to 6 partitions: ...")
+    assert status(h.core)["errors"]
+
+
+def test_plan_lists_moves_with_sizes() -> None:
+    h = Harness()
+    p1 = FakeProcessor(h, "p1")
+    p1.register()
+    p1.positions = at(1000, *ALL)
+    p1.beat()
+    h.core.observe_offsets({f"in:{i}": 0 for i in range(4)},
+                           {f"in:{i}": 1200 for i in range(4)}, {})
+    result = plan(h.core, ["p2"], [])
+    assert len(result["moves"]) == 2
+    assert {m["records"] for m in result["moves"]} == {1000}
+    assert result["rate"]["source"] == "default"
+    assert result["eta_seconds"] > 0
+    assert status(h.core)["tasks"][0]["lag"] == 200

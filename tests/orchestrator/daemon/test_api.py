@@ -1,0 +1,201 @@
+"""The coordinator's HTTP API over a real core with in-memory persistence and a fake
+admin: the token, the pinned endpoints, 4xx (never 5xx) on malformed requests, and a
+schemathesis fuzz of the whole OpenAPI description."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pytest
+import schemathesis
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, settings
+from prometheus_client import CollectorRegistry
+
+from metrics import CoordinatorMetrics
+from orchestrator.core.coordinator import Coordinator, CoreConfig
+from orchestrator.core.model import JobModel
+from orchestrator.daemon.api import create_app
+from orchestrator.daemon.service import CoordinatorService
+from orchestrator.kafka.topics import Offsets, TopicsError
+from orchestrator.wire.clock import FakeClock
+
+TOKEN = "test-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+class FakeAdmin:
+    """Partition counts and offsets in memory; create_partitions grows them."""
+
+    def __init__(self, counts: dict[str, int]) -> None:
+        self.counts = dict(counts)
+        self.created: list[tuple[str, int]] = []
+
+    def partition_counts(self, topics: Sequence[str]) -> dict[str, int]:
+        missing = [t for t in topics if t not in self.counts]
+        if missing:
+            raise TopicsError(f"input topic {missing[0]!r} does not exist")
+        return {t: self.counts[t] for t in topics}
+
+    def watermarks(self, partitions: Iterable[str]) -> dict[str, Offsets]:
+        return {p: Offsets(0, 100 + int(p.rsplit(":", 1)[1])) for p in partitions}
+
+    def committed(self, partitions: Iterable[str]) -> dict[str, int]:
+        return {}
+
+    def create_partitions(self, topic: str, count: int) -> None:
+        if count < self.counts[topic]:
+            raise TopicsError(f"cannot shrink {topic}")
+        self.created.append((topic, count))
+        self.counts[topic] = count
+
+
+def make_service() -> tuple[CoordinatorService, CollectorRegistry, dict[str, Any]]:
+    registry = CollectorRegistry()
+    core = Coordinator(CoreConfig(job="j"), FakeClock(), JobModel.first([("in", 2)], "partition"),
+                       CoordinatorMetrics(registry, "j"))
+    written: dict[str, Any] = {}
+
+    def persist(changes: Any) -> None:
+        written.update(changes)
+
+    service = CoordinatorService(core, persist, FakeAdmin({"in": 2}), ["in"],
+                                 {"coordinator": {"url": "http://x", "metrics_url": "http://x/metrics"}})
+    service.commit()
+    return service, registry, written
+
+
+@pytest.fixture
+def api() -> tuple[TestClient, dict[str, Any]]:
+    service, registry, written = make_service()
+    return TestClient(create_app(service, TOKEN, registry)), written
+
+
+def beat(execution: str = "e1", pid: str = "p1", **extra: Any) -> dict[str, Any]:
+    return {"processor_id": pid, "execution_id": execution, **extra}
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("GET", "/status"), ("POST", "/processors/register"), ("POST", "/processors/heartbeat"),
+    ("POST", "/plan"), ("POST", "/drain"), ("POST", "/expand"), ("GET", "/openapi.json")])
+def test_token_required(api: tuple[TestClient, Any], method: str, path: str) -> None:
+    client, _ = api
+    assert client.request(method, path).status_code == 401
+    wrong = client.request(method, path, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+    assert wrong.headers["www-authenticate"] == "Bearer"
+    assert TOKEN not in wrong.text
+
+
+def test_container_heartbeat_and_metrics_need_no_token(api: tuple[TestClient, Any]) -> None:
+    client, _ = api
+    assert client.get("/containerHeartbeat", params={"executionContainerId": "e1"}).json() == {
+        "alive": False}
+    assert client.post("/processors/register", json=beat(), headers=AUTH).json()["alive"]
+    assert client.get("/containerHeartbeat", params={"executionContainerId": "e1"}).json() == {
+        "alive": True}
+    metrics = client.get("/metrics")
+    assert metrics.status_code == 200
+    assert "baton_invalid_heartbeats_total" in metrics.text
+
+
+def test_register_heartbeat_and_replacement(api: tuple[TestClient, Any]) -> None:
+    client, written = api
+    reply = client.post("/processors/register", json=beat(), headers=AUTH).json()
+    assert reply["alive"] and reply["generation"] == 1
+    assert sorted(reply["assignment"]["active"]) == ["Partition 0", "Partition 1"]
+    assert written["processor/p1"]["execution_id"] == "e1"
+    client.post("/processors/register", json=beat("e2"), headers=AUTH)
+    assert not client.post("/processors/heartbeat", json=beat("e1"), headers=AUTH).json()["alive"]
+    assert client.get("/containerHeartbeat",
+                      params={"executionContainerId": "e1"}).json() == {"alive": False}
+    metrics = client.get("/metrics").text
+    assert 'baton_invalid_heartbeats_total{job="j"} 1.0' in metrics
+
+
+def test_status_has_the_pinned_keys(api: tuple[TestClient, Any]) -> None:
+    client, _ = api
+    client.post("/processors/register", json=beat(metrics_url="http://127.0.0.1:9/metrics"),
+                headers=AUTH)
+    status = client.get("/status", headers=AUTH).json()
+    assert isinstance(status["generation"], int)
+    assert set(status["processors"][0]) >= {"id", "alive", "metrics_url", "active", "warmup",
+                                            "standby"}
+    assert status["processors"][0]["metrics_url"] == "http://127.0.0.1:9/metrics"
+    assert set(status["tasks"][0]) >= {"name", "partitions", "active", "lag"}
+    assert status["handoffs"] == []
+    assert status["coordinator"]["metrics_url"] == "http://x/metrics"
+    assert "balanced" in status and "pending" in status
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/processors/heartbeat", b"{not json"),
+    ("/processors/heartbeat", b"[]"),
+    ("/processors/heartbeat", b'{"processor_id": "p1"}'),
+    ("/processors/heartbeat", b'{"processor_id": "p 1", "execution_id": "e"}'),
+    ("/processors/heartbeat", b'{"processor_id": "p1", "execution_id": "e", "x": 1}'),
+    ("/processors/register", b'{"processor_id": "p1", "execution_id": "e", "tasks": [{}]}'),
+    ("/plan", b'{"add": "p2"}'),
+    ("/plan", b'{"add": ["bad id"]}'),
+    ("/drain", b"{}"),
+    ("/expand", b'{"topic": "in", "partitions": 0}'),
+    ("/expand", b'{"topic": "in", "partitions": "many"}'),
+    ("/expand", b'{"topic": "in", "partitions": 99999999999}'),
+])
+def test_malformed_requests_get_422(api: tuple[TestClient, Any], path: str, body: bytes) -> None:
+    client, _ = api
+    response = client.post(path, content=body,
+                           headers={**AUTH, "Content-Type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"]
+
+
+def test_operator_refusals_are_4xx_with_reasons(api: tuple[TestClient, Any]) -> None:
+    client, _ = api
+    drain = client.post("/drain", json={"processor": "ghost"}, headers=AUTH)
+    assert drain.status_code == 404 and "ghost" in drain.json()["detail"]
+    plan = client.post("/plan", json={"remove": ["ghost"]}, headers=AUTH)
+    assert plan.status_code == 400 and "ghost" in plan.json()["detail"]
+    other = client.post("/expand", json={"topic": "other", "partitions": 4}, headers=AUTH)
+    assert other.status_code == 400 and "not an input" in other.json()["detail"]
+    odd = client.post("/expand", json={"topic": "in", "partitions": 3}, headers=AUTH)
+    assert odd.status_code == 400 and "from 2 to 3" in odd.json()["detail"]
+    shrink = client.post("/expand", json={"topic": "in", "partitions": 1}, headers=AUTH)
+    assert shrink.status_code == 400
+
+
+def test_expand_grows_and_records_barriers(api: tuple[TestClient, Any]) -> None:
+    client, written = api
+    result = client.post("/expand", json={"topic": "in", "partitions": 4}, headers=AUTH).json()
+    assert result["generation"] == 2
+    assert result["barriers"] == {"in:2": {"parent": "in:0", "offset": 100},
+                                  "in:3": {"parent": "in:1", "offset": 101}}
+    assert written["model"]["generation"] == 2
+    status = client.get("/status", headers=AUTH).json()
+    assert status["tasks"][0]["partitions"] == ["in:0", "in:2"]
+
+
+def test_plan_and_drain(api: tuple[TestClient, Any]) -> None:
+    client, written = api
+    client.post("/processors/register", json=beat(), headers=AUTH)
+    plan = client.post("/plan", json={"add": ["p2"]}, headers=AUTH).json()
+    assert len(plan["moves"]) == 1 and plan["moves"][0]["to"] == "p2"
+    drained = client.post("/drain", json={"processor": "p1"}, headers=AUTH).json()
+    assert drained["draining"]
+    assert written["drain"] == {"processors": ["p1"]}
+
+
+# ---- schemathesis: fuzz every operation, with the token; no 5xx, ever ---------------------
+
+_service, _registry, _ = make_service()
+_app = create_app(_service, TOKEN, _registry)
+schema = schemathesis.openapi.from_asgi("/openapi.json", _app, headers=AUTH)
+
+
+@schema.parametrize()
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+def test_fuzz_never_5xx(case: Any) -> None:
+    response = case.call(headers=AUTH)
+    assert response.status_code < 500, (case.method, case.path, response.text)

@@ -1,0 +1,87 @@
+"""The coordinator stream on a real broker: persist/reload, tombstones, fencing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from orchestrator.kafka.stream import CoordinatorStream, FencedError, stream_topic
+from orchestrator.kafka.topics import TopicAdmin
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def open_stream(broker, unique: Callable[[str], str]):
+    job = unique("job")
+    admin = TopicAdmin(broker.settings(), f"baton.{job}")
+    admin.ensure_compacted(stream_topic(job))
+    admin.close()
+    opened: list[CoordinatorStream] = []
+
+    def make() -> tuple[CoordinatorStream, dict]:
+        stream = CoordinatorStream(broker.settings(), job)
+        opened.append(stream)
+        return stream, stream.open()
+
+    yield make
+    for stream in opened:
+        stream.close()
+
+
+def test_empty_stream_loads_empty(open_stream) -> None:
+    _, state = open_stream()
+    assert state == {}
+
+
+def test_persist_and_reload_last_value_wins(open_stream) -> None:
+    first, _ = open_stream()
+    first.write({"model": {"generation": 1}, "processor/p1": {"execution_id": "a"}})
+    first.write({"model": {"generation": 2}, "handoff/Partition 0": {"phase": "releasing"}})
+    first.write({"processor/p1": None})
+    first.close()
+    _, state = open_stream()
+    assert state == {"model": {"generation": 2},
+                     "handoff/Partition 0": {"phase": "releasing"}}
+
+
+def test_second_coordinator_fences_the_first(open_stream) -> None:
+    first, _ = open_stream()
+    first.write({"model": {"generation": 1}})
+    second, state = open_stream()
+    assert state == {"model": {"generation": 1}}
+    with pytest.raises(FencedError, match="another coordinator took over"):
+        first.write({"model": {"generation": 99}})
+    second.write({"model": {"generation": 2}})
+    _, state = open_stream()
+    assert state == {"model": {"generation": 2}}
+
+
+def test_admin_counts_and_offsets(broker, unique) -> None:
+    topic = broker.create_topic(unique("in"), 2)
+    producer = broker.producer()
+    for _ in range(5):
+        producer.produce(topic, key=b"k", value=b"1", partition=1)
+    producer.flush(10)
+    admin = TopicAdmin(broker.settings(), unique("group"))
+    try:
+        assert admin.partition_counts([topic]) == {topic: 2}
+        marks = admin.watermarks([f"{topic}:0", f"{topic}:1"])
+        assert (marks[f"{topic}:0"].high, marks[f"{topic}:1"].high) == (0, 5)
+        assert admin.committed([f"{topic}:1"]) == {}
+        admin.create_partitions(topic, 4)
+        assert admin.partition_counts([topic]) == {topic: 4}
+    finally:
+        admin.close()
+
+
+def test_admin_sees_partitions_added_after_it_started(broker, unique) -> None:
+    topic = broker.create_topic(unique("grow"), 1)
+    admin = TopicAdmin(broker.settings(), unique("group"))
+    try:
+        assert admin.watermarks([f"{topic}:0"])[f"{topic}:0"].high == 0
+        admin.create_partitions(topic, 2)
+        assert admin.watermarks([f"{topic}:1"])[f"{topic}:1"].high == 0
+    finally:
+        admin.close()
