@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from orchestrator.core.assignment import (  # noqa: E402
     Assignment,
     AssignmentConfig,
-    ProcessorState,
+    ProcessorSnapshot,
     TaskInfo,
     assign,
 )
@@ -38,7 +38,7 @@ def _tasks(count: int) -> list[TaskInfo]:
     return [TaskInfo(f"task-{k:05d}", stateful=k % 10 != 9) for k in range(count)]
 
 
-def _scale_out(tasks: list[TaskInfo], procs: int) -> list[ProcessorState]:
+def _scale_out(tasks: list[TaskInfo], procs: int) -> list[ProcessorSnapshot]:
     """90% of the processors hold the tasks round-robin, standbys on the next one."""
     old = procs - procs // 10
     active: list[list[str]] = [[] for _ in range(procs)]
@@ -50,18 +50,18 @@ def _scale_out(tasks: list[TaskInfo], procs: int) -> list[ProcessorState]:
             j = (k + 1) % old
             standby[j].append(task.name)
             lags[j][task.name] = (k * 37) % 2000
-    return [ProcessorState(f"p{j:04d}", capacity=1 + j % 4, active=frozenset(active[j]),
+    return [ProcessorSnapshot(f"p{j:04d}", capacity=1 + j % 4, active=frozenset(active[j]),
                            standby=frozenset(standby[j]), lags=lags[j])
             for j in range(procs)]
 
 
-def _follow_up(previous: list[ProcessorState], result: Assignment) -> list[ProcessorState]:
+def _follow_up(previous: list[ProcessorSnapshot], result: Assignment) -> list[ProcessorSnapshot]:
     """The next call's input: the result as previous roles, its warmups caught up."""
     by_id = {p.id: p for p in previous}
     nxt = []
     for p in result.processors:
         lags = dict(by_id[p.id].lags) | {t: 0 for t in p.warmup}
-        nxt.append(ProcessorState(p.id, by_id[p.id].capacity, frozenset(p.active),
+        nxt.append(ProcessorSnapshot(p.id, by_id[p.id].capacity, frozenset(p.active),
                                   frozenset(p.standby), frozenset(p.warmup), lags))
     return nxt
 
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     scale_out = _scale_out(tasks, args.processors)
     second = _follow_up(scale_out, assign(tasks, scale_out, config))
     survivors = scale_out[args.processors // 10:]
-    fresh = [ProcessorState(f"p{j:04d}") for j in range(args.processors)]
+    fresh = [ProcessorSnapshot(f"p{j:04d}") for j in range(args.processors)]
     scenarios: list[tuple[str, Callable[[], Assignment]]] = [
         ("fresh", lambda: assign(tasks, fresh, config)),
         ("scale-out", lambda: assign(tasks, scale_out, config)),

@@ -39,7 +39,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from orchestrator.devkit.embedded import EMBEDDED_CLIENT_SETTINGS, EmbeddedBroker
 from orchestrator.kafka.offsets import partition_name
 from orchestrator.wire.config import parse_config
-from orchestrator.wire.protocol import Assignment, HeartbeatReply
+from orchestrator.wire.protocol import HeartbeatReply, RoleListing
 from processor.runtime import TaskRuntime
 
 __all__ = ["main", "measure"]
@@ -192,7 +192,7 @@ def run_warmup(bench: Bench, records: int) -> float:
     try:
         started = time.perf_counter()
         runtime.apply(HeartbeatReply(alive=True, tasks=model,
-                                     assignment=Assignment(warmup=list(model))))
+                                     assignment=RoleListing(warmup=list(model))))
         _drive(runtime, done, "warmup replay")
         seconds = time.perf_counter() - started
         applied = sum(r.applied_total for r in runtime.replicas.values())
@@ -217,7 +217,7 @@ def run_active(bench: Bench, records: int) -> float:
     try:
         started = time.perf_counter()
         runtime.apply(HeartbeatReply(alive=True, tasks=model,
-                                     assignment=Assignment(active=list(model))))
+                                     assignment=RoleListing(active=list(model))))
         _drive(runtime, done, "active processing")
         seconds = time.perf_counter() - started
         processed = sum(a.records_total for a in runtime.active.values())

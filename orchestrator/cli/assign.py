@@ -16,7 +16,7 @@ import click
 from orchestrator.core.assignment import (
     Assignment,
     Move,
-    ProcessorState,
+    ProcessorSnapshot,
     Scenario,
     ScenarioError,
     active_moves,
@@ -64,7 +64,7 @@ def _table(scenario: Scenario, result: Assignment) -> list[str]:
                       for k, cell in enumerate(row)).rstrip() for row in rows]
 
 
-def _lag(proc: ProcessorState, task: str, stateful: bool = True) -> str:
+def _lag(proc: ProcessorSnapshot, task: str, stateful: bool = True) -> str:
     """A processor's lag on a task as the summary shows it."""
     lag = proc.lags.get(task)
     if not stateful:

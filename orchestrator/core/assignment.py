@@ -81,7 +81,7 @@ __all__ = [
     "AssignmentError",
     "Move",
     "ProcessorAssignment",
-    "ProcessorState",
+    "ProcessorSnapshot",
     "Scenario",
     "ScenarioError",
     "TaskInfo",
@@ -121,7 +121,7 @@ class TaskInfo:
 
 
 @dataclass(frozen=True)
-class ProcessorState:
+class ProcessorSnapshot:
     """A live processor: its capacity, what it ran last time, and its lag per task."""
 
     id: str
@@ -196,7 +196,7 @@ class Scenario:
     """A what-if input for ``baton assign``: exactly the arguments of ``assign``."""
 
     tasks: tuple[TaskInfo, ...]
-    processors: tuple[ProcessorState, ...]
+    processors: tuple[ProcessorSnapshot, ...]
     config: AssignmentConfig
 
 
@@ -206,7 +206,7 @@ class _View:
     """The input sorted and indexed: integer processor indices keep heaps and sorts cheap,
     and sorting by name and id here is what makes the output independent of input order."""
 
-    def __init__(self, tasks: Iterable[TaskInfo], processors: Iterable[ProcessorState],
+    def __init__(self, tasks: Iterable[TaskInfo], processors: Iterable[ProcessorSnapshot],
                  config: AssignmentConfig) -> None:
         self.config = config
         self.tasks = sorted(tasks, key=lambda t: t.name)
@@ -660,7 +660,7 @@ def _standby_home(view: _View, heap: _LoadHeap, name: str, excluded: set[int]) -
 
 # --- the entry point ----------------------------------------------------------------------------
 
-def assign(tasks: Iterable[TaskInfo], processors: Iterable[ProcessorState],
+def assign(tasks: Iterable[TaskInfo], processors: Iterable[ProcessorSnapshot],
            config: AssignmentConfig | None = None) -> Assignment:
     """Compute the next assignment from the previous one and the reported lags.
 
@@ -703,7 +703,7 @@ def assign(tasks: Iterable[TaskInfo], processors: Iterable[ProcessorState],
         follow_up=bool(main.warmup))
 
 
-def active_moves(previous: Iterable[ProcessorState], result: Assignment) -> tuple[Move, ...]:
+def active_moves(previous: Iterable[ProcessorSnapshot], result: Assignment) -> tuple[Move, ...]:
     """The active tasks whose processor changed, by task name (placements included)."""
     before = {t: p.id for p in previous for t in p.active}
     return tuple(Move(t, before.get(t), pid) for t, pid in sorted(result.owners().items())
@@ -764,7 +764,7 @@ def _parse_task(raw: object, path: str) -> TaskInfo:
     return TaskInfo(_name(_required(obj, "name", path), f"{path}.name"), stateful)
 
 
-def _parse_processor(raw: object, path: str, known: Mapping[str, bool]) -> ProcessorState:
+def _parse_processor(raw: object, path: str, known: Mapping[str, bool]) -> ProcessorSnapshot:
     """One processor entry: its roles must name known tasks, one role per task."""
     obj = _object(raw, path, _PROCESSOR_KEYS)
     pid = _name(_required(obj, "id", path), f"{path}.id")
@@ -788,11 +788,11 @@ def _parse_processor(raw: object, path: str, known: Mapping[str, bool]) -> Proce
         if lag is not None:  # null: not reported, the same as leaving it out
             lags[name] = _int(lag, f"{path}.lags.{name}", 0)
     capacity = _int(obj.get("capacity", 1), f"{path}.capacity", 1)
-    return ProcessorState(pid, capacity, roles["active"], roles["standby"], roles["warmup"],
+    return ProcessorSnapshot(pid, capacity, roles["active"], roles["standby"], roles["warmup"],
                           lags)
 
 
-def _check_processors(processors: Sequence[ProcessorState]) -> None:
+def _check_processors(processors: Sequence[ProcessorSnapshot]) -> None:
     """Processor ids are unique and every task has at most one active owner."""
     ids: dict[str, int] = {}
     owners: dict[str, str] = {}

@@ -5,7 +5,7 @@ core (still no I/O). It turns processor reports into events (WarmupStarted,
 LagReported, ReleaseAcked, Activated, Tick) and commands into the role listings the
 heartbeat replies carry: StartWarmup adds the task to the target's `warmup`,
 SendRelease removes it from the source's `active`, SendActivate / ResumeOwner list
-it as the *only* active owner, DeclareDead calls back into the core, in order, which
+it as the *only* active owner, DeclareDeadFn calls back into the core, in order, which
 invalidates that execution (so a task is never listed on a processor about to be
 declared dead while it is listed on another). Finished handoffs are counted in the metrics, with the
 new owner's reported pause once it reports one.
@@ -54,7 +54,7 @@ class _Pending:
     since: float
 
 
-DeclareDead = Callable[[str, str], None]
+DeclareDeadFn = Callable[[str, str], None]
 
 
 class Moves:
@@ -69,7 +69,7 @@ class Moves:
     """
 
     def __init__(self, config: hs.HandoffConfig, roles: RoleBook, clock: Clock,
-                 metrics: CoordinatorMetrics | None, declare_dead: DeclareDead) -> None:
+                 metrics: CoordinatorMetrics | None, declare_dead: DeclareDeadFn) -> None:
         self.config, self.roles, self.clock, self.metrics = config, roles, clock, metrics
         self._declare_dead = declare_dead
         self.handoffs: dict[str, hs.Handoff] = {}

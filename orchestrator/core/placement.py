@@ -24,7 +24,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from orchestrator.core import handoff as hs
-from orchestrator.core.assignment import AssignmentError, ProcessorState, TaskInfo, assign
+from orchestrator.core.assignment import AssignmentError, ProcessorSnapshot, TaskInfo, assign
 
 if TYPE_CHECKING:
     from orchestrator.core.coordinator import Coordinator
@@ -61,7 +61,7 @@ def place(core: Coordinator) -> bool:
     return result.follow_up
 
 
-def _state(core: Coordinator, pid: str) -> ProcessorState:
+def _state(core: Coordinator, pid: str) -> ProcessorSnapshot:
     """The assignor's view of `pid`: in-flight handoffs count where they are going."""
     roles = core.roles.peek(pid)
     active, warmup = set(roles.active), set(roles.warmup)
@@ -75,7 +75,7 @@ def _state(core: Coordinator, pid: str) -> ProcessorState:
             active.discard(task)
     lags = {t: lag for t in core.model.tasks
             if t not in active and (lag := core.lag(t, pid)) is not None}
-    return ProcessorState(pid, 1, frozenset(active), frozenset(roles.standby),
+    return ProcessorSnapshot(pid, 1, frozenset(active), frozenset(roles.standby),
                           frozenset(warmup), lags)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.wire.protocol import Assignment
+from orchestrator.wire.protocol import RoleListing
 
 __all__ = ["RoleBook", "Roles"]
 
@@ -28,8 +28,8 @@ class Roles:
     warmup: set[str] = field(default_factory=set)
     standby: set[str] = field(default_factory=set)
 
-    def wire(self) -> Assignment:
-        return Assignment(active=sorted(self.active), warmup=sorted(self.warmup),
+    def wire(self) -> RoleListing:
+        return RoleListing(active=sorted(self.active), warmup=sorted(self.warmup),
                           standby=sorted(self.standby))
 
     def empty(self) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.core.assignment import AssignmentError, ProcessorState, TaskInfo, assign
+from orchestrator.core.assignment import AssignmentError, ProcessorSnapshot, TaskInfo, assign
 from orchestrator.core.coordinator import Coordinator
 
 __all__ = ["DEFAULT_CATCH_UP_RATE", "PlanError", "pending", "plan", "status"]
@@ -134,7 +134,7 @@ def plan(core: Coordinator, add: Sequence[str], remove: Sequence[str]) -> dict[s
                         f"processor (live: {', '.join(live) or 'none'})")
     ids = sorted((set(live) - set(remove)) | set(add))
     current = _current_owners(core)
-    states = [ProcessorState(pid, 1, frozenset(t for t, o in current.items() if o == pid),
+    states = [ProcessorSnapshot(pid, 1, frozenset(t for t, o in current.items() if o == pid),
                              lags={t: 0 for t in core.model.tasks}) for pid in ids]
     try:
         result = assign([TaskInfo(t) for t in core.model.tasks], states,

@@ -21,15 +21,15 @@ from orchestrator.core import views
 from orchestrator.core.coordinator import Coordinator
 from orchestrator.core.grouping import GroupingError
 from orchestrator.kafka.stream import FencedError
-from orchestrator.kafka.topics import Offsets
+from orchestrator.kafka.topics import Watermarks
 from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest
 
-__all__ = ["Admin", "CoordinatorService", "ExpansionError", "Persist"]
+__all__ = ["Admin", "CoordinatorService", "ExpansionError", "PersistRecords"]
 
 log = logging.getLogger("baton.coordinator")
 
 _T = TypeVar("_T")
-Persist = Callable[[Mapping[str, Any | None]], None]
+PersistRecords = Callable[[Mapping[str, Any | None]], None]
 
 
 class Admin(Protocol):
@@ -37,7 +37,7 @@ class Admin(Protocol):
 
     def partition_counts(self, topics: Sequence[str]) -> dict[str, int]: ...
 
-    def watermarks(self, partitions: Iterable[str]) -> dict[str, Offsets]: ...
+    def watermarks(self, partitions: Iterable[str]) -> dict[str, Watermarks]: ...
 
     def committed(self, partitions: Iterable[str]) -> dict[str, int]: ...
 
@@ -59,7 +59,7 @@ class CoordinatorService:
         info: extra keys for /status (the coordinator's own URLs).
     """
 
-    def __init__(self, core: Coordinator, persist: Persist, admin: Admin,
+    def __init__(self, core: Coordinator, persist: PersistRecords, admin: Admin,
                  inputs: Sequence[str], info: Mapping[str, Any] | None = None) -> None:
         self.core = core
         self._clock = core.clock

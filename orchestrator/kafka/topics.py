@@ -30,7 +30,7 @@ from orchestrator.core.grouping import format_partition, parse_partition
 
 __all__ = [
     "ADMIN_RETRY",
-    "Offsets",
+    "Watermarks",
     "TopicAdmin",
     "TopicsError",
     "is_transient",
@@ -73,7 +73,7 @@ class TopicsError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Offsets:
+class Watermarks:
     """Low and high watermarks of one partition."""
 
     low: int
@@ -164,16 +164,16 @@ class TopicAdmin:
         log.info("created the coordinator stream %s (1 partition, compacted)", topic)
         return True
 
-    def watermarks(self, partitions: Iterable[str]) -> dict[str, Offsets]:
+    def watermarks(self, partitions: Iterable[str]) -> dict[str, Watermarks]:
         """Low and high watermark of each "topic:N"."""
         consumer = self._offsets_consumer()
-        result: dict[str, Offsets] = {}
+        result: dict[str, Watermarks] = {}
         for partition in partitions:
             topic, number = parse_partition(partition)
             for attempt in _retrying():
                 with attempt:
                     low, high = self._watermark(consumer, topic, number)
-            result[partition] = Offsets(int(low), int(high))
+            result[partition] = Watermarks(int(low), int(high))
         return result
 
     def _watermark(self, consumer: Consumer, topic: str, number: int) -> tuple[int, int]:

@@ -23,7 +23,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
-    "Assignment",
+    "RoleListing",
     "Barrier",
     "HeartbeatReply",
     "HeartbeatRequest",
@@ -63,7 +63,7 @@ class HeartbeatRequest(_Message):
     leaving: bool = False
 
 
-class Assignment(_Message):
+class RoleListing(_Message):
     active: list[str] = Field(default_factory=list)
     warmup: list[str] = Field(default_factory=list)
     standby: list[str] = Field(default_factory=list)
@@ -82,6 +82,6 @@ class HeartbeatReply(_Message):
     # the job model: task -> its input partitions ("topic:N")
     tasks: dict[str, list[str]] = Field(default_factory=dict)
     barriers: dict[str, Barrier] = Field(default_factory=dict)
-    assignment: Assignment = Field(default_factory=Assignment)
+    assignment: RoleListing = Field(default_factory=RoleListing)
     # drain finished: exit 0 once every task is released
     stop: bool = False

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from orchestrator.wire.config import load_config
-from orchestrator.wire.protocol import Assignment, HeartbeatReply
+from orchestrator.wire.protocol import HeartbeatReply, RoleListing
 from processor.runtime import TaskRuntime
 
 
@@ -19,7 +19,7 @@ def main() -> None:
     partitions = int(sys.argv[3])
     model = {f"Partition {p}": [f"{topic}:{p}"] for p in range(partitions)}
     runtime.apply(HeartbeatReply(alive=True, tasks=model,
-                                 assignment=Assignment(active=list(model))))
+                                 assignment=RoleListing(active=list(model))))
     print("ready", flush=True)
     while True:
         runtime.poll(0.05)

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from orchestrator.wire.config import dump_config, parse_config
-from orchestrator.wire.protocol import Assignment, HeartbeatReply
+from orchestrator.wire.protocol import HeartbeatReply, RoleListing
 from processor.job import Job, Output, Record, State
 from processor.runtime import TaskRuntime
 from tests.conftest import Feeder, oracle_check, wait_for
@@ -94,7 +94,7 @@ def poisoned(broker, job_config):
         producer.flush(30)
         runtime = TaskRuntime(config, "p1", job=Fragile())
         runtime.apply(HeartbeatReply(alive=True, tasks={"Partition 0": [f"{topic}:0"]},
-                                     assignment=Assignment(active=["Partition 0"])))
+                                     assignment=RoleListing(active=["Partition 0"])))
         return config, runtime
     return make
 

@@ -11,7 +11,7 @@ from confluent_kafka import Producer
 
 from orchestrator.kafka.offsets import partition_name
 from orchestrator.wire.config import parse_config
-from orchestrator.wire.protocol import Assignment, HeartbeatReply
+from orchestrator.wire.protocol import HeartbeatReply, RoleListing
 from processor.runtime import TaskRuntime
 from tests.conftest import Feeder, oracle_check, wait_for
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 def _reply(model: dict[str, list[str]], active: list[str] = (), warmup: list[str] = ()
            ) -> HeartbeatReply:
     return HeartbeatReply(alive=True, tasks=model,
-                          assignment=Assignment(active=list(active), warmup=list(warmup)))
+                          assignment=RoleListing(active=list(active), warmup=list(warmup)))
 
 
 def _model(topic: str, partitions: int) -> dict[str, list[str]]:

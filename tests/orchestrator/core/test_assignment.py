@@ -23,7 +23,7 @@ from orchestrator.core.assignment import (
     Assignment,
     AssignmentConfig,
     AssignmentError,
-    ProcessorState,
+    ProcessorSnapshot,
     Scenario,
     ScenarioError,
     TaskInfo,
@@ -44,8 +44,8 @@ def tasks(count: int, prefix: str = "t", stateful: bool = True) -> list[TaskInfo
 
 def proc(pid: str, active: Sequence[str] = (), standby: Sequence[str] = (),
          warmup: Sequence[str] = (), lags: Mapping[str, int] | None = None,
-         capacity: int = 1) -> ProcessorState:
-    return ProcessorState(pid, capacity, frozenset(active), frozenset(standby),
+         capacity: int = 1) -> ProcessorSnapshot:
+    return ProcessorSnapshot(pid, capacity, frozenset(active), frozenset(standby),
                           frozenset(warmup), dict(lags or {}))
 
 
@@ -57,7 +57,7 @@ def counts(result: Assignment) -> dict[str, int]:
     return {p.id: len(p.active) for p in result.processors}
 
 
-def feed_back(previous: Sequence[ProcessorState], result: Assignment) -> list[ProcessorState]:
+def feed_back(previous: Sequence[ProcessorSnapshot], result: Assignment) -> list[ProcessorSnapshot]:
     """The next call's input: the result as previous roles, warmups caught up (lag 0)."""
     by_id = {p.id: p for p in previous}
     return [proc(p.id, p.active, p.standby, p.warmup,
@@ -65,7 +65,7 @@ def feed_back(previous: Sequence[ProcessorState], result: Assignment) -> list[Pr
             for p in result.processors]
 
 
-def converge(job: Sequence[TaskInfo], procs: Sequence[ProcessorState],
+def converge(job: Sequence[TaskInfo], procs: Sequence[ProcessorSnapshot],
              config: AssignmentConfig, limit: int = 500) -> list[tuple[Assignment, int]]:
     """Call assign until follow_up is false; each call's result and its active moves."""
     calls = []
@@ -341,8 +341,8 @@ def test_roles_of_tasks_no_longer_in_the_job_are_dropped() -> None:
 # --- property tests over random clusters -------------------------------------------------------
 
 @st.composite
-def clusters(draw: st.DrawFn, max_tasks: int = 24,
-             max_procs: int = 5) -> tuple[list[TaskInfo], list[ProcessorState], AssignmentConfig]:
+def clusters(draw: st.DrawFn, max_tasks: int = 24, max_procs: int = 5
+             ) -> tuple[list[TaskInfo], list[ProcessorSnapshot], AssignmentConfig]:
     """Random jobs and processors: owners (some gone), standbys, warmups, partial lags."""
     count = draw(st.integers(0, max_tasks))
     job = [TaskInfo(f"t{k:02d}", draw(st.booleans()) or draw(st.booleans()))
@@ -366,7 +366,7 @@ def clusters(draw: st.DrawFn, max_tasks: int = 24,
     return job, procs, config
 
 
-def check_invariants(job: Sequence[TaskInfo], procs: Sequence[ProcessorState],
+def check_invariants(job: Sequence[TaskInfo], procs: Sequence[ProcessorSnapshot],
                      config: AssignmentConfig, result: Assignment) -> None:
     stateful = {t.name: t.stateful for t in job}
     by_id = {p.id: p for p in procs}
@@ -402,7 +402,7 @@ def check_invariants(job: Sequence[TaskInfo], procs: Sequence[ProcessorState],
         assert len(holders) == want
 
 
-def shuffled(procs: Sequence[ProcessorState], seed: int) -> list[ProcessorState]:
+def shuffled(procs: Sequence[ProcessorSnapshot], seed: int) -> list[ProcessorSnapshot]:
     rng = random.Random(seed)
     out = []
     for p in procs:
@@ -417,7 +417,7 @@ def shuffled(procs: Sequence[ProcessorState], seed: int) -> list[ProcessorState]
 @settings(max_examples=200, deadline=None)
 @given(clusters(), st.integers(0, 2**32))
 def test_invariants_and_determinism(
-        cluster: tuple[list[TaskInfo], list[ProcessorState], AssignmentConfig],
+        cluster: tuple[list[TaskInfo], list[ProcessorSnapshot], AssignmentConfig],
         seed: int) -> None:
     job, procs, config = cluster
     result = assign(job, procs, config)
@@ -431,7 +431,7 @@ def test_invariants_and_determinism(
 @settings(max_examples=150, deadline=None)
 @given(clusters())
 def test_convergence_balance_and_minimal_moves(
-        cluster: tuple[list[TaskInfo], list[ProcessorState], AssignmentConfig]) -> None:
+        cluster: tuple[list[TaskInfo], list[ProcessorSnapshot], AssignmentConfig]) -> None:
     job, procs, config = cluster
     calls = converge(job, procs, config)
     state = procs
@@ -503,7 +503,7 @@ def write(tmp_path: Path, data: object, name: str = "scenario.json") -> Path:
 
 def test_parse_scenario_applies_defaults() -> None:
     scenario = parse_scenario({"tasks": [{"name": "a"}], "processors": [{"id": "p1"}]})
-    assert scenario == Scenario((TaskInfo("a"),), (ProcessorState("p1"),), AssignmentConfig())
+    assert scenario == Scenario((TaskInfo("a"),), (ProcessorSnapshot("p1"),), AssignmentConfig())
 
 
 def test_format_scenario_round_trips() -> None:

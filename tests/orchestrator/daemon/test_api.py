@@ -18,7 +18,7 @@ from orchestrator.core.coordinator import Coordinator, CoreConfig
 from orchestrator.core.model import JobModel
 from orchestrator.daemon.api import create_app
 from orchestrator.daemon.service import CoordinatorService
-from orchestrator.kafka.topics import Offsets, TopicsError
+from orchestrator.kafka.topics import TopicsError, Watermarks
 from orchestrator.wire.clock import FakeClock
 
 TOKEN = "test-token-0123456789"
@@ -38,8 +38,8 @@ class FakeAdmin:
             raise TopicsError(f"input topic {missing[0]!r} does not exist")
         return {t: self.counts[t] for t in topics}
 
-    def watermarks(self, partitions: Iterable[str]) -> dict[str, Offsets]:
-        return {p: Offsets(0, 100 + int(p.rsplit(":", 1)[1])) for p in partitions}
+    def watermarks(self, partitions: Iterable[str]) -> dict[str, Watermarks]:
+        return {p: Watermarks(0, 100 + int(p.rsplit(":", 1)[1])) for p in partitions}
 
     def committed(self, partitions: Iterable[str]) -> dict[str, int]:
         return {}
