@@ -29,7 +29,7 @@ def test_public_surface_is_pinned():
         "CONTENT_TYPE", "COORDINATOR_METRIC_NAMES", "METRIC_NAMES", "PROCESSOR_METRIC_NAMES",
         "CatchUpPath", "CoordinatorMetrics", "HandoffOutcome", "HandoffPhase", "HandoffSample",
         "HandoffView", "HeartbeatOutcome", "LagSample", "LagView", "MetricsServer",
-        "ProcessErrorOutcome", "ProcessorMetrics", "ProcessorSnapshot", "ProcessorStep",
+        "ProcessErrorOutcome", "ProcessorMetrics", "ProcessorState", "ProcessorStep",
         "StoreView", "TransactionOutcome", "render", "serve_metrics",
     }
     for name in metrics.__all__:
