@@ -8,7 +8,7 @@ from store import Store, TaskStore
 
 def test_public_names_are_pinned() -> None:
     assert sorted(store.__all__) == sorted([
-        "Key", "Watermarks", "Store", "StoreCorruptError", "StoreError", "StoreLockedError",
+        "Key", "Offsets", "Store", "StoreCorruptError", "StoreError", "StoreLockedError",
         "TaskStore", "decode_key", "decode_value", "encode_key", "encode_value",
         "task_store_path", "write_sst",
     ])
