@@ -37,8 +37,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestrator.devkit.embedded import EMBEDDED_CLIENT_SETTINGS, EmbeddedBroker
-from orchestrator.kafka.offsets import partition_name
 from orchestrator.wire.config import parse_config
+from orchestrator.wire.partitions import format_partition
 from orchestrator.wire.protocol import HeartbeatReply, RoleListing
 from processor.runtime import TaskRuntime
 
@@ -110,11 +110,11 @@ class Bench:
             consumer.close()
 
     def model(self) -> dict[str, list[str]]:
-        return {f"Partition {p}": [partition_name(self.topic, p)]
+        return {f"Partition {p}": [format_partition(self.topic, p)]
                 for p in range(self.partitions)}
 
     def ends_by_name(self) -> dict[str, int]:
-        return {partition_name(self.topic, p): end for p, end in self.ends.items()}
+        return {format_partition(self.topic, p): end for p, end in self.ends.items()}
 
     def runtime(self, job: str) -> TaskRuntime:
         raw = {"job": {"name": job, "class": "processor.examples:RunningSum",

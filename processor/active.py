@@ -24,8 +24,10 @@ from typing import Any, Literal
 from confluent_kafka import KafkaError, KafkaException, Message
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
-from orchestrator.kafka.offsets import partition_name, to_topic_partitions
+from orchestrator.kafka.offsets import to_topic_partitions
+from orchestrator.kafka.retry import is_fatal, kafka_error
 from orchestrator.kafka.watched_producer import WatchedProducer
+from orchestrator.wire.partitions import format_partition
 from processor.job import Job, Record
 from processor.replica import new_record
 from store import TaskStore
@@ -73,29 +75,18 @@ def encode_output(value: bytes | str | None) -> bytes | None:
     return str(value).encode("utf-8")
 
 
-def _error(exc: KafkaException) -> KafkaError | None:
-    err = exc.args[0] if exc.args else None
-    return err if isinstance(err, KafkaError) else None
-
-
 def _is_fenced(exc: KafkaException) -> bool:
     """A newer owner took the transactional id: this producer must never write again."""
-    err = _error(exc)
+    err = kafka_error(exc)
     return err is not None and err.code() in _FENCED_CODES
 
 
-def _is_fatal(exc: KafkaException) -> bool:
-    """The producer is unusable (e.g. a broker lost its sequence state) but nobody
-    fenced it: a new producer for the same task may carry on."""
-    err = _error(exc)
-    return err is not None and err.fatal()
-
-
 def _retriable_commit(exc: BaseException) -> bool:
-    if not isinstance(exc, KafkaException) or _is_fenced(exc) or _is_fatal(exc):
+    """A commit may be retried only on librdkafka's own retriable flag (its txn API says so)."""
+    err = kafka_error(exc)
+    if err is None or _is_fenced(exc) or is_fatal(exc):
         return False
-    err = exc.args[0]
-    return isinstance(err, KafkaError) and err.retriable()
+    return bool(err.retriable())
 
 
 class ActiveTask:
@@ -143,7 +134,7 @@ class ActiveTask:
             offset = msg.offset()
             t, p = msg.topic(), msg.partition()
             if p != number or t != topic:
-                topic, number, name = t, p, partition_name(t, p)
+                topic, number, name = t, p, format_partition(t, p)
             if offset < pending.get(name, 0):
                 continue                      # already in this transaction or committed
             process_one(msg, t, p, offset)
@@ -298,7 +289,7 @@ class ActiveTask:
         if _is_fenced(exc):
             raise TaskFenced(f"task {self.name!r}: producer fenced by a newer owner; "
                              f"its open transaction is void: {exc}") from exc
-        err = _error(exc)
+        err = kafka_error(exc)
         if err is None or not err.txn_requires_abort():
             # fatal, or still failing after the retries (a broker that restarted may have
             # lost the transaction): whether it committed is unknown, so start over with

@@ -8,11 +8,12 @@ same records through it to rebuild the same state.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Job", "Record", "Output", "State"]
+__all__ = ["Job", "JobLoadError", "Record", "Output", "State", "load_job"]
 
 Output = tuple[bytes | str | None, bytes | str | None]
 State = MutableMapping[Any, Any]
@@ -36,3 +37,23 @@ class Job:
     def process(self, record: Record, state: State) -> Iterable[Output]:
         """Update `state` from `record` and yield output `(key, value)` pairs."""
         raise NotImplementedError(f"{type(self).__name__} must implement process()")
+
+
+class JobLoadError(ValueError):
+    """`job.class` names nothing importable, or not a `Job` subclass (callers name the key)."""
+
+
+def load_job(class_path: str) -> type[Job]:
+    """Import ``"module:Class"``, a `Job` subclass (the daemon, Spark executors, audit).
+
+    Raises:
+        JobLoadError: not importable, or not a Job subclass.
+    """
+    module_name, _, name = class_path.partition(":")
+    try:
+        job_class = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise JobLoadError(f"cannot import job class {class_path!r}: {exc}") from None
+    if not (isinstance(job_class, type) and issubclass(job_class, Job)):
+        raise JobLoadError(f"{class_path!r} is not a processor.Job subclass")
+    return job_class

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from confluent_kafka import Message
 
-from orchestrator.kafka.offsets import partition_name
+from orchestrator.wire.partitions import format_partition
 from processor.job import Job, Record
 from store import TaskStore
 
@@ -107,7 +107,7 @@ class Replica:
                 offset = msg.offset()
                 t, p = msg.topic(), msg.partition()
                 if p != number or t != topic:
-                    topic, number, name = t, p, partition_name(t, p)
+                    topic, number, name = t, p, format_partition(t, p)
                     position, cap = positions.get(name, 0), self.caps.get(name, 0)
                 if offset < position:
                     continue

@@ -33,11 +33,11 @@ from metrics import ProcessorMetrics, TransactionOutcome
 from orchestrator.kafka.offsets import (
     committed_offsets,
     committed_once,
-    parse_partition,
     watermarks,
 )
 from orchestrator.kafka.watched_producer import WatchedProducer
 from orchestrator.wire.config import Config
+from orchestrator.wire.partitions import split_partition
 from orchestrator.wire.protocol import Barrier, HeartbeatReply, TaskReport
 from processor.active import (
     ActiveTask,
@@ -46,14 +46,14 @@ from processor.active import (
     TaskFenced,
     TransactionAborted,
 )
-from processor.job import Job
+from processor.job import Job, load_job
 from processor.replica import Replica, ReplicaRole
 from store import StoreError, TaskStore, task_store_path
 
 if TYPE_CHECKING:       # the Spark path (and pyspark) loads only when a warmup needs it
     from processor.bulk import BulkResult
 
-__all__ = ["StoreAheadError", "TaskRuntime", "load_job"]
+__all__ = ["StoreAheadError", "TaskRuntime"]
 
 log = logging.getLogger("baton.processor.runtime")
 
@@ -88,20 +88,6 @@ class StoreAheadError(Exception):
     """A store claims to have applied records the owner never committed: refuse it."""
 
 
-def load_job(path: str) -> Job:
-    """Instantiate the job class named "module:Class" in the config."""
-    import importlib
-
-    module_name, _, class_name = path.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
-        raise ImportError(f"job.class {path!r} cannot be imported: {exc}") from exc
-    if not (isinstance(cls, type) and issubclass(cls, Job)):
-        raise TypeError(f"job.class {path!r} is not a subclass of processor.Job")
-    return cls()
-
-
 def _by_task(messages: Sequence[Message], task_of: Callable[[str], str | None],
              on_error: Callable[[Message], None]) -> dict[str, list[Message]]:
     """Group a batch by task; the broker returns runs of one partition, so the
@@ -124,7 +110,7 @@ def _by_task(messages: Sequence[Message], task_of: Callable[[str], str | None],
 
 
 def _tp(name: str, offset: int | None = None) -> TopicPartition:
-    topic, number = parse_partition(name)
+    topic, number = split_partition(name)
     if offset is None:
         return TopicPartition(topic, number)
     return TopicPartition(topic, number, offset)
@@ -140,7 +126,7 @@ class TaskRuntime:
         self.store_bytes: dict[str, int] = {}     # snapshot for the scrape-time collector
         self._store_bytes_at = 0.0
         self.processor_id = processor_id
-        self.job = job or load_job(config.job.class_)
+        self.job = job or load_job(config.job.class_)()
         self.group = f"baton.{config.job.name}"
         settings = config.kafka_settings(**{
             "group.id": self.group, "enable.auto.commit": False,

@@ -21,7 +21,6 @@ is imported by name in every Python worker, so it must not import pyspark eagerl
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import shutil
@@ -39,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from processor.job import Job, Record
+from processor.job import Job, Record, load_job
 from store import decode_key, decode_value, encode_key, encode_value
 
 __all__ = [
@@ -373,22 +372,6 @@ def plan_chunks(ranges: Ranges, chunk_records: int | None = None) -> list[Chunk]
 def key_partition(key: bytes | None) -> int:
     """A stable hash of a record key (Python's hash() differs between processes)."""
     return zlib.crc32(key) if key is not None else 0
-
-
-def load_job(class_path: str) -> type[Job]:
-    """Import "module:Class", a processor.Job subclass.
-
-    Raises:
-        ValueError: not importable, or not a Job subclass (callers name the config key).
-    """
-    module_name, _, name = class_path.partition(":")
-    try:
-        job_class = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ValueError(f"cannot import job class {class_path!r}: {exc}") from None
-    if not (isinstance(job_class, type) and issubclass(job_class, Job)):
-        raise ValueError(f"{class_path!r} is not a processor.Job subclass")
-    return job_class
 
 
 _dumps = orjson.dumps

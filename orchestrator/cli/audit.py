@@ -30,7 +30,8 @@ def audit_command(config_path: str, as_json: bool) -> None:
     key by key, with the output topic (read_committed). Run it when the job has caught
     up: outputs of input records still in flight count as missing."""
     from processor.audit import AuditError, audit
-    from processor.spark import SparkError, load_job, spark_session
+    from processor.job import load_job
+    from processor.spark import SparkError, spark_session
 
     try:
         config = load_config(config_path)

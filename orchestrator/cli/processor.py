@@ -36,11 +36,11 @@ def processor_command(config_path: Path, processor_id: str, state_dir: Path | No
             update={"state_dir": str(state_dir.resolve())})})
     setup_logging(f"processor[{processor_id}]")
     from processor.daemon import run_processor
-    from processor.runtime import load_job
+    from processor.job import JobLoadError, load_job
 
     try:
         load_job(config.job.class_)
-    except (ImportError, TypeError) as exc:
+    except JobLoadError as exc:
         click.echo(f"baton processor: {config_path}: {exc}", err=True)
         sys.exit(2)
     sys.exit(run_processor(config, processor_id))

@@ -50,10 +50,13 @@ its name and its keys must not change when an input grows:
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeAlias
+
+from orchestrator.wire.partitions import TOPIC_NAME as _TOPIC_NAME
+from orchestrator.wire.partitions import PartitionNameError, format_partition
+from orchestrator.wire.partitions import parse_partition as _parse_partition
 
 __all__ = [
     "SCHEMES",
@@ -76,8 +79,6 @@ Scheme = Literal["partition", "ssp", "cogroup", "single"]
 SCHEMES: tuple[Scheme, ...] = ("partition", "ssp", "cogroup", "single")
 Inputs: TypeAlias = tuple[tuple[str, int], ...]
 
-# Kafka's own limits on topic names; they also keep "topic:N" and our task names unambiguous.
-_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 class GroupingError(ValueError):
@@ -146,22 +147,12 @@ def mod_expansion(topic: str, old_count: int, new_count: int, partition: int) ->
     return partition % old_count
 
 
-def format_partition(topic: str, partition: int) -> str:
-    """``"topic:N"``, the one spelling of a partition everywhere in Baton."""
-    return f"{topic}:{partition}"
-
-
 def parse_partition(text: str) -> tuple[str, int]:
-    """Split ``"topic:N"``; only the canonical spelling (no sign, no leading zero) passes.
-
-    Raises:
-        GroupingError: ``text`` is not a partition.
-    """
-    topic, _, number = text.rpartition(":")
-    if (not _TOPIC_NAME.fullmatch(topic) or not number.isascii() or not number.isdigit()
-            or format_partition(topic, int(number)) != text):
-        raise GroupingError(f"{text!r} is not a partition: expected 'topic:N' with N >= 0")
-    return topic, int(number)
+    """`orchestrator.wire.partitions.parse_partition`, raising `GroupingError`."""
+    try:
+        return _parse_partition(text)
+    except PartitionNameError as exc:
+        raise GroupingError(str(exc)) from None
 
 
 def group(inputs: Sequence[tuple[str, int]], scheme: str = "partition") -> Grouping:

@@ -68,6 +68,8 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Final, TypeAlias, TypeVar
 
+from orchestrator.wire.partitions import PartitionNameError, parse_partition
+
 __all__ = [
     "DEFAULT_ACCEPTABLE_LAG",
     "DEFAULT_ACTIVATE_TIMEOUT_S",
@@ -775,9 +777,10 @@ def _check_offsets(offsets: object, fail: Callable[[str], Exception]) -> None:
     if not isinstance(offsets, dict):
         raise fail(f"expected a mapping of 'topic:N' to offsets, got {offsets!r}")
     for partition, offset in offsets.items():
-        topic, colon, number = str(partition).rpartition(":")
-        if not isinstance(partition, str) or not topic or not colon or not number.isdigit():
-            raise fail(f"partition {partition!r} is not written 'topic:N'")
+        try:
+            parse_partition(partition)
+        except PartitionNameError:
+            raise fail(f"partition {partition!r} is not written 'topic:N'") from None
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise fail(f"offset {offset!r} of {partition} is not an offset >= 0")
 

@@ -26,14 +26,14 @@ from tenacity import (
     wait_exponential,
 )
 
-from orchestrator.core.grouping import format_partition, parse_partition
+from orchestrator.kafka.retry import is_transient
+from orchestrator.wire.partitions import format_partition, parse_partition
 
 __all__ = [
     "ADMIN_RETRY",
     "Watermarks",
     "TopicAdmin",
     "TopicsError",
-    "is_transient",
 ]
 
 log = logging.getLogger(__name__)
@@ -51,23 +51,6 @@ ADMIN_RETRY: dict[str, Any] = {
     "reraise": True,
 }
 
-# librdkafka error codes that mean "try again", whatever `retriable()` says (some
-# local transport errors are not flagged retriable but are, for an idempotent read).
-_TRANSIENT_CODES = frozenset({
-    KafkaError._TRANSPORT,
-    KafkaError._TIMED_OUT,
-    KafkaError._ALL_BROKERS_DOWN,
-    KafkaError._WAIT_COORD,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.REQUEST_TIMED_OUT,
-    KafkaError.NOT_COORDINATOR,
-    KafkaError.COORDINATOR_NOT_AVAILABLE,
-    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-    KafkaError.NETWORK_EXCEPTION,
-})
-
-
 class TopicsError(RuntimeError):
     """An admin operation that failed for good; the message says what to do."""
 
@@ -78,16 +61,6 @@ class Watermarks:
 
     low: int
     high: int
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for Kafka errors worth retrying (see `_TRANSIENT_CODES`)."""
-    if not isinstance(exc, KafkaException) or not exc.args:
-        return False
-    err = exc.args[0]
-    if not isinstance(err, KafkaError):
-        return False
-    return bool(err.retriable()) or err.code() in _TRANSIENT_CODES
 
 
 def _retrying() -> Retrying:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from orchestrator.kafka.offsets import partition_name
 from orchestrator.wire.config import parse_config
+from orchestrator.wire.partitions import format_partition
 from orchestrator.wire.protocol import HeartbeatReply, RoleListing
 from processor.runtime import TaskRuntime
 from tests.conftest import Feeder, oracle_check, wait_for
@@ -25,7 +25,7 @@ def _reply(model: dict[str, list[str]], active: list[str] = (), warmup: list[str
 
 
 def _model(topic: str, partitions: int) -> dict[str, list[str]]:
-    return {f"Partition {p}": [partition_name(topic, p)] for p in range(partitions)}
+    return {f"Partition {p}": [format_partition(topic, p)] for p in range(partitions)}
 
 
 def _runtime(raw: dict[str, Any], tmp_path: Path, name: str, **extra: Any) -> TaskRuntime:
