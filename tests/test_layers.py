@@ -1,0 +1,138 @@
+"""The layout's import rules, read from the source (AST), so a stray import fails here.
+
+- `orchestrator.core` imports only core, wire and metrics of Baton (pure decisions).
+- `orchestrator.wire` imports only wire; `orchestrator.kafka` only kafka and wire.
+- `orchestrator.daemon` does not import cli, devkit or processor.
+- `processor` imports only `orchestrator.wire` and `orchestrator.kafka` of the orchestrator.
+- only `orchestrator.cli` and `orchestrator.devkit` import `processor`.
+- `store` and `metrics` import no orchestrator or processor code.
+- no import cycles between Baton's modules.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("orchestrator", "processor", "store", "metrics")
+
+# importer prefix -> Baton prefixes it may import (checked longest prefix first)
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "orchestrator.wire": ("orchestrator.wire",),
+    "orchestrator.kafka": ("orchestrator.kafka", "orchestrator.wire"),
+    "orchestrator.core": ("orchestrator.core", "orchestrator.wire", "metrics"),
+    "orchestrator.daemon": ("orchestrator.daemon", "orchestrator.core", "orchestrator.kafka",
+                            "orchestrator.wire", "metrics"),
+    "orchestrator.cli": PACKAGES,
+    "orchestrator.devkit": PACKAGES,
+    "orchestrator": ("orchestrator",),  # the package's own __init__
+    "processor": ("processor", "orchestrator.wire", "orchestrator.kafka", "store", "metrics"),
+    "store": ("store",),
+    "metrics": ("metrics",),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+
+
+def _imports(name: str, path: Path, known: set[str]) -> Iterator[str]:
+    """Baton modules imported by `name`, anywhere in the file (lazy imports count)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.split(".")[0] in PACKAGES)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            if base.split(".")[0] not in PACKAGES:
+                continue
+            subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known]
+            yield from subs or [base]
+
+
+def _rule(importer: str) -> tuple[str, ...]:
+    for prefix in sorted(ALLOWED, key=len, reverse=True):
+        if importer == prefix or importer.startswith(prefix + "."):
+            return ALLOWED[prefix]
+    raise AssertionError(f"{importer}: no import rule covers this module; add one")
+
+
+def _within(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+GRAPH = {name: sorted(set(_imports(name, path, set(_modules()))))
+         for name, path in _modules().items()}
+
+
+@pytest.mark.parametrize("importer", sorted(GRAPH))
+def test_imports_point_down(importer: str) -> None:
+    allowed = _rule(importer)
+    wrong = [m for m in GRAPH[importer] if not _within(m, allowed)]
+    assert not wrong, f"{importer} imports {wrong}; it may import only {allowed}"
+
+
+# the pure core decides; it never talks to Kafka, starts threads or reads the clock
+CORE_FORBIDDEN = ("confluent_kafka", "threading", "time", "asyncio", "httpx", "rocksdict")
+
+
+def _third_party(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if _within(m, ("orchestrator.core",))))
+def test_core_is_pure(module: str) -> None:
+    used = _third_party(_modules()[module]) & set(CORE_FORBIDDEN)
+    assert not used, f"{module} imports {sorted(used)}: the core must stay free of I/O"
+
+
+def test_no_import_cycles() -> None:
+    """Module-level cycles through any Baton modules (lazy imports included)."""
+    edges = {m: [d for d in deps if d in GRAPH and d != m] for m, deps in GRAPH.items()}
+    # a package's __init__ re-exporting its own modules is not a cycle of concepts
+    for m, deps in edges.items():
+        edges[m] = [d for d in deps if not d.startswith(m + ".")]
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for dep in edges[node]:
+            if state.get(dep) == 1:
+                cycle = stack[stack.index(dep):] + [dep]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if dep not in state:
+                visit(dep)
+        stack.pop()
+        state[node] = 2
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module)
+
+
+def test_the_rules_catch_a_bad_import() -> None:
+    """The checker itself: a core module importing confluent-free daemon code fails."""
+    assert not _within("orchestrator.daemon.service", _rule("orchestrator.core.placement"))
+    assert not _within("processor.job", _rule("orchestrator.core.grouping"))
+    assert _within("orchestrator.wire.config", _rule("processor.runtime"))
+    assert not _within("orchestrator.core.model", _rule("processor.runtime"))
