@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from orchestrator.wire.partitioners import PartitionerName
+
 __all__ = [
     "CatchUpConfig",
     "Config",
@@ -42,6 +44,8 @@ class JobConfig(_Section):
     inputs: list[str] = Field(min_length=1)
     output: str = Field(min_length=1)
     grouping: Literal["partition", "ssp", "cogroup", "single"] = "partition"
+    # the producers' key -> partition function; a split's key filter must agree with it
+    partitioner: PartitionerName = "consistent_random"
 
     @field_validator("inputs")
     @classmethod
