@@ -18,6 +18,7 @@ from orchestrator.cli.ops import (
     drain_command,
     expand_command,
     plan_command,
+    split_command,
     status_command,
     wait_command,
 )
@@ -41,6 +42,7 @@ main.add_command(wait_command, name="wait")
 main.add_command(plan_command, name="plan")
 main.add_command(drain_command, name="drain")
 main.add_command(expand_command, name="expand")
+main.add_command(split_command, name="split")
 main.add_command(assign_command, name="assign")
 main.add_command(audit_command, name="audit")
 

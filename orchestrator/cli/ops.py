@@ -1,4 +1,5 @@
-"""Operator commands (pinned in DESIGN.md): coordinator, status, wait, plan, drain, expand.
+"""Operator commands (pinned in DESIGN.md): coordinator, status, wait, plan, drain, expand,
+split.
 
 Human output by default (rich tables, a progress bar with an ETA while waiting);
 `--json` prints the API's JSON for scripts. Exit codes follow orchestrator/cli.py:
@@ -283,5 +284,37 @@ def expand_command(config_path: str, topic: str, partitions: int, timeout: float
                        f"{barrier['offset']}")
 
 
+# ---- split --------------------------------------------------------------------------------
+
+
+@click.command("split")
+@_config_option
+@click.option("--dry-run", is_flag=True, help="Plan the splits; record nothing.")
+@_json_option
+def split_command(config_path: str, dry_run: bool, as_json: bool) -> None:
+    """After an expansion, split every task that can split into per-partition tasks.
+
+    The children then catch up and take their partitions over like any move; run
+    `baton wait --until balanced` to see them through. Running it twice splits once.
+    """
+    config = _load(config_path)
+    with _client(config) as client:
+        result = client.split(dry_run)
+    if as_json:
+        _print_json({"splits": result["splits"], "tasks": result["tasks"]})
+        return
+    if not result["splits"]:
+        click.echo(f"nothing to split: {result['tasks']} task(s), each already holds what a "
+                   f"fresh grouping would give it (expand an input first)")
+        return
+    verb = "would split" if dry_run else "split"
+    for s in result["splits"]:
+        click.echo(f"{verb} {s['parent']} -> {s['child']} {', '.join(s['partitions'])} "
+                   f"(S2: {', '.join(s['s2'])})")
+    click.echo(f"{result['tasks']} task(s) after the split" + ("" if dry_run else
+               f"; generation {result['generation']} recorded"))
+
+
 COMMANDS: tuple[click.Command, ...] = (coordinator_command, status_command, wait_command,
-                                       plan_command, drain_command, expand_command)
+                                       plan_command, drain_command, expand_command,
+                                       split_command)

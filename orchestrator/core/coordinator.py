@@ -55,7 +55,7 @@ out), so the assignor never decides on an empty picture.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +67,7 @@ from orchestrator.core.liveness import Liveness, Processor
 from orchestrator.core.model import Expansion, JobModel
 from orchestrator.core.placement import place
 from orchestrator.core.roles import RoleBook
+from orchestrator.core.split import Split
 from orchestrator.wire.clock import Clock
 from orchestrator.wire.config import Config
 from orchestrator.wire.protocol import Barrier, HeartbeatReply, HeartbeatRequest, TaskReport
@@ -309,6 +310,18 @@ class Coordinator:
             if self.metrics is not None:
                 self.metrics.record_expansion(topic)
         self.errors = [e for e in self.errors if not e.startswith("expansion refused")]
+        if self.metrics is not None:
+            self.metrics.set_generation(self.model.generation)
+        self._reconcile()
+
+    def apply_split(self, model: JobModel, splits: Sequence[Split]) -> None:
+        """`baton split` recorded new child tasks: each stays with its parent's owner
+        (inside the parent) until its own handoff moves it."""
+        self.model = model
+        for split in splits:
+            log.info("task %s split: child %s takes %s (S2 %s), generation %d", split.parent,
+                     split.child, ", ".join(split.partitions), ", ".join(split.s2),
+                     model.generation)
         if self.metrics is not None:
             self.metrics.set_generation(self.model.generation)
         self._reconcile()

@@ -1,7 +1,8 @@
 """The job model: the grouping in force, its generation, and the expansion barriers.
 
-The model changes only at first start (group the inputs) and on partition expansion;
-each change bumps the generation. It is persisted whole under the key "model" of the
+The model changes at first start (group the inputs), on partition expansion, on a
+split (`plan_split`) and when a split child first goes live; each change bumps the
+generation. It is persisted whole under the key "model" of the
 coordinator stream. Pure data and functions: the partition counts and end offsets
 come from the daemon's admin I/O.
 """
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from orchestrator.core.grouping import Grouping, expand, expansion_parents, group
+from orchestrator.core.split import Split, plan_split
 
 __all__ = ["Expansion", "JobModel"]
 
@@ -41,11 +43,14 @@ class JobModel:
         grouping: tasks and their input partitions.
         barriers: child partition -> (parent partition, offset): start the child only
             once the parent is consumed up to the offset recorded at expansion.
+        pending: split child task -> its parent task, until the child first goes live;
+            meanwhile the parent's owner keeps consuming the child's partitions.
     """
 
     generation: int
     grouping: Grouping
     barriers: dict[str, tuple[str, int]] = field(default_factory=dict)
+    pending: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def first(cls, inputs: Sequence[tuple[str, int]], scheme: str) -> JobModel:
@@ -96,10 +101,43 @@ class JobModel:
                         barriers=barriers)
         return Expansion(model, dict(parents), grown)
 
+    def plan_split(self) -> tuple[JobModel, tuple[Split, ...]]:
+        """The model after splitting every task that can split (itself when none can).
+
+        Raises:
+            SplitError: the grouping cannot split (``single``).
+        """
+        grouping, splits = plan_split(self.grouping, self.barriers)
+        if not splits:
+            return self, ()
+        pending = {**self.pending, **{s.child: self._root(s.parent) for s in splits}}
+        return replace(self, generation=self.generation + 1, grouping=grouping,
+                       pending=pending), splits
+
+    def _root(self, task: str) -> str:
+        """A pending child split again hands its keys on from its own live ancestor."""
+        while task in self.pending:
+            task = self.pending[task]
+        return task
+
+    def went_live(self, child: str) -> JobModel:
+        """`child`'s first activation is done: its parent stops holding its partitions."""
+        if child not in self.pending:
+            return self
+        pending = {c: p for c, p in self.pending.items() if c != child}
+        return replace(self, generation=self.generation + 1, pending=pending)
+
+    def held(self, task: str) -> list[str]:
+        """What `task`'s owner consumes: its partitions plus its pending children's."""
+        own = self.tasks.get(task, [])
+        return own + [p for c, parent in self.pending.items() if parent == task
+                      for p in self.tasks.get(c, [])]
+
     def to_record(self) -> dict[str, Any]:
         return {"generation": self.generation, "grouping": self.grouping.to_json(),
                 "barriers": {c: {"parent": p, "offset": o}
-                             for c, (p, o) in sorted(self.barriers.items())}}
+                             for c, (p, o) in sorted(self.barriers.items())},
+                "pending": dict(sorted(self.pending.items()))}
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> JobModel:
@@ -110,4 +148,6 @@ class JobModel:
         """
         barriers = {str(c): (str(b["parent"]), int(b["offset"]))
                     for c, b in dict(record.get("barriers", {})).items()}
-        return cls(int(record["generation"]), Grouping.from_json(record["grouping"]), barriers)
+        pending = {str(c): str(p) for c, p in dict(record.get("pending", {})).items()}
+        return cls(int(record["generation"]), Grouping.from_json(record["grouping"]), barriers,
+                   pending)

@@ -5,7 +5,7 @@ Endpoints (DESIGN.md "Liveness" and "CLI"):
 - `GET /containerHeartbeat?executionContainerId=ID` -> {"alive": bool}   (pinned, no token)
 - `GET /metrics` -> Prometheus text of the coordinator's own registry     (no token)
 - `POST /processors/register`, `POST /processors/heartbeat` (HeartbeatRequest -> HeartbeatReply)
-- `GET /status`, `POST /plan`, `POST /drain`, `POST /expand`, `GET /openapi.json`
+- `GET /status`, `POST /plan`, `POST /drain`, `POST /expand`, `POST /split`, `GET /openapi.json`
 
 Every endpoint but the first two requires `Authorization: Bearer <token>` (401
 otherwise; compared in constant time). A malformed request is the caller's fault and
@@ -32,13 +32,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from metrics import CONTENT_TYPE, render
 from orchestrator.core.coordinator import DrainError, UnknownProcessor
+from orchestrator.core.split import SplitError
 from orchestrator.core.views import PlanError
 from orchestrator.daemon.service import CoordinatorService, ExpansionError
 from orchestrator.kafka.stream import StreamError
 from orchestrator.kafka.topics import TopicsError
 from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest
 
-__all__ = ["AliveReply", "DrainRequest", "ExpandRequest", "PlanRequest", "create_app"]
+__all__ = ["AliveReply", "DrainRequest", "ExpandRequest", "PlanRequest", "SplitRequest",
+           "create_app"]
 
 log = logging.getLogger("baton.coordinator.api")
 
@@ -72,6 +74,10 @@ class DrainRequest(_Body):
 class ExpandRequest(_Body):
     topic: str = Field(min_length=1, max_length=249, pattern=_TOPIC)
     partitions: int = Field(ge=1, le=_MAX_PARTITIONS)
+
+
+class SplitRequest(_Body):
+    dry_run: bool = False
 
 
 _BEARER = HTTPBearer(auto_error=False, description="The token in coordinator.token_file")
@@ -139,6 +145,11 @@ def create_app(service: CoordinatorService, token: str,
         """Grow an input topic and apply the fixed-task expansion (barriers recorded)."""
         return service.expand(request.topic, request.partitions)
 
+    @app.post("/split", dependencies=auth, tags=["operators"])
+    def split(request: SplitRequest) -> dict[str, Any]:
+        """Split every task that can split after an expansion (dry run: plan only)."""
+        return service.split(request.dry_run)
+
     @app.get("/metrics", response_class=Response, tags=["metrics"])
     def metrics() -> Response:
         """The coordinator's Prometheus metrics (no token, like any scrape target)."""
@@ -169,6 +180,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(DrainError, handler(409))
     app.add_exception_handler(PlanError, handler(400))
     app.add_exception_handler(ExpansionError, handler(400))
+    app.add_exception_handler(SplitError, handler(400))
     app.add_exception_handler(TopicsError, handler(409))
     app.add_exception_handler(StreamError, handler(503))
     app.add_exception_handler(KafkaException, handler(503))  # the broker, after retries

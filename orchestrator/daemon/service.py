@@ -175,6 +175,22 @@ class CoordinatorService:
                                      for c, (p, o) in self.core.model.barriers.items()
                                      if c.startswith(topic + ":")}}
 
+    def split(self, dry_run: bool) -> dict[str, Any]:
+        """Split every task that can split (POST /split); record it unless `dry_run`.
+
+        Idempotent: a second call finds nothing new to split and changes nothing.
+
+        Raises:
+            SplitError: the grouping cannot split (``single``).
+        """
+        with self._lock:
+            model, splits = self.core.model.plan_split()
+            if splits and not dry_run:
+                self.core.apply_split(model, splits)
+                self.commit()
+            return {"splits": [s.to_json() for s in splits], "tasks": len(model.tasks),
+                    "generation": model.generation, "recorded": bool(splits) and not dry_run}
+
     # ---- the daemon's loops -----------------------------------------------------------
 
     def tick(self) -> None:

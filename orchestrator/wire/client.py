@@ -151,6 +151,10 @@ class CoordinatorClient:
                                               {"topic": topic, "partitions": partitions})
         return result
 
+    def split(self, dry_run: bool) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("POST", "/split", {"dry_run": dry_run})
+        return result
+
     def register(self, request: HeartbeatRequest) -> HeartbeatReply:
         return HeartbeatReply.model_validate(
             self.request("POST", "/processors/register", request.model_dump(mode="json")))
