@@ -82,6 +82,9 @@ class HeartbeatReply(_Message):
     # the job model: task -> its input partitions ("topic:N")
     tasks: dict[str, list[str]] = Field(default_factory=dict)
     barriers: dict[str, Barrier] = Field(default_factory=dict)
+    # split children not live yet -> their parent: the parent's owner consumes the
+    # child's partitions inside the parent task until the child's handoff releases them
+    embedded: dict[str, str] = Field(default_factory=dict)
     assignment: RoleListing = Field(default_factory=RoleListing)
     # drain finished: exit 0 once every task is released
     stop: bool = False
