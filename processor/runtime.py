@@ -554,14 +554,29 @@ class TaskRuntime:
             self.active_consumer.incremental_unassign([_tp(p) for p in mine])
 
     def _barrier_holds(self, active: ActiveTask, partition: str) -> bool:
-        """A new partition waits until its parent is consumed up to the expansion barrier."""
+        """A new partition waits until its parent is consumed up to the expansion barrier.
+
+        The barrier is reached when every *record* before it was processed and
+        committed. Transaction markers and aborted records also take offsets, so the
+        parent's committed offset can stay below the barrier for good when a marker is
+        the parent's last entry; the consumer's position moves past them, though. So:
+        committed >= barrier, or nothing of the parent is uncommitted and the consumer
+        has read up to the barrier.
+        """
         barrier = self.barriers.get(partition)
         if barrier is None:
             return False
-        if barrier.parent in active.committed:
-            return active.committed[barrier.parent] < barrier.offset
-        parent = committed_offsets(self.replay_consumer, [barrier.parent])[barrier.parent]
-        return bool(parent < barrier.offset)
+        if barrier.parent not in active.committed:
+            parent = committed_offsets(self.replay_consumer, [barrier.parent])[barrier.parent]
+            return bool(parent < barrier.offset)
+        committed = active.committed[barrier.parent]
+        if committed >= barrier.offset:
+            return False
+        if active.pending.get(barrier.parent) != committed \
+                or self._owner.get(barrier.parent) != active.name:
+            return True
+        position = self.active_consumer.position([_tp(barrier.parent)])[0].offset
+        return bool(position < barrier.offset)
 
     def _release_barriers(self) -> None:
         for task, held in self._held.items():
@@ -602,7 +617,7 @@ class TaskRuntime:
 
     def reports(self) -> list[TaskReport]:
         self._snapshot_store_bytes()
-        out = [TaskReport(task=t, role="active", positions=dict(a.committed),
+        out = [TaskReport(task=t, role="active", positions=self._consumed_through(a),
                           pause_ms=a.pause_ms) for t, a in self.active.items()]
         for task, replica in self.replicas.items():
             out.append(TaskReport(task=task, role=replica.role,
@@ -617,6 +632,22 @@ class TaskRuntime:
         out.extend(TaskReport(task=t, role="failed", error=e[:4000])
                    for t, e in self.failed.items())
         return out
+
+    def _consumed_through(self, active: ActiveTask) -> dict[str, int]:
+        """T1 as reported: the committed offsets, moved past trailing transaction markers
+        (and aborted records) where nothing of the partition is uncommitted. Without
+        this, a partition whose last entry is a commit marker would show a lag of one
+        forever."""
+        positions = dict(active.committed)
+        settled = [p for p, o in positions.items()
+                   if active.pending.get(p) == o and self._owner.get(p) == active.name]
+        if not settled:
+            return positions
+        for tp in self.active_consumer.position([_tp(p) for p in settled]):
+            name = f"{tp.topic}:{tp.partition}"
+            if tp.offset > positions[name]:
+                positions[name] = tp.offset
+        return positions
 
     def handoff_imminent(self) -> bool:
         """A warmup has caught up (its activation is next) or an activation is running:

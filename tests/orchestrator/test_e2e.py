@@ -127,14 +127,6 @@ class Job:
             admin.close()
 
 
-@pytest.fixture
-def job(coordinated, daemons) -> Callable[..., Job]:
-    def make(**sections: dict[str, Any]) -> Job:
-        config, path = coordinated(PARTITIONS, **sections)
-        return Job(config, path, daemons)
-    return make
-
-
 def finish(job: Job, feeder: Feeder, broker: Any) -> None:
     """Stop the producer, let every record through, and check the oracle."""
     sent = feeder.stop()
