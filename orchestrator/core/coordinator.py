@@ -70,6 +70,7 @@ from orchestrator.core.roles import RoleBook
 from orchestrator.core.split import Split
 from orchestrator.wire.clock import Clock
 from orchestrator.wire.config import Config
+from orchestrator.wire.lineage import AncestorRange, ancestry
 from orchestrator.wire.protocol import Barrier, HeartbeatReply, HeartbeatRequest, TaskReport
 
 __all__ = ["Coordinator", "CoreConfig", "DrainError", "UnknownProcessor"]
@@ -137,7 +138,9 @@ class Coordinator:
         self.processors = Liveness()
         self.roles = RoleBook(self._valid)
         self.moves = Moves(config.handoff, self.roles, clock, metrics,
-                           lambda pid, why: self._lose(pid, why, keep_roles=False))
+                           lambda pid, why: self._lose(pid, why, keep_roles=False),
+                           is_pending=lambda task: task in self.model.pending,
+                           went_live=self._went_live)
         self.draining: set[str] = set()
         self.errors: list[str] = []
         self.low: dict[str, int] = {}
@@ -241,6 +244,7 @@ class Coordinator:
         return HeartbeatReply(
             alive=True, generation=self.model.generation, tasks=self.model.tasks,
             barriers={c: Barrier(parent=p, offset=o) for c, (p, o) in self.model.barriers.items()},
+            embedded=self.embedded(), pending=dict(self.model.pending),
             assignment=self.roles.peek(processor.id).wire(),
             stop=self._drained(processor.id))
 
@@ -326,6 +330,32 @@ class Coordinator:
             self.metrics.set_generation(self.model.generation)
         self._reconcile()
 
+    def _went_live(self, child: str) -> None:
+        """A split child's first activation was sent: from now on it is a task of its own."""
+        self.model = self.model.went_live(child)
+        log.info("split child %r goes live: generation %d", child, self.model.generation)
+        if self.metrics is not None:
+            self.metrics.set_generation(self.model.generation)
+
+    def embedded(self) -> dict[str, str]:
+        """Pending split children whose partitions their parent's owner still consumes:
+        all of them but those whose own handoff has reached the release."""
+        early = (hs.Phase.PLANNED, hs.Phase.CATCHING_UP)
+        return {c: p for c, p in self.model.pending.items()
+                if (h := self.handoffs.get(c)) is None or h.phase in early}
+
+    def consumed(self, task: str) -> list[str]:
+        """The partitions `task`'s owner consumes: its own and its embedded children's."""
+        own = self.model.tasks.get(task, [])
+        return own + [p for c, parent in self.embedded().items() if parent == task
+                      for p in self.model.tasks.get(c, [])]
+
+    def holder(self, task: str) -> str | None:
+        """Who processes `task`'s partitions: its owner, or for a pending split child the
+        owner of the parent it is embedded in."""
+        parent = self.model.pending.get(task)
+        return self.owner(task) if parent is None else self.owner(parent)
+
     def refuse_expansion(self, reason: str) -> None:
         """A growth the grouping refuses: keep the old model, surface the reason."""
         message = f"expansion refused: {reason}"
@@ -396,29 +426,52 @@ class Coordinator:
         return self.roles.owner(task)
 
     def t1(self, task: str) -> dict[str, int | None]:
-        """The owner's committed positions on `task`; None where nothing is known yet."""
-        partitions = self.model.tasks.get(task, [])
-        reported: Mapping[str, int] = {}
+        """The owner's committed positions on `task`; None where nothing is known yet.
+
+        A pending split child's partitions (and their ancestors) are reported by the
+        owner of the parent it is embedded in, or by that owner's release of it."""
+        partitions = self.consumed(task)
+        reported: dict[str, int] = {}
         handoff = self.handoffs.get(task)
         source = handoff.source if handoff is not None else None
         released = self.report(source, task)
-        owner_report = self.report(self.owner(task), task)
+        parent = self.model.pending.get(task)
+        if parent is not None:
+            partitions = [a.partition for a in self._ancestry(task)] + partitions
+            holder = self.report(self.owner(parent), parent)
+            if holder is not None and holder.role == "active":
+                reported.update(holder.positions)
+        else:
+            holder = self.report(self.owner(task), task)
+            if holder is not None and holder.role == "active":
+                reported.update(holder.positions)
         if released is not None and released.role == "released":
-            reported = released.positions
-        elif owner_report is not None and owner_report.role == "active":
-            reported = owner_report.positions
+            reported.update(released.positions)
         return {p: reported.get(p, self.committed.get(p, self.low.get(p)))
                 for p in partitions}
 
+    def _ancestry(self, task: str) -> list[AncestorRange]:
+        own = set(self.model.tasks.get(task, []))
+        return [a for p in self.model.tasks.get(task, [])
+                for a in ancestry(p, self.model.barriers) if a.partition not in own]
+
     def lag(self, task: str, pid: str) -> int | None:
-        """Records `pid`'s replica of `task` is behind T1; None without a replica report."""
+        """Records `pid`'s replica of `task` is behind T1; None without a replica report.
+
+        A pending split child also counts what it has left of its ancestors (each up to
+        its barrier); until the parent has consumed past every barrier (so the child's
+        own partitions have started) its lag is unknown, never caught up."""
         report = self.report(pid, task)
         if report is None or report.role not in ("warmup", "standby", "activating"):
             return None
         t1 = self.t1(task)
         if any(v is None for v in t1.values()):
             return None  # T1 unknown: never call a replica caught up on a guess
-        return sum(max(0, (v or 0) - report.positions.get(p, self.low.get(p, 0)))
+        ends = {a.partition: a.end for a in self._ancestry(task)}
+        if any((t1[a] or 0) < end for a, end in ends.items()):
+            return None  # the parent has not reached a barrier yet: the child must wait
+        return sum(max(0, min(v or 0, ends.get(p, v or 0))
+                          - report.positions.get(p, self.low.get(p, 0)))
                    for p, v in t1.items())
 
     def lag_samples(self) -> list[LagSample]:

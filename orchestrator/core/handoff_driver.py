@@ -35,6 +35,7 @@ _PAUSE_WAIT_S = 60.0
 # Finished handoffs kept in memory for `status` (newest last).
 _HISTORY = 50
 _IN_FLIGHT = ("planned", "catching_up", "releasing", "activating")
+_BEFORE_ACTIVATION = (hs.Phase.PLANNED, hs.Phase.CATCHING_UP, hs.Phase.RELEASING)
 
 
 class Reports(Protocol):
@@ -69,9 +70,12 @@ class Moves:
     """
 
     def __init__(self, config: hs.HandoffConfig, roles: RoleBook, clock: Clock,
-                 metrics: CoordinatorMetrics | None, declare_dead: DeclareDeadFn) -> None:
+                 metrics: CoordinatorMetrics | None, declare_dead: DeclareDeadFn,
+                 is_pending: Callable[[str], bool] = lambda task: False,
+                 went_live: Callable[[str], None] = lambda task: None) -> None:
         self.config, self.roles, self.clock, self.metrics = config, roles, clock, metrics
         self._declare_dead = declare_dead
+        self._is_pending, self._went_live = is_pending, went_live
         self.handoffs: dict[str, hs.Handoff] = {}
         self.history: list[hs.Handoff] = []
         self._pauses: dict[str, _Pending] = {}
@@ -131,6 +135,7 @@ class Moves:
     def step(self, handoff: hs.Handoff, event: hs.Event) -> None:
         """Apply one event to the current state of a handoff and run its commands."""
         now = self.clock.monotonic()
+        event = self._split_child_event(handoff, event, now)
         try:
             new, commands = hs.step(handoff, event, self.config, now)
         except hs.RemoteHandoffError as exc:
@@ -147,6 +152,24 @@ class Moves:
             self._finish(new)
         self.execute(new, commands)
 
+    def _split_child_event(self, handoff: hs.Handoff, event: hs.Event, now: float) -> hs.Event:
+        """A pending split child lives inside its parent until it activates, so losing
+        its source (or a release that does not come) cannot be forced through like an
+        ordinary move: the child's keys are still in the parent's store, and the
+        parent's own fencing covers the child's partitions. Cancel instead: the child
+        stays embedded, and the parent is re-placed as any task whose owner is lost."""
+        if not self._is_pending(handoff.task) or handoff.phase not in _BEFORE_ACTIVATION:
+            return event
+        if isinstance(event, hs.ProcessorLost) and event.processor_id == handoff.source:
+            return hs.Cancel(f"{handoff.source}, whose parent task holds this split child, "
+                             f"was lost")
+        late = (handoff.phase == hs.Phase.RELEASING and isinstance(event, hs.Tick)
+                and event.now - handoff.since >= self.config.release_timeout_s)
+        if late:
+            return hs.Cancel(f"{handoff.source} did not release the split child within "
+                             f"{self.config.release_timeout_s} s")
+        return event
+
     def execute(self, handoff: hs.Handoff, commands: Sequence[hs.Command]) -> None:
         """Turn commands into role listings and invalidations, in order."""
         for command in commands:
@@ -162,7 +185,11 @@ class Moves:
                               handoff.task, handoff.reason)
                     self._declare_dead(pid, f"declared dead by the handoff of "
                                             f"{handoff.task!r}: {handoff.reason}")
+                case hs.ResumeOwner(task, pid) if self._is_pending(task):
+                    pass    # a split child goes back inside its parent (see embedded())
                 case hs.SendActivate(task, pid, _) | hs.ResumeOwner(task, pid):
+                    if self._is_pending(task):
+                        self._went_live(task)
                     self.roles.list_active(task, pid)
 
     def _finish(self, handoff: hs.Handoff) -> None:

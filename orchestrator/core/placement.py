@@ -16,6 +16,12 @@ assignor and get a new home. Out of the assignor, per task:
   handoff; at most `max_warmups` handoffs catch up at a time;
 - standbys are listed as the assignor says, except on either side of a handoff (a
   source told to keep a standby would stop reporting the task "released").
+
+Split children (DESIGN.md "Grouping"): a pending child counts as active on the owner
+of the parent it is embedded in (so the assignor balances it like any task) and moves
+away only through a handoff from that owner; while it stays there it stays embedded.
+A parent and its pending children never move at the same time: the parent waits while
+a child is on its way out, a child waits while its parent moves.
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ def _state(core: Coordinator, pid: str) -> ProcessorSnapshot:
     """The assignor's view of `pid`: in-flight handoffs count where they are going."""
     roles = core.roles.peek(pid)
     active, warmup = set(roles.active), set(roles.warmup)
+    active.update(c for c, parent in core.model.pending.items() if core.owner(parent) == pid)
     for task, handoff in core.handoffs.items():
         before_release = handoff.phase in (hs.Phase.PLANNED, hs.Phase.CATCHING_UP)
         source_stays = before_release and handoff.source not in core.draining
@@ -87,6 +94,11 @@ def _place_task(core: Coordinator, task: str, home: str | None, warm: str | None
                 and handoff.target not in (home, warm) and handoff.source not in core.draining:
             core.moves.step(handoff, hs.Cancel(f"the assignor now wants it on {warm or home}"))
         return
+    if _family_moving(core, task):
+        return
+    if task in core.model.pending:
+        _place_child(core, task, home, warm)
+        return
     owner = core.owner(task)
     target = warm if owner is not None and warm is not None else home
     if target is None or target == owner:
@@ -100,3 +112,24 @@ def _place_task(core: Coordinator, task: str, home: str | None, warm: str | None
     if not caught_up and core.moves.catching_up() >= core.config.assignment.max_warmups:
         return
     core.moves.plan(task, owner, target, lag)
+
+
+def _family_moving(core: Coordinator, task: str) -> bool:
+    """A split parent with a pending child in a handoff, or a child whose parent moves."""
+    parent = core.model.pending.get(task)
+    if parent is not None:
+        return parent in core.handoffs
+    return any(c in core.handoffs for c, p in core.model.pending.items() if p == task)
+
+
+def _place_child(core: Coordinator, task: str, home: str | None, warm: str | None) -> None:
+    """A pending split child leaves its parent's owner only through a handoff."""
+    holder = core.holder(task)
+    target = warm or home
+    if holder is None or target is None or target == holder:
+        return
+    lag = core.lag(task, target)
+    caught_up = lag is not None and lag <= core.config.handoff.acceptable_lag
+    if not caught_up and core.moves.catching_up() >= core.config.assignment.max_warmups:
+        return
+    core.moves.plan(task, holder, target, lag)

@@ -35,8 +35,10 @@ def status(core: Coordinator) -> dict[str, Any]:
         "balanced": not waiting,
         "pending": waiting,
         "processors": [_processor(core, p.id) for p in core.processors],
-        "tasks": [{"name": task, "partitions": parts, "active": core.owner(task),
-                   "lag": _input_lag(core, task)}
+        "tasks": [{"name": task, "partitions": parts, "active": core.holder(task),
+                   "lag": _input_lag(core, task),
+                   **({"split_from": core.model.pending[task]}
+                      if task in core.model.pending else {})}
                   for task, parts in core.model.tasks.items()],
         "handoffs": [{"task": h.task, "from": h.source, "to": h.target,
                       "phase": h.phase.value, "lag": core.lag(h.task, h.target),
@@ -70,7 +72,10 @@ def _processor(core: Coordinator, pid: str) -> dict[str, Any]:
 def _input_lag(core: Coordinator, task: str) -> int | None:
     """How far the task's consumption is behind its inputs' ends (None: unknown)."""
     total = 0
+    consumed = set(core.consumed(task))
     for partition, t1 in core.t1(task).items():
+        if partition not in consumed:
+            continue            # a split child's ancestors are its parent's to consume
         if t1 is None or partition not in core.high:
             return None
         total += max(0, core.high[partition] - t1)
@@ -95,8 +100,8 @@ def pending(core: Coordinator) -> list[str]:
     for task, partitions in core.model.tasks.items():
         if task in core.handoffs:
             continue
-        owner = core.owner(task)
-        report = core.report(owner, task)
+        owner = core.holder(task)           # a pending split child runs inside its parent
+        report = core.report(owner, core.model.pending.get(task, task))
         if owner is None:
             out.append(f"task {task!r}: not active on any processor")
         elif report is None or report.role != "active":

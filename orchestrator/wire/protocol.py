@@ -85,6 +85,9 @@ class HeartbeatReply(_Message):
     # split children not live yet -> their parent: the parent's owner consumes the
     # child's partitions inside the parent task until the child's handoff releases them
     embedded: dict[str, str] = Field(default_factory=dict)
+    # every split child not live yet -> its parent (embedded, or being handed over); a
+    # parent's owner drops a child's keys from its store once the child left this map
+    pending: dict[str, str] = Field(default_factory=dict)
     assignment: RoleListing = Field(default_factory=RoleListing)
     # drain finished: exit 0 once every task is released
     stop: bool = False
