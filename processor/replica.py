@@ -7,6 +7,12 @@ its cap, the owner's committed offset T1: the state it builds must be a prefix o
 owner's, or the new owner would apply those records twice when it resumes from T1.
 Output is discarded; a record whose process() raises is skipped, as the owner either
 skipped it too (skip/dlq) or never committed past it (fail).
+
+A split child's replica also reads its partitions' ancestors (S2, see
+orchestrator/wire/lineage.py): each through a key filter (only the records whose key
+the producers now send to the child) and only up to the barrier; the child's own
+partitions wait until every ancestor is read to its cap, so each key's records are
+applied in the order its owner applied them.
 """
 
 from __future__ import annotations
@@ -23,11 +29,12 @@ from orchestrator.wire.partitions import format_partition
 from processor.job import Job, Record
 from store import TaskStore
 
-__all__ = ["Replica", "ReplicaRole", "new_record"]
+__all__ = ["KeyFilter", "Replica", "ReplicaRole", "new_record"]
 
 log = logging.getLogger("baton.processor.replica")
 
 ReplicaRole = Literal["warmup", "standby", "activating"]
+KeyFilter = Callable[[bytes | None], bool]
 
 _RECORD_FIELDS = ("key", "value", "topic", "partition", "offset", "timestamp")
 
@@ -72,9 +79,13 @@ class Replica:
     """Replay state of one task: positions (T2), caps (T1), progress counters."""
 
     def __init__(self, name: str, partitions: Sequence[str], job: Job, store: TaskStore,
-                 role: ReplicaRole, positions: Mapping[str, int], caps: Mapping[str, int]) -> None:
+                 role: ReplicaRole, positions: Mapping[str, int], caps: Mapping[str, int],
+                 filters: Mapping[str, KeyFilter] | None = None,
+                 gates: Mapping[str, Sequence[str]] | None = None) -> None:
         self.name = name
         self.partitions = list(partitions)
+        self.filters = dict(filters or {})    # ancestor partition -> keep this key?
+        self.gates = {p: list(g) for p, g in (gates or {}).items()}  # own -> its ancestors
         self.job = job
         self.store = store
         self.role: ReplicaRole = role
@@ -88,6 +99,14 @@ class Replica:
     def lag(self) -> int:
         return sum(max(0, self.caps.get(p, 0) - self.positions.get(p, 0)) for p in self.partitions)
 
+    def cap(self, partition: str) -> int:
+        """Where `partition` must stop now: its cap, or its position while one of its
+        ancestors still has records to apply."""
+        gate = self.gates.get(partition)
+        if gate and any(self.positions.get(a, 0) < self.caps.get(a, 0) for a in gate):
+            return min(self.positions.get(partition, 0), self.caps.get(partition, 0))
+        return self.caps.get(partition, 0)
+
     def caught_up(self) -> bool:
         return self.lag() == 0
 
@@ -95,7 +114,8 @@ class Replica:
         """Apply a batch; return the partitions that reached their cap (to pause)."""
         capped: set[str] = set()
         store, process, positions = self.store, self.job.process, self.positions
-        begin, drain = store.begin_record, _drain
+        begin, drain, filters = store.begin_record, _drain, self.filters
+        keep: KeyFilter | None = None
         # a poll batch comes in runs of one partition: look its name, position and cap
         # up once per run, not per record
         topic: str | None = None
@@ -108,11 +128,15 @@ class Replica:
                 t, p = msg.topic(), msg.partition()
                 if p != number or t != topic:
                     topic, number, name = t, p, format_partition(t, p)
-                    position, cap = positions.get(name, 0), self.caps.get(name, 0)
+                    position, cap = positions.get(name, 0), self.cap(name)
+                    keep = filters.get(name)
                 if offset < position:
                     continue
                 if offset >= cap:
                     capped.add(name)
+                    continue
+                if keep is not None and not keep(msg.key()):
+                    position = positions[name] = offset + 1   # another task's key
                     continue
                 record = new_record(msg.key(), msg.value(), t, p, offset, msg.timestamp()[1])
                 begin()
@@ -129,7 +153,7 @@ class Replica:
                 self.applied_total += applied
                 self.dirty = True
         return capped | {p for p in self.partitions
-                         if self.positions.get(p, 0) >= self.caps.get(p, 0)}
+                         if self.positions.get(p, 0) >= self.cap(p)}
 
     def commit(self) -> None:
         """State and T2 in one WriteBatch."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +37,7 @@ from orchestrator.kafka.offsets import (
 )
 from orchestrator.kafka.watched_producer import WatchedProducer
 from orchestrator.wire.config import Config
+from orchestrator.wire.partitioners import home_partition, state_key_bytes
 from orchestrator.wire.partitions import split_partition
 from orchestrator.wire.protocol import Barrier, HeartbeatReply, TaskReport
 from processor.active import (
@@ -48,6 +49,7 @@ from processor.active import (
 )
 from processor.job import Job, load_job
 from processor.replica import Replica, ReplicaRole
+from processor.sources import ReplaySources, consumed_partitions, replay_sources, topic_counts
 from store import StoreError, TaskStore, task_store_path
 
 if TYPE_CHECKING:       # the Spark path (and pyspark) loads only when a warmup needs it
@@ -60,6 +62,9 @@ log = logging.getLogger("baton.processor.runtime")
 _BATCH = 5000                 # records per consume() call: amortises Python per-call cost
 _REPLAY_BATCH_BESIDE_ACTIVE = 1000
 _CAP_REFRESH_S = 0.2          # how often replicas re-read the owner's committed offsets
+# keys of a live split child dropped from its parent's store per loop turn: small enough
+# that the parent's own records do not wait long behind it
+_PRUNE_SLICE = 5000
 _CAP_LOOKUP_TIMEOUT_S = 2.0   # a refresh that cannot answer this fast is skipped
 _INIT_TXN_TIMEOUT_S = 30.0
 # A partition assigned while a fetch is parked at the broker waits for that fetch to
@@ -141,6 +146,10 @@ class TaskRuntime:
         self.released: dict[str, dict[str, int]] = {}
         self.failed: dict[str, str] = {}
         self.model: dict[str, list[str]] = {}
+        self.embedded: dict[str, str] = {}        # split child -> the parent consuming it
+        self.pending: dict[str, str] = {}         # split child (not live yet) -> parent
+        self._pruning: dict[str, tuple[str, Iterator[list[Any]]]] = {}  # child -> parent, keys
+        self._last_parent: dict[str, str] = {}    # released child -> the parent it left
         self.barriers: dict[str, Barrier] = {}
         self._owner: dict[str, str] = {}          # active partition -> task
         self._held: dict[str, set[str]] = {}      # task -> partitions waiting on a barrier
@@ -164,6 +173,7 @@ class TaskRuntime:
         """
         self.model = {t: list(ps) for t, ps in reply.tasks.items()}
         self.barriers = dict(reply.barriers)
+        self._children_changed(dict(reply.embedded), dict(reply.pending))
         wanted = reply.assignment
         replica_roles: dict[str, ReplicaRole] = {t: "warmup" for t in wanted.warmup}
         replica_roles.update({t: "standby" for t in wanted.standby})
@@ -173,7 +183,7 @@ class TaskRuntime:
         for task in [t for t in self.active if t not in wanted.active]:
             self._guard(task, self.release)
         for task, replica in list(self.replicas.items()):
-            stale = replica.partitions != self.partitions_of(task)
+            stale = replica.partitions != self.sources_of(task).partitions
             if replica.role != "activating" and (stale or task not in listed):
                 self._guard(task, self.drop)   # gone, or its partitions changed
             elif task in replica_roles and replica.role != "activating":
@@ -214,7 +224,96 @@ class TaskRuntime:
                 activation.store.close()
 
     def partitions_of(self, task: str) -> list[str]:
-        return list(self.model.get(task, ()))
+        """What the task's owner consumes: its partitions and its embedded children's."""
+        return consumed_partitions(task, self.model, self.embedded)
+
+    def sources_of(self, task: str) -> ReplaySources:
+        """What a replica of the task reads (S2): ancestors (split children), then its own."""
+        barriers = {c: (b.parent, b.offset) for c, b in self.barriers.items()}
+        return replay_sources(self.partitions_of(task), barriers,
+                              self.config.job.partitioner, topic_counts(self.model))
+
+    def _replica(self, task: str, store: TaskStore, role: ReplicaRole,
+                 committed: Mapping[str, int]) -> Replica:
+        """A replica of `task` positioned from its store, capped at `committed` (T1)."""
+        sources = self.sources_of(task)
+        applied = store.applied_offsets()
+        positions = {p: applied.get(p, watermarks(self.replay_consumer, p)[0])
+                     for p in sources.partitions}
+        caps = {p: sources.cap(p, max(committed[p], 0)) for p in sources.partitions}
+        return Replica(task, sources.partitions, self.job, store, role, positions, caps,
+                       sources.filters, sources.gates)
+
+    # ---- split children ------------------------------------------------------------------
+
+    def _children_changed(self, embedded: dict[str, str], pending: dict[str, str]) -> None:
+        """A child leaving its parent is released; one that went live is pruned from it."""
+        leaving = {c: p for c, p in self.embedded.items() if embedded.get(c) != p}
+        live = [c for c in self.pending if c not in pending]
+        self.embedded, self.pending = embedded, pending
+        for child, parent in leaving.items():
+            if parent in self.active:
+                self._guard(parent, functools.partial(self._release_child, child))
+        for child in live:
+            parent = self._last_parent.pop(child, "")
+            if parent in self.active:
+                self._start_pruning(parent, child)
+
+    def _release_child(self, child: str, parent: str) -> None:
+        """Commit the parent, stop consuming the child's partitions, report them released."""
+        self._run_active(parent, self._commit)   # an aborted commit rewinds to T1
+        active = self.active.get(parent)
+        if active is None:      # the parent itself had to restart: T1 is what Kafka holds
+            partitions = self.model.get(child, [])
+            self.released[child] = committed_offsets(self.replay_consumer, partitions)
+            return
+        gone = [p for p in active.partitions if p not in self.partitions_of(parent)]
+        mine = [p for p in gone if self._owner.get(p) == parent]
+        for p in mine:
+            del self._owner[p]
+        if mine:
+            self.active_consumer.incremental_unassign([_tp(p) for p in mine])
+        self._held.get(parent, set()).difference_update(gone)
+        self.released[child] = {p: active.committed[p] for p in gone if p in active.committed}
+        for p in gone:
+            active.partitions.remove(p)
+            active.committed.pop(p, None)
+            active.pending.pop(p, None)
+        self._last_parent[child] = parent
+        log.info("task %r: split child %r released at %s", parent, child, self.released[child])
+
+    def _start_pruning(self, parent: str, child: str) -> None:
+        """Drop the child's keys from the parent's store, a slice per loop turn."""
+        counts = topic_counts(self.model)
+        homes = [split_partition(p) for p in self.model.get(child, ())]
+        partitioner = self.config.job.partitioner
+
+        def belongs(key: Any) -> bool:
+            raw = state_key_bytes(key)
+            return raw is not None and any(
+                home_partition(partitioner, raw, counts[t]) == n for t, n in homes)
+
+        def slices() -> Iterator[list[Any]]:
+            batch: list[Any] = []
+            for key in list(self.active[parent].store):
+                if belongs(key):
+                    batch.append(key)
+                if len(batch) >= _PRUNE_SLICE:
+                    yield batch
+                    batch = []
+            yield batch
+
+        self._pruning[child] = (parent, slices())
+
+    def _prune(self) -> None:
+        for child, (parent, slices) in list(self._pruning.items()):
+            active = self.active.get(parent)
+            batch = next(slices, None) if active is not None else None
+            if active is None or batch is None:
+                del self._pruning[child]
+                continue
+            for key in batch:
+                active.store.delete(key)
 
     def _open_store(self, task: str) -> TaskStore:
         path = task_store_path(self.config.state_dir, self.config.job.name, task)
@@ -258,7 +357,8 @@ class TaskRuntime:
         log.debug("task %r: fenced in %.0f ms", task,
                   (time.monotonic() - activation.started) * 1000)
         partitions, store = self.partitions_of(task), activation.store
-        committed = committed_offsets(self.replay_consumer, partitions)
+        sources = self.sources_of(task).partitions
+        committed = committed_offsets(self.replay_consumer, sources)
         applied = store.applied_offsets()
         ahead = {p: (applied[p], committed[p]) for p in partitions
                  if applied.get(p, -1) > committed[p]}
@@ -268,9 +368,7 @@ class TaskRuntime:
                 f"ones (partition: (store, committed)) {ahead}; was the input topic recreated? "
                 f"Move the store away to rebuild it from the input")
         self.released.pop(task, None)
-        positions = {p: applied.get(p, watermarks(self.replay_consumer, p)[0])
-                     for p in partitions}
-        replay = Replica(task, partitions, self.job, store, "activating", positions, committed)
+        replay = self._replica(task, store, "activating", committed)
         activation.replaying = True
         if replay.caught_up():
             self._go_active(replay)
@@ -283,17 +381,19 @@ class TaskRuntime:
         task = replay.name
         activation = self._activations.pop(task)
         replay.commit()
-        active = ActiveTask(task, replay.partitions, self.job, replay.store, activation.producer,
+        own = self.partitions_of(task)      # a split child's ancestors stay behind
+        active = ActiveTask(task, own, self.job, replay.store, activation.producer,
                             self.config.job.output, f"{self.group}.dlq",
                             self.config.processor.on_error,
-                            self.active_consumer.consumer_group_metadata, dict(replay.caps),
+                            self.active_consumer.consumer_group_metadata,
+                            {p: replay.caps[p] for p in own},
                             functools.partial(committed_offsets, self.replay_consumer))
         active.activated_at = activation.started
         if self.metrics is not None:
             active.on_process_error = self.metrics.record_process_error
         self.active[task] = active
         self._held[task] = set()
-        self._assign_active(active, replay.partitions)
+        self._assign_active(active, own)
         log.info("task %r: active from %s", task, active.committed)
 
     def release(self, task: str) -> dict[str, int]:
@@ -320,17 +420,15 @@ class TaskRuntime:
         return dict(active.committed)
 
     def start_replica(self, task: str, role: ReplicaRole) -> None:
-        partitions = self.partitions_of(task)
         store = self._open_store(task)
         applied = store.applied_offsets()
-        positions = {p: applied.get(p, watermarks(self.replay_consumer, p)[0])
-                     for p in partitions}
-        caps = committed_offsets(self.replay_consumer, partitions)
-        replica = Replica(task, partitions, self.job, store, role, positions,
-                          {p: max(caps[p], 0) for p in partitions})
+        partitions = self.sources_of(task).partitions
+        replica = self._replica(task, store, role,
+                                committed_offsets(self.replay_consumer, partitions))
+        positions = replica.positions
         self.replicas[task] = replica
         self._prepare_producer(task)
-        if not applied and self.config.catch_up.source == "input" \
+        if not applied and self.config.catch_up.source == "input" and not replica.filters \
                 and replica.lag() > self.config.catch_up.bulk_threshold:
             ranges = {p: (positions[p], replica.caps[p]) for p in partitions}
             log.info("task %r: %d records to catch up: bulk path on Spark (%s)", task,
@@ -413,6 +511,8 @@ class TaskRuntime:
 
     def _poll_active(self, timeout: float) -> int:
         self._release_barriers()
+        if self._pruning:
+            self._prune()
         messages = self.active_consumer.consume(_BATCH, timeout)
         by_task = _by_task(messages, self._owner.get, self._log_error)
         for task, batch in by_task.items():
@@ -505,9 +605,10 @@ class TaskRuntime:
             log.debug("replica caps not refreshed: %s", exc)
             return
         for replica in following:
-            replica.caps = {p: caps[p] for p in replica.partitions}
+            sources = self.sources_of(replica.name)
+            replica.caps = {p: sources.cap(p, caps[p]) for p in replica.partitions}
             resume = [p for p in replica.partitions
-                      if p in self._paused and replica.positions[p] < replica.caps[p]]
+                      if p in self._paused and replica.positions[p] < replica.cap(p)]
             if resume:
                 self._paused.difference_update(resume)
                 self.replay_consumer.resume([_tp(p) for p in resume])
