@@ -430,25 +430,30 @@ class Coordinator:
 
         A pending split child's partitions (and their ancestors) are reported by the
         owner of the parent it is embedded in, or by that owner's release of it."""
-        partitions = self.consumed(task)
         reported: dict[str, int] = {}
         handoff = self.handoffs.get(task)
         source = handoff.source if handoff is not None else None
         released = self.report(source, task)
-        parent = self.model.pending.get(task)
-        if parent is not None:
-            partitions = [a.partition for a in self._ancestry(task)] + partitions
-            holder = self.report(self.owner(parent), parent)
-            if holder is not None and holder.role == "active":
-                reported.update(holder.positions)
-        else:
-            holder = self.report(self.owner(task), task)
-            if holder is not None and holder.role == "active":
-                reported.update(holder.positions)
+        consumer = self.model.pending.get(task, task)
+        holder = self.report(self.owner(consumer), consumer)
+        if holder is not None and holder.role == "active":
+            reported.update(holder.positions)
         if released is not None and released.role == "released":
             reported.update(released.positions)
-        return {p: reported.get(p, self.committed.get(p, self.low.get(p)))
-                for p in partitions}
+        out = {a.partition: self._consumed_position(a.partition) for a in self._ancestry(task)}
+        out.update({p: reported.get(p, self.committed.get(p, self.low.get(p)))
+                    for p in self.consumed(task)})
+        return out
+
+    def _consumed_position(self, partition: str) -> int | None:
+        """How far the task consuming `partition` has got (its owner's report), else the
+        group's committed offset."""
+        for task in self.model.tasks:
+            if partition in self.consumed(task):
+                report = self.report(self.holder(task), self.model.pending.get(task, task))
+                if report is not None and partition in report.positions:
+                    return report.positions[partition]
+        return self.committed.get(partition, self.low.get(partition))
 
     def _ancestry(self, task: str) -> list[AncestorRange]:
         own = set(self.model.tasks.get(task, []))

@@ -17,9 +17,11 @@ assignor and get a new home. Out of the assignor, per task:
 - standbys are listed as the assignor says, except on either side of a handoff (a
   source told to keep a standby would stop reporting the task "released").
 
-Split children (DESIGN.md "Grouping"): a pending child counts as active on the owner
-of the parent it is embedded in (so the assignor balances it like any task) and moves
-away only through a handoff from that owner; while it stays there it stays embedded.
+Split children (DESIGN.md "Grouping"): the assignor sees a pending child as a task
+with no owner (were it shown active on its parent's owner, the assignor would as soon
+move the parent, and the child with it, as the child: they would chase each other).
+Where the assignor puts it, it moves through a handoff from the parent's owner (the
+state is there); left on the parent's owner, it stays embedded.
 A parent and its pending children never move at the same time: the parent waits while
 a child is on its way out, a child waits while its parent moves.
 """
@@ -71,7 +73,6 @@ def _state(core: Coordinator, pid: str) -> ProcessorSnapshot:
     """The assignor's view of `pid`: in-flight handoffs count where they are going."""
     roles = core.roles.peek(pid)
     active, warmup = set(roles.active), set(roles.warmup)
-    active.update(c for c, parent in core.model.pending.items() if core.owner(parent) == pid)
     for task, handoff in core.handoffs.items():
         before_release = handoff.phase in (hs.Phase.PLANNED, hs.Phase.CATCHING_UP)
         source_stays = before_release and handoff.source not in core.draining

@@ -75,7 +75,7 @@ def test_split_then_scale_out_to_eight(job, broker) -> None:
     assert split(j) == {"splits": [], "tasks": 8}          # idempotent
 
     for n in range(3, 9):
-        j.start_processor(f"p{n}", registered=False)
+        j.start_processor(f"p{n}")
     waited = j.baton_wait(timeout=240)
     assert waited.returncode == 0, waited.stderr
     holding = j.holding()
