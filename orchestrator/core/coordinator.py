@@ -102,6 +102,7 @@ class CoreConfig:
 
     job: str
     scheme: str = "partition"
+    catch_up_source: str = "input"
     processor_timeout_s: float = 10.0
     assignment: AssignmentConfig = AssignmentConfig()
     handoff: hs.HandoffConfig = hs.HandoffConfig()
@@ -112,6 +113,7 @@ class CoreConfig:
         c, k = config.coordinator, config.catch_up
         return cls(
             job=config.job.name, scheme=config.job.grouping,
+            catch_up_source=config.catch_up.source,
             processor_timeout_s=c.processor_timeout_ms / 1000,
             assignment=AssignmentConfig(k.acceptable_lag, k.max_warmups, k.num_standbys,
                                         k.balance_factor),

@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 from orchestrator.core import views
 from orchestrator.core.coordinator import Coordinator
 from orchestrator.core.grouping import GroupingError
+from orchestrator.core.split import SplitError
 from orchestrator.kafka.stream import FencedError
 from orchestrator.kafka.topics import Watermarks
 from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest
@@ -183,6 +184,12 @@ class CoordinatorService:
         Raises:
             SplitError: the grouping cannot split (``single``).
         """
+        if self.core.config.catch_up_source != "input":
+            raise SplitError(
+                f"catch_up.source = {self.core.config.catch_up_source!r}: a split child "
+                "rebuilds its state by replaying its parent's input partitions through "
+                "process(), which the changelog source does not allow yet; split with "
+                "catch_up.source = \"input\" (the default), then switch back")
         with self._lock:
             model, splits = self.core.model.plan_split()
             if splits and not dry_run:

@@ -78,7 +78,8 @@ def beat(execution: str = "e1", pid: str = "p1", **extra: Any) -> dict[str, Any]
 
 @pytest.mark.parametrize(("method", "path"), [
     ("GET", "/status"), ("POST", "/processors/register"), ("POST", "/processors/heartbeat"),
-    ("POST", "/plan"), ("POST", "/drain"), ("POST", "/expand"), ("GET", "/openapi.json")])
+    ("POST", "/plan"), ("POST", "/drain"), ("POST", "/expand"), ("POST", "/split"),
+    ("GET", "/openapi.json")])
 def test_token_required(api: tuple[TestClient, Any], method: str, path: str) -> None:
     client, _ = api
     assert client.request(method, path).status_code == 401
@@ -199,3 +200,36 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", _app, headers=AUTH)
 def test_fuzz_never_5xx(case: Any) -> None:
     response = case.call(headers=AUTH)
     assert response.status_code < 500, (case.method, case.path, response.text)
+
+
+def test_split_after_expand_is_recorded_once(api: tuple[TestClient, Any]) -> None:
+    client, written = api
+    assert client.post("/split", json={}, headers=AUTH).json()["splits"] == []
+    assert client.post("/expand", json={"topic": "in", "partitions": 4}, headers=AUTH).is_success
+    planned = client.post("/split", json={"dry_run": True}, headers=AUTH).json()
+    assert planned["tasks"] == 4 and not planned["recorded"]
+    assert [s["child"] for s in planned["splits"]] == ["Partition 2", "Partition 3"]
+    assert written["model"]["pending"] == {}
+    done = client.post("/split", json={}, headers=AUTH).json()
+    assert done["recorded"] and done["splits"] == planned["splits"]
+    assert written["model"]["pending"] == {"Partition 2": "Partition 0",
+                                           "Partition 3": "Partition 1"}
+    status = client.get("/status", headers=AUTH).json()
+    assert [t["name"] for t in status["tasks"]] == [f"Partition {i}" for i in range(4)]
+    assert status["tasks"][2]["split_from"] == "Partition 0"
+    again = client.post("/split", json={}, headers=AUTH).json()
+    assert again["splits"] == [] and again["tasks"] == 4
+
+
+def test_split_refusals_are_400_with_reasons() -> None:
+    registry = CollectorRegistry()
+    for config, model, why in [
+            (CoreConfig(job="j"), JobModel.first([("in", 2)], "single"), "'single'"),
+            (CoreConfig(job="j", catch_up_source="changelog"),
+             JobModel.first([("in", 2)], "partition"), "changelog")]:
+        core = Coordinator(config, FakeClock(), model, CoordinatorMetrics(registry, "j"))
+        service = CoordinatorService(core, lambda changes: None, FakeAdmin({"in": 2}), ["in"])
+        client = TestClient(create_app(service, TOKEN, None))
+        refused = client.post("/split", json={}, headers=AUTH)
+        assert refused.status_code == 400 and why in refused.json()["detail"], refused.text
+        registry = CollectorRegistry()
