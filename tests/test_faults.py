@@ -209,3 +209,63 @@ def test_drain_under_traffic(job, broker) -> None:
     assert j.processors["p2"].wait(120) == 0
     _verify("drain under traffic", j, feeder, broker, ("p1", "p3"))
     assert "p2" not in j.holding()
+
+
+class TestSplitFaults:
+    """Faults while split children move (issue 11): 4 -> 8 partitions, `baton split`,
+    p3 joins and the children catch up on it (held there by freezing p3)."""
+
+    @staticmethod
+    def _split_and_join(j: Job, broker: Broker) -> Feeder:
+        from tests.orchestrator.test_split_e2e import FAST_METADATA, expand_under_pause, split
+
+        j.start_coordinator()
+        j.start_processor("p1")
+        j.start_processor("p2")
+        wait_for(lambda: j.balanced(), 90, "p1 and p2 balanced")
+        feeder = Feeder(broker, j.config.job.inputs[0], keys=64, rate=2000.0,
+                        **FAST_METADATA).start()
+        wait_for(lambda: feeder.sent > 10000, 60, "a backlog on the parents")
+        expand_under_pause(j, feeder, 2 * PARTITIONS)
+        assert len(split(j)["splits"]) == PARTITIONS
+        j.start_processor("p3")
+        wait_for(lambda: any(h["task"] in CHILDREN for h in j.handoffs("catching_up")), 60,
+                 "a split child catching up on p3")
+        j.signal(["p3"], signal.SIGSTOP)
+        return feeder
+
+    def test_parent_owner_killed_while_child_catches_up(self, job, broker) -> None:
+        j = job(catch_up={"acceptable_lag": 10}, **FAST)
+        feeder = self._split_and_join(j, broker)
+        child = next(h for h in j.handoffs("catching_up") if h["task"] in CHILDREN)
+        source = str(child["from"])
+        j.processors[source].kill()
+        j.signal(["p3"], signal.SIGCONT)
+        _verify("split: parent owner SIGKILL, child catching up", j, feeder, broker,
+                tuple(p for p in ("p1", "p2", "p3") if p != source))
+
+    def test_child_target_killed_while_catching_up(self, job, broker) -> None:
+        j = job(catch_up={"acceptable_lag": 10}, **FAST)
+        feeder = self._split_and_join(j, broker)
+        j.processors["p3"].kill()
+        wait_for(lambda: not j.status()["handoffs"], 60, "the child handoffs cancelled")
+        _verify("split: child target SIGKILL in catching_up", j, feeder, broker, ("p1", "p2"))
+
+    def test_coordinator_killed_before_children_activate(self, job, broker) -> None:
+        j = job(catch_up={"acceptable_lag": 10}, **PATIENT)
+        feeder = self._split_and_join(j, broker)
+        try:
+            assert j.coordinator is not None
+            j.coordinator.kill()
+            j.start_coordinator()
+            status = j.status()
+            assert len(status["tasks"]) == 2 * PARTITIONS          # the split survived
+            assert any(t.get("split_from") for t in status["tasks"])
+        finally:
+            j.signal(["p3"], signal.SIGCONT)
+        _verify("split: coordinator SIGKILL before activation", j, feeder, broker,
+                ("p1", "p2", "p3"))
+        assert j.holding().get("p3")
+
+
+CHILDREN = {f"Partition {n}" for n in range(PARTITIONS, 2 * PARTITIONS)}
