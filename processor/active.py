@@ -11,7 +11,7 @@ A transaction during which the producer lost its brokers is not trusted: before 
 commit it is aborted, over every partition the task writes to, and redone; during the
 commit, the group's committed offsets are read back, and a broker that came back
 without the transaction restarts the task from what it does hold (see
-orchestrator/watched_producer.py).
+orchestrator/kafka/watched_producer.py).
 """
 
 from __future__ import annotations
