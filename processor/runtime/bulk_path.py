@@ -42,6 +42,10 @@ class BulkPath:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="baton-bulk")
         self._spark_started = False
 
+    def __contains__(self, task: object) -> bool:
+        """`task` is on the Spark path (running, or its result not yet ingested)."""
+        return task in self._running
+
     @property
     def busy(self) -> bool:
         """True while a bulk catch-up is running or waits to be ingested."""
