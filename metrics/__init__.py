@@ -29,7 +29,12 @@ from metrics._coordinator import (
     LagSample,
     LagView,
 )
-from metrics._processor import PROCESSOR_METRIC_NAMES, ProcessorMetrics, StoreView
+from metrics._processor import (
+    PROCESSOR_METRIC_NAMES,
+    NullProcessorMetrics,
+    ProcessorMetrics,
+    StoreView,
+)
 from metrics._server import CONTENT_TYPE, MetricsServer, render, serve_metrics
 from metrics._vocab import (
     CatchUpPath,
@@ -57,6 +62,7 @@ __all__ = [
     "LagSample",
     "LagView",
     "MetricsServer",
+    "NullProcessorMetrics",
     "ProcessErrorOutcome",
     "ProcessorMetrics",
     "ProcessorState",

@@ -36,7 +36,7 @@ from metrics._vocab import (
     check_label,
 )
 
-__all__ = ["PROCESSOR_METRIC_NAMES", "ProcessorMetrics", "StoreView"]
+__all__ = ["PROCESSOR_METRIC_NAMES", "NullProcessorMetrics", "ProcessorMetrics", "StoreView"]
 
 log = logging.getLogger("baton.metrics")
 
@@ -190,6 +190,51 @@ class ProcessorMetrics:
             _remove(self._transactions, (*me, outcome))
         for error in PROCESS_ERROR_OUTCOMES:
             _remove(self._errors, (*me, error))
+
+
+class NullProcessorMetrics(ProcessorMetrics):
+    """The metrics of a processor nobody scrapes (tests, benches, embedded runs).
+
+    Same methods as `ProcessorMetrics`, each doing nothing, so the processor always
+    holds a metrics object and never asks whether it has one. Registers nothing.
+    """
+
+    def __init__(self, job: str = "", processor: str = "") -> None:  # no super(): no registry
+        self.job = job
+        self.processor = processor
+
+    def set_store_view(self, store_view: StoreView) -> None:
+        pass
+
+    def record_processed(self, task: str, count: int = 1) -> None:
+        pass
+
+    def record_catch_up(self, task: str, path: CatchUpPath, count: int) -> None:
+        pass
+
+    def record_transaction(self, task: str, outcome: TransactionOutcome) -> None:
+        pass
+
+    def record_handoff_step(self, phase: ProcessorStep, seconds: float) -> None:
+        pass
+
+    def record_spark_session_start(self, seconds: float) -> None:
+        pass
+
+    def record_bulk_catch_up(self, seconds: float) -> None:
+        pass
+
+    def record_bulk_fallback(self, task: str) -> None:
+        pass
+
+    def record_heartbeat(self, outcome: HeartbeatOutcome) -> None:
+        pass
+
+    def record_process_error(self, task: str, outcome: ProcessErrorOutcome) -> None:
+        pass
+
+    def forget_task(self, task: str) -> None:
+        pass
 
 
 def _remove(counter: Counter, labelvalues: tuple[str, ...]) -> None:

@@ -11,13 +11,12 @@ A transaction during which the producer lost its brokers is not trusted: before 
 commit it is aborted, over every partition the task writes to, and redone; during the
 commit, the group's committed offsets are read back, and a broker that came back
 without the transaction restarts the task from what it does hold (see
-orchestrator/watched_producer.py).
+orchestrator/kafka/watched_producer.py).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -27,10 +26,11 @@ from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponen
 from orchestrator.kafka.offsets import to_topic_partitions
 from orchestrator.kafka.retry import is_fatal, kafka_error
 from orchestrator.kafka.watched_producer import WatchedProducer
+from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.partitions import format_partition
 from processor.job import Job, Record
 from processor.replica import new_record
-from store import TaskStore
+from store import Store
 
 __all__ = ["ActiveTask", "ProducerFatal", "TaskFailed", "TaskFenced", "TransactionAborted",
            "encode_output"]
@@ -92,21 +92,24 @@ def _retriable_commit(exc: BaseException) -> bool:
 class ActiveTask:
     """The active role of one task on this processor (owned by the runtime's loop)."""
 
-    def __init__(self, name: str, partitions: Sequence[str], job: Job, store: TaskStore,
+    def __init__(self, name: str, partitions: Sequence[str], job: Job, store: Store,
                  producer: WatchedProducer, output_topic: str, dlq_topic: str,
                  on_error: OnError, group_metadata: Callable[[], Any],
                  committed: dict[str, int],
-                 broker_committed: Callable[[list[str]], dict[str, int]]) -> None:
+                 broker_committed: Callable[[list[str]], dict[str, int]],
+                 *, clock: Clock | None = None) -> None:
         self.name = name
         self.partitions = list(partitions)
         self.job = job
         self.store = store
+        self._state = store.state             # what process() sees, looked up once
         self.producer = producer
         self.output_topic = output_topic
         self.dlq_topic = dlq_topic
         self.on_error = on_error
         self._group_metadata = group_metadata
         self._broker_committed = broker_committed
+        self._clock = clock or SystemClock()
         self._losses = 0                      # the producer's broker losses at begin
         self.committed = dict(committed)      # T1: the offsets of the last committed txn
         self.pending = dict(committed)        # positions including the open transaction
@@ -146,7 +149,7 @@ class ActiveTask:
         store = self.store
         store.begin_record()
         try:
-            outputs = list(self.job.process(record, store))
+            outputs = list(self.job.process(record, self._state))
         except Exception as exc:  # noqa: BLE001 - user code: every failure goes to on_error
             store.rollback_record()
             self._on_error(record, exc)
@@ -224,7 +227,7 @@ class ActiveTask:
         committed, self.processed = self.processed, 0
         self.records_total += committed
         if self.activated_at is not None and self.pause_ms is None and offsets:
-            self.pause_ms = (time.monotonic() - self.activated_at) * 1000
+            self.pause_ms = (self._clock.monotonic() - self.activated_at) * 1000
         return committed
 
     @retry(retry=retry_if_exception(_retriable_commit), stop=stop_after_attempt(2),

@@ -19,6 +19,7 @@ from types import FrameType
 from prometheus_client import CollectorRegistry
 
 from metrics import ProcessorMetrics, serve_metrics
+from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.config import Config
 from orchestrator.wire.protocol import TaskReport
 from processor.heartbeat import EXIT_DEAD, HeartbeatMonitor
@@ -36,13 +37,14 @@ def _execution_id() -> str:
     return os.environ.get("EXECUTION_ENV_CONTAINER_ID") or str(uuid.uuid4())
 
 
-def run_processor(config: Config, processor_id: str) -> int:
+def run_processor(config: Config, processor_id: str, clock: Clock | None = None) -> int:
     """Run until SIGTERM (0), drained (0), or declared dead / coordinator lost (3)."""
+    clock = clock or SystemClock()
     registry = CollectorRegistry()
     metrics = ProcessorMetrics(registry, config.job.name, processor_id)
     server, _ = serve_metrics(registry, config.processor.metrics_host,
                               config.processor.metrics_port)
-    runtime = TaskRuntime(config, processor_id, metrics=metrics)
+    runtime = TaskRuntime(config, processor_id, metrics=metrics, clock=clock)
     metrics.set_store_view(lambda: dict(runtime.store_bytes))
     snapshot: list[TaskReport] = []
     lock = threading.Lock()
@@ -62,7 +64,7 @@ def run_processor(config: Config, processor_id: str) -> int:
     monitor = HeartbeatMonitor(
         config.coordinator.url, config.token_file, processor_id, execution_id,
         config.processor.heartbeat_interval_ms / 1000, config.processor.coordinator_grace_ms / 1000,
-        reports, metrics_url=server.url, on_heartbeat=metrics.record_heartbeat)
+        reports, metrics_url=server.url, on_heartbeat=metrics.record_heartbeat, clock=clock)
     log.info("processor %s (execution %s) starting; coordinator %s", processor_id, execution_id,
              config.coordinator.url)
     monitor.start()

@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 
 from metrics import HeartbeatOutcome
+from orchestrator.wire.clock import Clock, Deadline, SystemClock
 from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest, TaskReport
 from orchestrator.wire.token import TokenError, read_token
 
@@ -41,8 +41,10 @@ class HeartbeatMonitor(threading.Thread):
                  interval_s: float, grace_s: float,
                  snapshot: Callable[[], list[TaskReport]],
                  metrics_url: str | None = None,
-                 on_heartbeat: Callable[[HeartbeatOutcome], None] | None = None) -> None:
+                 on_heartbeat: Callable[[HeartbeatOutcome], None] | None = None,
+                 clock: Clock | None = None) -> None:
         super().__init__(name="baton-heartbeat", daemon=True)
+        self.clock = clock or SystemClock()
         self.url = url.rstrip("/")
         self.token_file = token_file
         self.processor_id = processor_id
@@ -92,16 +94,16 @@ class HeartbeatMonitor(threading.Thread):
         return bool(response.json().get("alive"))
 
     def run(self) -> None:
-        last_ok = time.monotonic()
+        grace = Deadline.after(self.clock, self.grace_s)    # re-armed by every good reply
         path = "/processors/register"
         while not self.stopping.is_set():
-            started = time.monotonic()
+            started = self.clock.monotonic()
             try:
                 reply = self._post(path, self._request())
                 alive = reply.alive and self._alive()
             except (httpx.HTTPError, OSError, ValueError, TokenError) as exc:
                 self.on_heartbeat("unreachable")
-                if time.monotonic() - last_ok > self.grace_s:
+                if grace.expired():
                     self._die(f"coordinator {self.url} unreachable for more than "
                               f"{self.grace_s:.1f}s (coordinator_grace_ms): {exc}")
                     return
@@ -112,13 +114,14 @@ class HeartbeatMonitor(threading.Thread):
                     self._die(f"coordinator says execution {self.execution_id} of processor "
                               f"{self.processor_id} is not alive")
                     return
-                last_ok = time.monotonic()
+                grace.arm(self.grace_s)
                 path = "/processors/heartbeat"
                 self.registered.set()
                 with self._lock:
                     self._reply = reply
             interval = min(self.interval_s, _FAST_INTERVAL_S) if self.fast else self.interval_s
-            self._poked.wait(max(0.0, interval - (time.monotonic() - started)))
+            # an Event wait, not clock.sleep: poke() must be able to cut it short
+            self._poked.wait(max(0.0, interval - (self.clock.monotonic() - started)))
             self._poked.clear()
 
     def poke(self) -> None:

@@ -18,16 +18,16 @@ applied in the order its owner applied them.
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from confluent_kafka import Message
 
+from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.partitions import format_partition
 from processor.job import Job, Record
-from store import TaskStore
+from store import Store
 
 __all__ = ["KeyFilter", "Replica", "ReplicaRole", "new_record"]
 
@@ -78,10 +78,11 @@ _drain: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 class Replica:
     """Replay state of one task: positions (T2), caps (T1), progress counters."""
 
-    def __init__(self, name: str, partitions: Sequence[str], job: Job, store: TaskStore,
+    def __init__(self, name: str, partitions: Sequence[str], job: Job, store: Store,
                  role: ReplicaRole, positions: Mapping[str, int], caps: Mapping[str, int],
                  filters: Mapping[str, KeyFilter] | None = None,
-                 gates: Mapping[str, Sequence[str]] | None = None) -> None:
+                 gates: Mapping[str, Sequence[str]] | None = None, *,
+                 clock: Clock | None = None) -> None:
         self.name = name
         self.partitions = list(partitions)
         self.filters = dict(filters or {})    # ancestor partition -> keep this key?
@@ -93,7 +94,8 @@ class Replica:
         self.caps = dict(caps)                # T1: never apply at or past these
         self.applied_total = 0
         self.dirty = False
-        self._rate_mark = (time.monotonic(), 0)
+        self._clock = clock or SystemClock()
+        self._rate_mark = (self._clock.monotonic(), 0)
         self.rate = 0.0
 
     def lag(self) -> int:
@@ -114,6 +116,7 @@ class Replica:
         """Apply a batch; return the partitions that reached their cap (to pause)."""
         capped: set[str] = set()
         store, process, positions = self.store, self.job.process, self.positions
+        state = store.state
         begin, drain, filters = store.begin_record, _drain, self.filters
         keep: KeyFilter | None = None
         # a poll batch comes in runs of one partition: look its name, position and cap
@@ -141,7 +144,7 @@ class Replica:
                 record = new_record(msg.key(), msg.value(), t, p, offset, msg.timestamp()[1])
                 begin()
                 try:
-                    drain(process(record, store))
+                    drain(process(record, state))
                 except Exception as exc:  # noqa: BLE001 - user code, see module docstring
                     store.rollback_record()
                     log.debug("replica %r: skipped %s offset %d: %r", self.name, name, offset,
@@ -162,7 +165,7 @@ class Replica:
             self.dirty = False
 
     def update_rate(self) -> float:
-        now = time.monotonic()
+        now = self._clock.monotonic()
         then, count = self._rate_mark
         if now - then >= 1.0:
             self.rate = (self.applied_total - count) / (now - then)

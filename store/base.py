@@ -10,7 +10,7 @@ Applied offsets are Kafka-style: per "topic:N", the NEXT offset to apply.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,6 +27,15 @@ class Store(Protocol):
     @property
     def path(self) -> Path:
         """The store's directory."""
+        ...
+
+    @property
+    def state(self) -> MutableMapping[Key, Any]:
+        """The mapping a job's `process()` sees (the `State` of processor.job).
+
+        A Protocol cannot say "is a MutableMapping" (that ABC is nominal), so the
+        processor asks for the mapping here; an implementation returns itself.
+        """
         ...
 
     # The state mapping (collections.abc.MutableMapping semantics).

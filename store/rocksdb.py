@@ -96,6 +96,11 @@ class TaskStore(MutableMapping[Key, Any]):
         """The store's directory."""
         return self._path
 
+    @property
+    def state(self) -> MutableMapping[Key, Any]:
+        """The mapping a job's `process()` reads and writes: this store itself."""
+        return self
+
     def __repr__(self) -> str:
         return f"TaskStore({str(self._path)!r})"
 

@@ -2,8 +2,9 @@
 
 Theory of operation: the demo is a scale-out script like an operator's. It starts a
 broker, a coordinator and two processors as child processes, keeps a keyed producer
-running, then adds a third processor, expands the input from 8 to 16 partitions and
-drains one processor, watching `/status` with progress bars. At the end it stops
+running, then adds a third processor, drains one, expands the input from 4 to 8
+partitions, splits the tasks (4 -> 8) and adds processors until the job runs on more
+processors than it had tasks, watching `/status` with progress bars. At the end it stops
 the traffic, lets the job finish, and checks the oracle over the output topic: per
 key, the output sequence must equal the running sums of the key's inputs in order.
 Pauses are measured from the output itself: the largest gap between consecutive
@@ -42,8 +43,9 @@ from processor.oracle import OracleResult, check_running_sums
 
 __all__ = ["DemoResult", "run_demo"]
 
-INPUT_PARTITIONS = 8
-EXPANDED_PARTITIONS = 16
+INPUT_PARTITIONS = 4
+EXPANDED_PARTITIONS = 8
+FINAL_PROCESSORS = 5          # more than the job's original 4 tasks, few enough for 2 cores
 KEYS = 2000
 RATE = 1500.0                 # records/s: steady traffic a 2-core machine keeps up with
 WARM_S = 8.0                  # traffic before the scale-out, so there is state to move
@@ -327,6 +329,10 @@ def _scale(demo: Demo, cluster: _Cluster, client: CoordinatorClient, feeder: _Fe
     demo.log("scale out: starting p3 (catch-up, then handoffs)")
     cluster.start("p3", "processor", "--id", "p3")
     demo.wait(client, "p3 takes over tasks", _holds_tasks("p3"))
+    demo.log("scale in: draining p1")
+    client.drain("p1")
+    demo.wait(client, "p1 drained", lambda s: _balanced(s) and not any(
+        p["id"] == "p1" and p["active"] for p in s["processors"]))
     demo.log(f"expand: {topic} {INPUT_PARTITIONS} -> {EXPANDED_PARTITIONS} partitions")
     # Our producer switches to the new partition count when `baton expand` returns; the
     # barrier is recorded when the partitions are created, so the producer holds its
@@ -343,10 +349,16 @@ def _scale(demo: Demo, cluster: _Cluster, client: CoordinatorClient, feeder: _Fe
     feeder.hold.clear()
     demo.wait(client, "expansion live", lambda s: _balanced(s) and all(
         len(t["partitions"]) == 2 for t in s["tasks"]))
-    demo.log("scale in: draining p1")
-    client.drain("p1")
-    demo.wait(client, "p1 drained", lambda s: _balanced(s) and not any(
-        p["id"] == "p1" and p["active"] for p in s["processors"]))
+    split = client.split(dry_run=False)
+    demo.log(f"split: {len(split['splits'])} child task(s), {split['tasks']} tasks in all")
+    extra = [f"p{n}" for n in range(4, 4 + FINAL_PROCESSORS - 2)]
+    demo.log(f"scale out past the original {INPUT_PARTITIONS} tasks: starting "
+             f"{', '.join(extra)}")
+    for p in extra:
+        cluster.start(p, "processor", "--id", p)
+    demo.wait(client, f"{FINAL_PROCESSORS} processors balanced over {split['tasks']} tasks",
+              lambda s: _balanced(s) and sum(bool(p["active"]) for p in s["processors"]
+                                             if p["alive"]) == FINAL_PROCESSORS)
     return client.status()
 
 

@@ -29,8 +29,8 @@ def test_public_surface_is_pinned():
         "CONTENT_TYPE", "COORDINATOR_METRIC_NAMES", "METRIC_NAMES", "PROCESSOR_METRIC_NAMES",
         "CatchUpPath", "CoordinatorMetrics", "HandoffOutcome", "HandoffPhase", "HandoffSample",
         "HandoffView", "HeartbeatOutcome", "LagSample", "LagView", "MetricsServer",
-        "ProcessErrorOutcome", "ProcessorMetrics", "ProcessorState", "ProcessorStep",
-        "StoreView", "TransactionOutcome", "render", "serve_metrics",
+        "NullProcessorMetrics", "ProcessErrorOutcome", "ProcessorMetrics", "ProcessorState",
+        "ProcessorStep", "StoreView", "TransactionOutcome", "render", "serve_metrics",
     }
     for name in metrics.__all__:
         assert hasattr(metrics, name), name

@@ -7,7 +7,7 @@ import logging
 import pytest
 from prometheus_client import CollectorRegistry
 
-from metrics import CoordinatorMetrics, ProcessorMetrics, render
+from metrics import CoordinatorMetrics, NullProcessorMetrics, ProcessorMetrics, render
 
 JOB, ME, T0, T1 = "sums", "p1", "Partition 0", "Partition 1"
 
@@ -146,3 +146,22 @@ def test_a_second_instance_on_the_same_registry_is_refused(registry):
     ProcessorMetrics(registry, JOB, ME)
     with pytest.raises(ValueError, match="Duplicated timeseries"):
         ProcessorMetrics(registry, JOB, "p2")
+
+
+def test_the_null_metrics_override_every_method_and_record_nothing(registry):
+    public = {n for n, v in vars(ProcessorMetrics).items()
+              if callable(v) and not n.startswith("_")}
+    assert public <= set(vars(NullProcessorMetrics)), public - set(vars(NullProcessorMetrics))
+    null = NullProcessorMetrics()
+    null.set_store_view(lambda: {T0: 1})
+    null.record_processed(T0, 3)
+    null.record_catch_up(T0, "consumer", 2)
+    null.record_transaction(T0, "committed")
+    null.record_handoff_step("activating", 0.1)
+    null.record_spark_session_start(1.0)
+    null.record_bulk_catch_up(1.0)
+    null.record_bulk_fallback(T0)
+    null.record_heartbeat("ok")
+    null.record_process_error(T0, "skip")
+    null.forget_task(T0)
+    assert render(registry) == b""

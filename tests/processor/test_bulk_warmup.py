@@ -32,13 +32,13 @@ def test_warmup_through_spark_then_handoff(spark, broker, job_config, tmp_path: 
         wait_for(lambda: sum(a.records_total for a in old.active.values()) > 6000, 90,
                  "a backlog for the warmup", lambda: old.poll(0.05))
         new.apply(_reply(model, warmup=["Partition 0"]))
-        assert "Partition 0" in new._bulk, "the warmup should take the Spark path"
+        assert "Partition 0" in new.bulk, "the warmup should take the Spark path"
 
         def both() -> None:
             old.poll(0.05)
             new.poll(0.05)
 
-        wait_for(lambda: not new._bulk and new.replicas["Partition 0"].lag() < 300, 180,
+        wait_for(lambda: not new.bulk.busy and new.replicas["Partition 0"].lag() < 300, 180,
                  "the bulk catch-up and the tail", both)
         spark_records = registry.get_sample_value(
             "baton_catchup_records_total",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
+from pathlib import Path
+
 import store
 from store import Store, TaskStore
 
@@ -25,3 +28,10 @@ def test_task_store_has_every_method_of_the_protocol() -> None:
     wanted = {n for n in dir(Store) if not n.startswith("_") or n in {
         "__getitem__", "__setitem__", "__delitem__", "__contains__", "__iter__", "__len__"}}
     assert wanted <= set(dir(TaskStore))
+
+
+def test_task_store_is_its_own_state_mapping(tmp_path: Path) -> None:
+    with TaskStore(tmp_path / "s") as opened:
+        state = opened.state
+        assert state is opened
+        assert isinstance(state, MutableMapping)

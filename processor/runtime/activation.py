@@ -1,0 +1,176 @@
+"""Activation: a task on its way to active.
+
+Three steps, each started by the runtime's loop:
+
+1. *fence* (`begin`): `init_transactions` on the task's transactional id fences the
+   previous owner's producer. It runs on a worker thread: it can take a broker round
+   trip or a librdkafka retry timer, and other tasks must not wait for it. A future
+   owner's producer is connected ahead of time (`prepare_producer`), so that wait for
+   the coordinator connection is not part of the handoff pause.
+2. *check and replay* (`verify_fenced`, `replay`): the store must not lead the
+   committed offsets (T1); the task then replays T2 -> T1 silently, as a replica in
+   the `activating` role.
+3. *go active* (`go_active`): once caught up, the replica's store and the fenced
+   producer become an `ActiveTask` that processes with output from T1.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Container, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from metrics import ProcessorMetrics
+from orchestrator.kafka.watched_producer import WatchedProducer
+from orchestrator.wire.clock import Clock
+from orchestrator.wire.config import Config
+from processor.active import ActiveTask
+from processor.job import Job
+from processor.replica import Replica, ReplicaRole
+from processor.runtime.consumers import Consumers
+from store import Store
+
+__all__ = ["Activation", "Activations", "StoreAheadError"]
+
+log = logging.getLogger("baton.processor.runtime")
+
+_INIT_TXN_TIMEOUT_S = 30.0
+# A new owner's init_transactions often meets the old owner's just-finished transaction
+# (CONCURRENT_TRANSACTIONS) and retries; librdkafka's default back-off (100 ms, growing)
+# made that retry ~450 ms of every pause. Any [kafka] setting overrides these.
+_PRODUCER_DEFAULTS: dict[str, Any] = {"retry.backoff.ms": 10, "retry.backoff.max.ms": 100,
+                                      "queue.buffering.max.messages": 500_000,
+                                      "linger.ms": 5}
+
+
+class StoreAheadError(Exception):
+    """A store claims to have applied records the owner never committed: refuse it."""
+
+
+@dataclass
+class Activation:
+    """A task on its way to active: fencing, then replaying T2 -> T1."""
+
+    store: Store
+    producer: WatchedProducer
+    started: float
+    fenced: Future[None]
+    replaying: bool = False
+
+
+class Activations:
+    """The activations in progress, and the producers connected for future ones.
+
+    Args:
+        config: the job's configuration (producer settings, output and error policy).
+        group: the job's consumer group; a task's transactional id is `<group>.<task>`.
+        job: the job whose `process()` the new active task runs.
+        consumers: the runtime's consumers (committed offsets, group metadata).
+        metrics: where the new active task counts the records process() failed on.
+        clock: stamps when an activation began (the start of the handoff pause).
+    """
+
+    def __init__(self, config: Config, group: str, job: Job, consumers: Consumers,
+                 metrics: ProcessorMetrics, clock: Clock) -> None:
+        self._config = config
+        self._group = group
+        self._job = job
+        self._consumers = consumers
+        self._metrics = metrics
+        self._clock = clock
+        self._producer_settings = {k: v for k, v in config.kafka_settings().items()
+                                   if not k.startswith(("receive.message", "fetch."))}
+        self.pending: dict[str, Activation] = {}
+        self._standby_producers: dict[str, WatchedProducer] = {}  # connected, not yet fencing
+        self._fencer = ThreadPoolExecutor(max_workers=4, thread_name_prefix="baton-fence")
+
+    def __contains__(self, task: object) -> bool:
+        return task in self.pending
+
+    def begin(self, task: str, store: Store) -> None:
+        """Start fencing the previous owner of `task` (on a worker thread)."""
+        producer = self._standby_producers.pop(task, None) or self._producer(task)
+        fenced = self._fencer.submit(producer.init_transactions, _INIT_TXN_TIMEOUT_S)
+        self.pending[task] = Activation(store, producer, self._clock.monotonic(), fenced)
+
+    def _producer(self, task: str) -> WatchedProducer:
+        return WatchedProducer({**_PRODUCER_DEFAULTS, **self._producer_settings,
+                         "transactional.id": f"{self._group}.{task}"})
+
+    def prepare_producer(self, task: str) -> None:
+        """Connect a future owner's producer ahead of time (without fencing anyone):
+        init_transactions on a cold producer can wait on librdkafka's 500 ms PID timer
+        for the coordinator connection, and that wait would sit inside the pause."""
+        if task not in self._standby_producers:
+            producer = self._producer(task)
+            self._fencer.submit(producer.list_topics, None, 10)
+            self._standby_producers[task] = producer
+
+    def forget_producer(self, task: str) -> None:
+        """The task will not come here after all: drop its prepared producer."""
+        self._standby_producers.pop(task, None)
+
+    def fenced(self) -> Iterator[str]:
+        """The tasks whose fencing finished and whose replay has not started (checked
+        lazily, one task at a time, so the caller may act on each as it comes)."""
+        for task, activation in list(self.pending.items()):
+            if not activation.replaying and activation.fenced.done():
+                yield task
+
+    def verify_fenced(self, task: str, partitions: Sequence[str]
+                      ) -> tuple[dict[str, int], dict[str, int]]:
+        """After the fence: the committed offsets (T1) and the store's applied ones (T2).
+
+        Raises:
+            StoreAheadError: the store has applied records past T1.
+            Exception: whatever init_transactions raised (fenced, fatal, broker error).
+        """
+        activation = self.pending[task]
+        activation.fenced.result()                 # raises what init_transactions raised
+        log.debug("task %r: fenced in %.0f ms", task,
+                  (self._clock.monotonic() - activation.started) * 1000)
+        store = activation.store
+        committed = self._consumers.committed(partitions)
+        applied = store.applied_offsets()
+        ahead = {p: (applied[p], committed[p]) for p in partitions
+                 if applied.get(p, -1) > committed[p]}
+        if ahead:
+            raise StoreAheadError(
+                f"task {task!r}: store {store.path} has applied offsets past the committed "
+                f"ones (partition: (store, committed)) {ahead}; was the input topic recreated? "
+                f"Move the store away to rebuild it from the input")
+        return committed, applied
+
+    def replay(self, task: str, build: Callable[[Store, ReplicaRole], Replica]) -> Replica:
+        """The silent replay T2 -> T1 (over S2) that precedes processing with output."""
+        activation = self.pending[task]
+        replay = build(activation.store, "activating")
+        activation.replaying = True
+        return replay
+
+    def go_active(self, replay: Replica, partitions: Sequence[str]) -> ActiveTask:
+        """The caught-up replay's store and the fenced producer, processing `partitions`
+        (a split child's ancestors stay behind) from T1."""
+        activation = self.pending.pop(replay.name)
+        replay.commit()
+        config = self._config
+        active = ActiveTask(replay.name, list(partitions), self._job, replay.store,
+                            activation.producer, config.job.output, f"{self._group}.dlq",
+                            config.processor.on_error,
+                            self._consumers.active.consumer_group_metadata,
+                            {p: replay.caps[p] for p in partitions},
+                            self._consumers.committed, clock=self._clock)
+        active.activated_at = activation.started
+        active.on_process_error = self._metrics.record_process_error
+        return active
+
+    def close(self, replicas: Container[str]) -> None:
+        """Abandon every activation: close the stores no replica holds, stop fencing."""
+        for task, activation in list(self.pending.items()):
+            if task not in replicas:
+                activation.store.close()
+        self.pending.clear()
+        self._standby_producers.clear()
+        self._fencer.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,107 @@
+"""The bulk path: a warmup with a large backlog catches up on Spark first.
+
+A new warmup whose store is empty and whose lag exceeds `catch_up.bulk_threshold`
+hands its ranges to Spark on a worker thread (Spark only: no store or consumer of the
+main loop). The loop then ingests the result into the store in one atomic step and
+the replay consumer takes the tail. Any failure falls back to the consumer path from
+where the store is, with a warning and a metric. Spark (and pyspark) load only when a
+warmup needs them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from metrics import ProcessorMetrics
+from orchestrator.wire.config import Config
+from processor.replica import Replica
+
+if TYPE_CHECKING:       # the Spark path (and pyspark) loads only when a warmup needs it
+    from processor.bulk import BulkResult
+
+__all__ = ["BulkPath"]
+
+log = logging.getLogger("baton.processor.runtime")
+
+
+class BulkPath:
+    """The warmups on the Spark path, one Spark run at a time.
+
+    Args:
+        config: the job's configuration (Spark master, job class, Kafka settings).
+        metrics: Spark session start, bulk run durations, fallbacks, records ingested.
+    """
+
+    def __init__(self, config: Config, metrics: ProcessorMetrics) -> None:
+        self._config = config
+        self._metrics = metrics
+        self._running: dict[str, Future[BulkResult]] = {}
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="baton-bulk")
+        self._spark_started = False
+
+    def __contains__(self, task: object) -> bool:
+        """`task` is on the Spark path (running, or its result not yet ingested)."""
+        return task in self._running
+
+    @property
+    def busy(self) -> bool:
+        """True while a bulk catch-up is running or waits to be ingested."""
+        return bool(self._running)
+
+    def start(self, task: str, ranges: dict[str, tuple[int, int]]) -> None:
+        """Catch `task` up over `ranges` (partition -> [from, to)) on Spark."""
+        self._running[task] = self._pool.submit(self._run, task, ranges)
+
+    def _run(self, task: str, ranges: dict[str, tuple[int, int]]) -> BulkResult:
+        """On a worker thread: Spark only, no store or consumer of the main loop."""
+        from processor.bulk import bulk_catch_up
+        from processor.spark import spark_session, startup_seconds
+
+        spark = spark_session(self._config.spark.master)
+        if not self._spark_started:
+            self._spark_started = True
+            self._metrics.record_spark_session_start(startup_seconds() or 0.0)
+        return bulk_catch_up(spark, self._config.job.class_, self._config.kafka_settings(),
+                             ranges, "input", task)
+
+    def progress(self, replicas: Mapping[str, Replica],
+                 resume: Callable[[Replica], None]) -> None:
+        """Ingest finished bulk catch-ups (one atomic step); a failure falls back to the
+        consumer path from where the store is, with a warning and a metric.
+
+        Args:
+            replicas: the runtime's replicas; a task no longer there (dropped) or
+                activating meanwhile does not need its result.
+            resume: hands a replica to the replay consumer for the tail.
+        """
+        from processor.bulk import ingest_bulk
+
+        for task, future in list(self._running.items()):
+            if not future.done():
+                continue
+            del self._running[task]
+            replica = replicas.get(task)
+            try:
+                result = future.result()
+                if replica is None or replica.role == "activating":
+                    result.cleanup()        # dropped or activated meanwhile: not needed
+                    continue
+                ingest_bulk(replica.store, result)
+            except Exception as exc:  # noqa: BLE001 - any Spark failure: fall back
+                log.warning("task %r: bulk catch-up failed, the consumer path takes over: %s",
+                            task, exc)
+                self._metrics.record_bulk_fallback(task)
+            else:
+                replica.positions.update(result.offsets)
+                log.info("task %r: bulk catch-up ingested %d records (%d keys) in %.1fs", task,
+                         result.records, result.keys, result.timings.get("total", 0.0))
+                self._metrics.record_catch_up(task, "spark", result.records)
+                self._metrics.record_bulk_catch_up(result.timings.get("total", 0.0))
+            if replica is not None and task in replicas:
+                resume(replica)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

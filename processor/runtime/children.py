@@ -1,0 +1,96 @@
+"""Split children on the parent's side: consume them embedded, release them, prune them.
+
+Until a split child first activates, the owner of its parent consumes the child's
+partitions inside the parent task (the coordinator's reply lists it in `embedded`).
+When the child's handoff reaches the release, the child leaves `embedded`: the parent
+commits, stops consuming the child's partitions and reports the child `released` with
+their final T1. When the child is live (it leaves `pending`), the parent drops the
+child's keys from its store, a slice per loop turn, where it can tell them apart
+(state keyed by record key; see orchestrator/wire/partitioners.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from orchestrator.wire.partitioners import home_partition, state_key_bytes
+from orchestrator.wire.partitions import split_partition
+from processor.active import ActiveTask
+from processor.sources import consumed_partitions, topic_counts
+
+__all__ = ["SplitChildren"]
+
+log = logging.getLogger("baton.processor.runtime")
+
+# keys of a live split child dropped from its parent's store per loop turn: small enough
+# that the parent's own records do not wait long behind it
+_PRUNE_SLICE = 5000
+
+Release = Callable[[str, str], None]
+
+
+class SplitChildren:
+    """The split children this processor's parents consume, or have just released."""
+
+    def __init__(self, partitioner: str) -> None:
+        self.partitioner = partitioner
+        self.embedded: dict[str, str] = {}        # child -> the parent consuming it
+        self.pending: dict[str, str] = {}         # child not live yet -> its parent
+        self._left: dict[str, str] = {}           # released child -> the parent it left
+        self._pruning: dict[str, tuple[str, Iterator[list[Any]]]] = {}
+
+    def consumed(self, task: str, model: Mapping[str, list[str]]) -> list[str]:
+        """`task`'s partitions plus those of the children embedded in it."""
+        return consumed_partitions(task, model, self.embedded)
+
+    def update(self, embedded: Mapping[str, str], pending: Mapping[str, str],
+               active: Mapping[str, ActiveTask], model: Mapping[str, list[str]],
+               release: Release) -> None:
+        """Take the reply's maps: release children that left, prune those gone live."""
+        leaving = {c: p for c, p in self.embedded.items() if embedded.get(c) != p}
+        live = [c for c in self.pending if c not in pending]
+        self.embedded, self.pending = dict(embedded), dict(pending)
+        for child, parent in leaving.items():
+            if parent in active:
+                release(child, parent)
+                self._left[child] = parent
+        for child in live:
+            parent = self._left.pop(child, "")
+            if parent in active:
+                self._pruning[child] = (parent, self._slices(active[parent], child, model))
+
+    def _slices(self, parent: ActiveTask, child: str,
+                model: Mapping[str, list[str]]) -> Iterator[list[Any]]:
+        counts = topic_counts(model)
+        homes = [split_partition(p) for p in model.get(child, ())]
+        partitioner = self.partitioner
+
+        def belongs(key: Any) -> bool:
+            raw = state_key_bytes(key)
+            return raw is not None and any(
+                home_partition(partitioner, raw, counts[t]) == n for t, n in homes)
+
+        batch: list[Any] = []
+        for key in list(parent.store.state):
+            if belongs(key):
+                batch.append(key)
+            if len(batch) >= _PRUNE_SLICE:
+                yield batch
+                batch = []
+        yield batch
+
+    def prune(self, active: Mapping[str, ActiveTask]) -> None:
+        """Drop one slice of each live child's keys from its parent's open transaction
+        (written to RocksDB with the parent's next commit)."""
+        for child, (parent, slices) in list(self._pruning.items()):
+            task = active.get(parent)
+            batch = next(slices, None) if task is not None else None
+            if task is None or batch is None:
+                del self._pruning[child]
+                if task is not None:
+                    log.info("task %r: keys of split child %r dropped", parent, child)
+                continue
+            for key in batch:
+                task.store.delete(key)

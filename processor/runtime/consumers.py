@@ -1,0 +1,270 @@
+"""The task runtime's two consumers: who reads which partition, from where, and when.
+
+Both are `assign()`-based (the coordinator owns assignment, not Kafka's group
+protocol) and `read_committed`: one for active tasks, one for replays (warmups,
+standbys, activations). This module owns everything about them:
+
+- assignment: the active consumer's partitions, each owned by one task, and the
+  replay consumer's;
+- caps: a warmup or standby never applies at or past the owner's committed offset
+  (T1), so its partitions pause at the cap and resume when a refresh of the owner's
+  committed offsets moves the cap on;
+- expansion barriers: a new partition waits until its parent is consumed up to the
+  offset recorded at expansion, so a key's records are never processed out of order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from orchestrator.kafka.offsets import committed_offsets, committed_once, watermarks
+from orchestrator.wire.clock import Clock, Deadline
+from orchestrator.wire.config import Config
+from orchestrator.wire.partitions import split_partition
+from orchestrator.wire.protocol import Barrier
+from processor.active import ActiveTask
+from processor.replica import Replica
+
+__all__ = ["Consumers", "by_task", "topic_partition"]
+
+log = logging.getLogger("baton.processor.runtime")
+
+_CAP_REFRESH_S = 0.2          # how often replicas re-read the owner's committed offsets
+_CAP_LOOKUP_TIMEOUT_S = 2.0   # a refresh that cannot answer this fast is skipped
+# A partition assigned while a fetch is parked at the broker waits for that fetch to
+# return; librdkafka's default (500 ms) would then sit inside every handoff pause.
+_FETCH_WAIT_MS = 20
+
+
+def topic_partition(name: str, offset: int | None = None) -> TopicPartition:
+    """The confluent-kafka `TopicPartition` of partition `name` ("topic:N")."""
+    topic, number = split_partition(name)
+    if offset is None:
+        return TopicPartition(topic, number)
+    return TopicPartition(topic, number, offset)
+
+
+_tp = topic_partition
+
+
+def by_task(messages: Sequence[Message], task_of: Callable[[str], str | None],
+            on_error: Callable[[Message], None]) -> dict[str, list[Message]]:
+    """Group a batch by task; the broker returns runs of one partition, so the
+    partition's name is built once per run, not per record."""
+    grouped: dict[str, list[Message]] = {}
+    run: tuple[str, int] | None = None
+    bucket: list[Message] | None = None
+    for msg in messages:
+        if msg.error():
+            on_error(msg)
+            continue
+        where = (msg.topic(), msg.partition())
+        if where != run:
+            run = where
+            task = task_of(f"{where[0]}:{where[1]}")
+            bucket = None if task is None else grouped.setdefault(task, [])
+        if bucket is not None:
+            bucket.append(msg)
+    return grouped
+
+
+class Consumers:
+    """The active and the replay consumer of one processor, owned by the runtime's loop.
+
+    Args:
+        config: the job's configuration (Kafka settings).
+        group: the job's consumer group (`baton.<job>`), for offsets and fencing.
+        clock: paces the refresh of the replicas' caps.
+    """
+
+    def __init__(self, config: Config, group: str, clock: Clock) -> None:
+        settings = config.kafka_settings(**{
+            "group.id": group, "enable.auto.commit": False,
+            "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+            "enable.partition.eof": False, "fetch.wait.max.ms": _FETCH_WAIT_MS})
+        self.active = Consumer(settings)
+        self.replay = Consumer(settings)
+        self.barriers: dict[str, Barrier] = {}   # child partition -> its expansion barrier
+        self.owner: dict[str, str] = {}          # active partition -> task
+        self._held: dict[str, set[str]] = {}     # task -> partitions waiting on a barrier
+        self._paused: set[str] = set()
+        self._caps_due = Deadline.after(clock, 0.0)
+
+    # ---- offsets ---------------------------------------------------------------------
+
+    def committed(self, partitions: Iterable[str]) -> dict[str, int]:
+        """The group's committed offsets (T1) of `partitions`."""
+        return committed_offsets(self.replay, partitions)
+
+    def low_watermark(self, partition: str) -> int:
+        """The first offset the broker still holds on `partition`."""
+        return watermarks(self.replay, partition)[0]
+
+    # ---- replays ---------------------------------------------------------------------
+
+    def assign_replay(self, replica: Replica) -> None:
+        self.replay.incremental_assign(
+            [_tp(p, replica.positions[p]) for p in replica.partitions])
+
+    def unassign_replay(self, partitions: Sequence[str]) -> None:
+        # librdkafka keeps a partition's pause across incremental_unassign/assign: resume
+        # first, or an activation replaying from a warmup paused at its cap never fetches.
+        paused = [p for p in partitions if p in self._paused]
+        if paused:
+            self.replay.resume([_tp(p) for p in paused])
+        self._paused.difference_update(partitions)
+        if partitions:
+            self.replay.incremental_unassign([_tp(p) for p in partitions])
+
+    def refresh_caps(self, replicas: Iterable[Replica],
+                     ancestor_ends: Callable[[str], Mapping[str, int]]) -> None:
+        """Warmups and standbys follow the owner's committed offsets as they advance
+        (a split child's ancestors no further than their barriers)."""
+        if not self._caps_due.expired():
+            return
+        self._caps_due.arm(_CAP_REFRESH_S)
+        following = [r for r in replicas if r.role != "activating"]
+        partitions = [p for r in following for p in r.partitions]
+        if not partitions:
+            return
+        try:
+            caps = committed_once(self.replay, partitions, _CAP_LOOKUP_TIMEOUT_S)
+        except KafkaException as exc:       # keep the old caps; the next refresh retries
+            log.debug("replica caps not refreshed: %s", exc)
+            return
+        for replica in following:
+            ends = ancestor_ends(replica.name)
+            replica.caps = {p: min(caps[p], ends.get(p, caps[p])) for p in replica.partitions}
+            resume = [p for p in replica.partitions
+                      if p in self._paused and replica.positions[p] < replica.cap(p)]
+            if resume:
+                self._paused.difference_update(resume)
+                self.replay.resume([_tp(p) for p in resume])
+                for p in resume:
+                    self.replay.seek(_tp(p, replica.positions[p]))
+
+    def pause_at_caps(self, capped: Iterable[str]) -> None:
+        """Stop fetching partitions whose replica reached its cap (until it moves on)."""
+        new = [p for p in capped if p not in self._paused]
+        if not new:
+            return
+        self.replay.pause([_tp(p) for p in new])
+        self._paused.update(new)
+
+    # ---- active tasks ----------------------------------------------------------------
+
+    def add_active(self, active: ActiveTask) -> None:
+        """Start fetching a new active task's partitions (barriers permitting)."""
+        self._held[active.name] = set()
+        self._assign_active(active, active.partitions)
+
+    def _assign_active(self, active: ActiveTask, partitions: Sequence[str]) -> None:
+        ready = [p for p in partitions if not self._barrier_holds(active, p)]
+        self._held[active.name].update(p for p in partitions if p not in ready)
+        for p in ready:
+            self.owner[p] = active.name
+        if ready:
+            self.active.incremental_assign([_tp(p, active.committed[p]) for p in ready])
+
+    def unassign_active(self, task: str) -> None:
+        mine = [p for p, t in self.owner.items() if t == task]
+        for p in mine:
+            del self.owner[p]
+        self._held.pop(task, None)
+        if mine:
+            self.active.incremental_unassign([_tp(p) for p in mine])
+
+    def rewind(self, active: ActiveTask) -> None:
+        """Seek the task's partitions back to its committed offsets (T1)."""
+        for p, offset in active.committed.items():
+            if p in self.owner:
+                self.active.seek(_tp(p, offset))
+
+    def grow(self, active: ActiveTask, partitions: Sequence[str]) -> None:
+        """A task gained partitions (expansion): start them from their committed offsets."""
+        new = [p for p in partitions if p not in active.partitions]
+        if not new:
+            return
+        committed = self.committed(new)
+        active.partitions.extend(new)
+        active.committed.update(committed)
+        active.pending.update(committed)
+        self._assign_active(active, new)
+
+    def _barrier_holds(self, active: ActiveTask, partition: str) -> bool:
+        """A new partition waits until its parent is consumed up to the expansion barrier.
+
+        The barrier is reached when every *record* before it was processed and
+        committed. Transaction markers and aborted records also take offsets, so the
+        parent's committed offset can stay below the barrier for good when a marker is
+        the parent's last entry; the consumer's position moves past them, though. So:
+        committed >= barrier, or nothing of the parent is uncommitted and the consumer
+        has read up to the barrier.
+        """
+        barrier = self.barriers.get(partition)
+        if barrier is None:
+            return False
+        if barrier.parent not in active.committed:
+            parent = self.committed([barrier.parent])[barrier.parent]
+            return bool(parent < barrier.offset)
+        committed = active.committed[barrier.parent]
+        if committed >= barrier.offset:
+            return False
+        if active.pending.get(barrier.parent) != committed \
+                or self.owner.get(barrier.parent) != active.name:
+            return True
+        position = self.active.position([_tp(barrier.parent)])[0].offset
+        return bool(position < barrier.offset)
+
+    def consumed_through(self, active: ActiveTask) -> dict[str, int]:
+        """T1 as reported: the committed offsets, moved past trailing transaction markers
+        (and aborted records) where nothing of the partition is uncommitted. Without
+        this, a partition whose last entry is a commit marker would show a lag of one
+        forever."""
+        positions = dict(active.committed)
+        settled = [p for p, o in positions.items()
+                   if active.pending.get(p) == o and self.owner.get(p) == active.name]
+        if not settled:
+            return positions
+        for tp in self.active.position([_tp(p) for p in settled]):
+            name = f"{tp.topic}:{tp.partition}"
+            if tp.offset > positions[name]:
+                positions[name] = tp.offset
+        return positions
+
+    def drop_active(self, active: ActiveTask, partitions: Iterable[str]) -> None:
+        """Stop consuming some partitions of an active task (a split child leaves it)."""
+        gone = set(partitions)
+        mine = [p for p in gone if self.owner.get(p) == active.name]
+        for p in mine:
+            del self.owner[p]
+        if mine:
+            self.active.incremental_unassign([_tp(p) for p in mine])
+        self._held.get(active.name, set()).difference_update(gone)
+        active.partitions[:] = [p for p in active.partitions if p not in gone]
+        for p in gone:
+            active.committed.pop(p, None)
+            active.pending.pop(p, None)
+
+    def release_barriers(self, active: Mapping[str, ActiveTask]) -> None:
+        """Start the held partitions whose parent has now passed its barrier."""
+        for task, held in self._held.items():
+            if held:
+                task_now = active[task]
+                self._assign_active(task_now, [p for p in list(held)
+                                               if not self._barrier_holds(task_now, p)])
+                held.difference_update(self.owner)
+
+    # ---- both ------------------------------------------------------------------------
+
+    def log_error(self, msg: Message) -> None:
+        err = msg.error()
+        if err.code() != KafkaError._PARTITION_EOF:  # noqa: SLF001
+            log.warning("consumer error on %s:%s: %s", msg.topic(), msg.partition(), err)
+
+    def close(self) -> None:
+        self.active.close()
+        self.replay.close()

@@ -1,0 +1,80 @@
+"""What the processor tells the coordinator and the scrape about its tasks.
+
+`task_reports` builds the per-task reports every heartbeat carries: positions (T1 of
+an active task, T2 of a replica), lag and update rate of replicas, and the tasks
+activating, released or failed. `StoreSizes` keeps the store sizes the metrics
+collector reads at scrape time, refreshed from the loop at most once a second so a
+scrape never waits on RocksDB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+
+from orchestrator.wire.clock import Clock, Deadline
+from orchestrator.wire.protocol import TaskReport
+from processor.active import ActiveTask
+from processor.replica import Replica
+from store import Store
+
+__all__ = ["StoreSizes", "task_reports"]
+
+_SIZES_REFRESH_S = 1.0        # approximate_bytes reads RocksDB properties: not every poll
+_ERROR_CHARS = 4000           # a failed task's reason, cut to keep heartbeats small
+
+
+def task_reports(active: Mapping[str, ActiveTask], replicas: Mapping[str, Replica],
+                 activating: Collection[str], released: Mapping[str, Mapping[str, int]],
+                 failed: Mapping[str, str],
+                 t1: Callable[[ActiveTask], dict[str, int]] | None = None
+                 ) -> list[TaskReport]:
+    """One report per task the processor holds, in its role.
+
+    Args:
+        active: the active tasks (reported with T1 and the handoff pause).
+        replicas: warmups, standbys and replaying activations (T2, lag, rate).
+        activating: tasks still fencing (a replaying one is reported as a replica).
+        released: final T1 of tasks released and not taken back.
+        failed: the reason each failed task stopped.
+        t1: an active task's reported positions (default: its committed offsets).
+    """
+    out = [TaskReport(task=t, role="active", positions=t1(a) if t1 else dict(a.committed),
+                      pause_ms=a.pause_ms) for t, a in active.items()]
+    for task, replica in replicas.items():
+        out.append(TaskReport(task=task, role=replica.role,
+                              positions=dict(replica.positions), lag=replica.lag(),
+                              rate=replica.update_rate()))
+    out.extend(TaskReport(task=t, role="activating") for t in activating
+               if t not in replicas)
+    out.extend(TaskReport(task=t, role="released", positions=dict(p))
+               for t, p in released.items()
+               if t not in active and t not in replicas and t not in activating)
+    out.extend(TaskReport(task=t, role="failed", error=e[:_ERROR_CHARS])
+               for t, e in failed.items())
+    return out
+
+
+class StoreSizes:
+    """Task -> store bytes, a snapshot for the scrape-time collector.
+
+    Args:
+        clock: paces the refresh.
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self.bytes: dict[str, int] = {}
+        self._due = Deadline.after(clock, 0.0)
+
+    def refresh(self, active: Mapping[str, ActiveTask], replicas: Mapping[str, Replica]
+                ) -> None:
+        """Re-read the stores' sizes, at most once a second."""
+        if not self._due.expired():
+            return
+        self._due.arm(_SIZES_REFRESH_S)
+        stores: dict[str, Store] = {t: a.store for t, a in active.items()}
+        stores.update({t: r.store for t, r in replicas.items()})
+        self.bytes = {t: s.approximate_bytes() for t, s in stores.items()}
+
+    def forget(self, task: str) -> None:
+        """The task left this processor: its size is no longer ours to report."""
+        self.bytes.pop(task, None)

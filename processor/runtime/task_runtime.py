@@ -1,0 +1,380 @@
+"""The task runtime: every task this processor holds, in its role, driven by one loop.
+
+The role changes come from the coordinator's level-triggered replies (see
+orchestrator/wire/protocol.py) through `apply()`, or from a test harness calling
+`activate()`, `release()`, `start_replica()` and `drop()` directly. Everything runs
+on the caller's thread: the daemon's main loop is the only owner of the consumers,
+producers and stores; the heartbeat thread only exchanges snapshots with it.
+
+The runtime holds the book of tasks (active, replicas, released, failed) and the
+loop (`poll()`); its collaborators each own one concept: `Consumers` (assignment,
+caps, expansion barriers), `Activations` (fence, replay, go active), `BulkPath`
+(Spark catch-up), `reconcile` (a reply -> changes), `task_reports` and `StoreSizes`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaException
+
+from metrics import NullProcessorMetrics, ProcessorMetrics
+from orchestrator.wire.clock import Clock, SystemClock
+from orchestrator.wire.config import Config
+from orchestrator.wire.protocol import HeartbeatReply, TaskReport
+from processor.active import ActiveTask, ProducerFatal, TaskFailed, TaskFenced, TransactionAborted
+from processor.job import Job, load_job
+from processor.replica import Replica, ReplicaRole
+from processor.runtime.activation import Activations, StoreAheadError
+from processor.runtime.bulk_path import BulkPath
+from processor.runtime.children import SplitChildren
+from processor.runtime.consumers import Consumers, by_task
+from processor.runtime.reconciliation import reconcile
+from processor.runtime.reports import StoreSizes, task_reports
+from processor.sources import ReplaySources, replay_sources, topic_counts
+from store import Store, StoreError, TaskStore, task_store_path
+
+__all__ = ["TaskRuntime"]
+
+log = logging.getLogger("baton.processor.runtime")
+
+_BATCH = 5000                 # records per consume() call: amortises Python per-call cost
+_REPLAY_BATCH_BESIDE_ACTIVE = 1000
+# with nothing to poll, the loop sleeps this long at most while an activation is fencing
+_IDLE_WHILE_ACTIVATING_S = 0.01
+# what a change of one task may raise and still leave the other tasks running
+_TASK_ERRORS = (StoreError, StoreAheadError, KafkaException, OSError, TaskFenced,
+                ProducerFatal, TaskFailed)
+
+
+class TaskRuntime:
+    """All tasks of one processor; call `poll()` in a loop.
+
+    Args:
+        config: the job's configuration.
+        processor_id: this processor's stable id.
+        job: the job to run (default: an instance of `job.class`).
+        metrics: where to count (default: nowhere).
+        clock: the time source (default: the system clock).
+    """
+
+    def __init__(self, config: Config, processor_id: str, job: Job | None = None,
+                 metrics: ProcessorMetrics | None = None, clock: Clock | None = None) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.metrics = NullProcessorMetrics() if metrics is None else metrics
+        self._sizes = StoreSizes(self.clock)       # snapshot for the scrape-time collector
+        self.processor_id = processor_id
+        self.job = job or load_job(config.job.class_)()
+        self.group = f"baton.{config.job.name}"
+        self.consumers = Consumers(config, self.group, self.clock)
+        self.active: dict[str, ActiveTask] = {}
+        self.replicas: dict[str, Replica] = {}
+        self.released: dict[str, dict[str, int]] = {}
+        self.failed: dict[str, str] = {}
+        self.model: dict[str, list[str]] = {}
+        self.children = SplitChildren(config.job.partitioner)
+        self.activations = Activations(config, self.group, self.job, self.consumers,
+                                       self.metrics, self.clock)
+        self.bulk = BulkPath(config, self.metrics)
+
+    @property
+    def active_consumer(self) -> Consumer:
+        return self.consumers.active
+
+    @property
+    def replay_consumer(self) -> Consumer:
+        return self.consumers.replay
+
+    @property
+    def store_bytes(self) -> dict[str, int]:
+        """Task -> store bytes, refreshed by `reports()` at most once a second."""
+        return self._sizes.bytes
+
+    # ---- the coordinator's API -------------------------------------------------------
+
+    def apply(self, reply: HeartbeatReply) -> None:
+        """Converge on the coordinator's view of this processor (level-triggered).
+
+        A task whose change fails (store locked, broker error) is reported `failed`
+        with the reason; the other tasks carry on.
+        """
+        self.model = {t: list(ps) for t, ps in reply.tasks.items()}
+        self.consumers.barriers = dict(reply.barriers)
+        self.children.update(reply.embedded, reply.pending, self.active, self.model,
+                             lambda child, parent: self.guard(
+                                 parent, functools.partial(self._release_child, child)))
+        reconcile(self, reply.assignment)
+
+    def activating(self, task: str) -> bool:
+        """`task` is fencing or replaying on its way to active."""
+        return task in self.activations
+
+    def guard(self, task: str, change: Callable[[str], object]) -> None:
+        """Run `change(task)`; on failure, mark the task failed and free what it held."""
+        try:
+            change(task)
+        except _TASK_ERRORS as exc:
+            log.error("task %r: %s", task, exc)
+            self.failed[task] = str(exc)
+            if task in self.active:
+                self.consumers.unassign_active(task)
+                self.active.pop(task).store.close()
+            replica = self.replicas.pop(task, None)
+            if replica is not None:
+                self.consumers.unassign_replay(replica.partitions)
+                replica.store.close()
+            activation = self.activations.pending.pop(task, None)
+            if activation is not None and replica is None:
+                activation.store.close()
+
+    def partitions_of(self, task: str) -> list[str]:
+        """What the task's owner consumes: its partitions and its embedded children's."""
+        return self.children.consumed(task, self.model)
+
+    def sources_of(self, task: str) -> ReplaySources:
+        """What a replica of the task reads (S2): ancestors (split children), then its own."""
+        barriers = {c: (b.parent, b.offset) for c, b in self.consumers.barriers.items()}
+        return replay_sources(self.partitions_of(task), barriers,
+                              self.config.job.partitioner, topic_counts(self.model))
+
+    def replay_partitions(self, task: str) -> list[str]:
+        """The partitions a replica of `task` reads, in order (S2)."""
+        return self.sources_of(task).partitions
+
+    def _replica(self, task: str, store: Store, role: ReplicaRole,
+                 committed: Mapping[str, int]) -> Replica:
+        """A replica of `task` positioned from its store, capped at `committed` (T1)."""
+        sources = self.sources_of(task)
+        applied = store.applied_offsets()
+        positions = {p: applied.get(p, self.consumers.low_watermark(p))
+                     for p in sources.partitions}
+        caps = {p: sources.cap(p, max(committed[p], 0)) for p in sources.partitions}
+        return Replica(task, sources.partitions, self.job, store, role, positions, caps,
+                       sources.filters, sources.gates, clock=self.clock)
+
+    def _release_child(self, child: str, parent: str) -> None:
+        """A split child leaves its parent: commit, stop consuming it, report it released."""
+        self._run_active(parent, self._commit)      # an aborted commit rewinds to T1
+        active = self.active.get(parent)
+        if active is None:      # the parent itself had to restart: T1 is what Kafka holds
+            self.released[child] = self.consumers.committed(self.model.get(child, []))
+            return
+        gone = [p for p in active.partitions if p not in self.partitions_of(parent)]
+        self.released[child] = {p: active.committed[p] for p in gone if p in active.committed}
+        self.consumers.drop_active(active, gone)
+        log.info("task %r: split child %r released at %s", parent, child,
+                 self.released[child])
+
+    def _open_store(self, task: str) -> Store:
+        path = task_store_path(self.config.state_dir, self.config.job.name, task)
+        return TaskStore(Path(path))
+
+    def activate(self, task: str) -> None:
+        """Fence the previous owner, replay T2 -> T1 silently, then process with output
+        (see processor/runtime/activation.py)."""
+        replica = self.replicas.pop(task, None)
+        if replica is not None:
+            self.consumers.unassign_replay(replica.partitions)
+        store = replica.store if replica else self._open_store(task)
+        self.activations.begin(task, store)
+
+    def _after_fence(self, task: str) -> None:
+        self.activations.verify_fenced(task, self.partitions_of(task))
+        self.released.pop(task, None)
+        sources = self.sources_of(task).partitions
+        replay = self.activations.replay(task, functools.partial(
+            self._replica, task, committed=self.consumers.committed(sources)))
+        if replay.caught_up():
+            self._go_active(replay)
+            return
+        log.info("task %r: replaying %d records before going active", task, replay.lag())
+        self.replicas[task] = replay
+        self.consumers.assign_replay(replay)
+
+    def _go_active(self, replay: Replica) -> None:
+        active = self.activations.go_active(replay, self.partitions_of(replay.name))
+        self.active[active.name] = active
+        self.consumers.add_active(active)
+        log.info("task %r: active from %s", active.name, active.committed)
+
+    def release(self, task: str) -> dict[str, int]:
+        """Stop fetching, commit the open transaction, return final T1; idempotent."""
+        active = self.active.pop(task, None)
+        if active is None:
+            return dict(self.released.get(task, {}))
+        started = self.clock.monotonic()
+        try:
+            active.commit()
+        except (TaskFenced, ProducerFatal, TransactionAborted) as exc:
+            # the open transaction is void: final T1 is the last committed offsets
+            log.warning("task %r: release without its last transaction: %s", task, exc)
+        finally:
+            self.consumers.unassign_active(task)
+            active.close()
+            active.store.close()
+        self.released[task] = dict(active.committed)
+        self._sizes.forget(task)
+        self.metrics.record_handoff_step("releasing", self.clock.monotonic() - started)
+        self.metrics.forget_task(task)      # its series now belong to the new owner
+        log.info("task %r: released at %s", task, active.committed)
+        return dict(active.committed)
+
+    def start_replica(self, task: str, role: ReplicaRole) -> None:
+        store = self._open_store(task)
+        applied = store.applied_offsets()
+        partitions = self.sources_of(task).partitions
+        replica = self._replica(task, store, role, self.consumers.committed(partitions))
+        self.replicas[task] = replica
+        self.activations.prepare_producer(task)
+        if not applied and self.config.catch_up.source == "input" and not replica.filters \
+                and replica.lag() > self.config.catch_up.bulk_threshold:
+            ranges = {p: (replica.positions[p], replica.caps[p]) for p in partitions}
+            log.info("task %r: %d records to catch up: bulk path on Spark (%s)", task,
+                     replica.lag(), self.config.spark.master)
+            self.bulk.start(task, ranges)
+            return          # the consumer takes the tail once the bulk result is ingested
+        self.consumers.assign_replay(replica)
+
+    def drop(self, task: str) -> None:
+        """Forget a replica (its store stays on disk for a later return)."""
+        self.activations.forget_producer(task)
+        replica = self.replicas.pop(task, None)
+        if replica is None:
+            return
+        self.consumers.unassign_replay(replica.partitions)
+        replica.commit()
+        replica.store.close()
+        self.metrics.forget_task(task)
+
+    def grow(self, task: str) -> None:
+        """A task gained partitions (expansion): start them from their committed offsets."""
+        self.consumers.grow(self.active[task], self.partitions_of(task))
+
+    # ---- the loop ----------------------------------------------------------------------
+
+    def poll(self, timeout: float = 0.1) -> int:
+        """One round: active batch, replay batch, commits. Returns records handled."""
+        handled = 0
+        for task in self.activations.fenced():
+            self.guard(task, self._after_fence)
+        if self.bulk.busy:
+            self.bulk.progress(self.replicas, self.consumers.assign_replay)
+        split = timeout / 2 if self.active and self.replicas else timeout
+        if self.active:
+            handled += self._poll_active(split)
+        if self.replicas:
+            handled += self._poll_replicas(split)
+        if not self.active and not self.replicas:
+            self.clock.sleep(min(timeout, _IDLE_WHILE_ACTIVATING_S)
+                             if self.activations.pending else timeout)
+        return handled
+
+    def _poll_active(self, timeout: float) -> int:
+        self.consumers.release_barriers(self.active)
+        self.children.prune(self.active)
+        messages = self.consumers.active.consume(_BATCH, timeout)
+        batches = by_task(messages, self.consumers.owner.get, self.consumers.log_error)
+        for task, batch in batches.items():
+            self._run_active(task, functools.partial(ActiveTask.process, messages=batch))
+        for task in list(self.active):
+            self._run_active(task, self._commit)
+        return len(messages)
+
+    def _commit(self, active: ActiveTask) -> None:
+        had_pause = active.pause_ms is not None
+        count = active.commit()
+        if not had_pause and active.pause_ms is not None:
+            log.info("task %r: first output committed %.0f ms after activation began",
+                     active.name, active.pause_ms)
+        if not count:
+            return
+        self.metrics.record_processed(active.name, count)
+        self.metrics.record_transaction(active.name, "committed")
+        if not had_pause and active.pause_ms is not None:
+            self.metrics.record_handoff_step("activating", active.pause_ms / 1000)
+
+    def _run_active(self, task: str, step: Callable[[ActiveTask], None]) -> None:
+        active = self.active.get(task)
+        if active is None:
+            return
+        try:
+            step(active)
+        except TransactionAborted as exc:
+            log.warning("%s; rewinding to %s", exc, active.committed)
+            self.metrics.record_transaction(task, "aborted")
+            self.consumers.rewind(active)
+        except ProducerFatal as exc:
+            log.warning("%s", exc)
+            self._stop_active(task, str(exc))
+            del self.failed[task]
+            self.guard(task, self.activate)        # fence again, replay, carry on
+        except (TaskFenced, TaskFailed, StoreAheadError) as exc:
+            log.error("%s", exc)
+            if isinstance(exc, TaskFenced):
+                self.metrics.record_transaction(task, "fenced")
+            self._stop_active(task, str(exc))
+
+    def _stop_active(self, task: str, reason: str) -> None:
+        """Stop a task without committing anything more."""
+        active = self.active.pop(task)
+        self.consumers.unassign_active(task)
+        active.abort()
+        active.store.close()
+        self.failed[task] = reason
+
+    def _poll_replicas(self, timeout: float) -> int:
+        self.consumers.refresh_caps(self.replicas.values(),
+                                    lambda task: self.sources_of(task).ends)
+        # replays share the loop with active tasks: smaller bites keep their latency low
+        batch = _REPLAY_BATCH_BESIDE_ACTIVE if self.active else _BATCH
+        messages = self.consumers.replay.consume(batch, timeout)
+        owner = {p: r.name for r in self.replicas.values() for p in r.partitions}
+        batches = by_task(messages, owner.get, self.consumers.log_error)
+        for task, replica in list(self.replicas.items()):
+            before = replica.applied_total
+            capped = replica.apply(batches.get(task, ()))
+            if replica.applied_total > before:
+                self.metrics.record_catch_up(task, "consumer", replica.applied_total - before)
+            replica.commit()
+            self.consumers.pause_at_caps(capped)
+            if replica.role == "activating" and replica.caught_up():
+                del self.replicas[task]
+                self.consumers.unassign_replay(replica.partitions)
+                self._go_active(replica)
+        return len(messages)
+
+    # ---- reports and shutdown ----------------------------------------------------------
+
+    def reports(self) -> list[TaskReport]:
+        self._sizes.refresh(self.active, self.replicas)
+        return task_reports(self.active, self.replicas, self.activations.pending,
+                            self.released, self.failed, self.consumers.consumed_through)
+
+    def handoff_imminent(self) -> bool:
+        """A warmup has caught up (its activation is next) or an activation is running:
+        the daemon then polls and heartbeats faster, to keep the pause short."""
+        near = self.config.catch_up.acceptable_lag
+        return bool(self.activations.pending) or any(
+            r.role == "warmup" and r.lag() <= near for r in self.replicas.values())
+
+    def positions(self, task: str) -> Mapping[str, int]:
+        if task in self.active:
+            return self.active[task].committed
+        return self.replicas[task].positions
+
+    def close(self, commit: bool) -> None:
+        """Graceful: release every active task. Not graceful: drop all, commit nothing."""
+        for task in list(self.active):
+            if commit:
+                self.release(task)
+            else:
+                self._stop_active(task, "stopped without commit")
+        for task in list(self.replicas):
+            self.drop(task)
+        self.activations.close(self.replicas)
+        self.bulk.close()
+        self.consumers.close()
