@@ -126,6 +126,8 @@ class Consumers:
         if not self._caps_due.expired():
             return
         self._caps_due.arm(_CAP_REFRESH_S)
+        replicas = list(replicas)
+        self._resume_gated(replicas)
         following = [r for r in replicas if r.role != "activating"]
         partitions = [p for r in following for p in r.partitions]
         if not partitions:
@@ -139,6 +141,18 @@ class Consumers:
             ends = ancestor_ends(replica.name)
             replica.caps = {p: min(caps[p], ends.get(p, caps[p])) for p in replica.partitions}
             resume = [p for p in replica.partitions
+                      if p in self._paused and replica.positions[p] < replica.cap(p)]
+            if resume:
+                self._paused.difference_update(resume)
+                self.replay.resume([_tp(p) for p in resume])
+                for p in resume:
+                    self.replay.seek(_tp(p, replica.positions[p]))
+
+    def _resume_gated(self, replicas: Iterable[Replica]) -> None:
+        """A split child's own partition, paused while its ancestors were read, goes on
+        (activating replays too: their caps are fixed, their gates are not)."""
+        for replica in replicas:
+            resume = [p for p in replica.gates
                       if p in self._paused and replica.positions[p] < replica.cap(p)]
             if resume:
                 self._paused.difference_update(resume)
