@@ -1,6 +1,6 @@
 """`baton assign`: run the assignor offline on a what-if scenario (DESIGN.md, pinned).
 
-The scenario document is the one ``orchestrator.core.assignment.parse_scenario`` reads;
+The scenario document is the one ``orchestrator.cli.scenario.parse_scenario`` reads;
 ``--json`` prints exactly the pinned ``{"processors": [...], "follow_up": bool}``, the
 human form a table of role counts (before -> after) and a summary of the moves. Every
 bad scenario exits 2 with a message naming the file and the key.
@@ -13,16 +13,13 @@ from collections.abc import Sequence
 
 import click
 
+from orchestrator.cli.scenario import Scenario, ScenarioError, format_assignment, scenario_from_json
 from orchestrator.core.assignment import (
     Assignment,
     Move,
     ProcessorSnapshot,
-    Scenario,
-    ScenarioError,
     active_moves,
     assign,
-    format_assignment,
-    scenario_from_json,
 )
 
 __all__ = ["assign_command"]

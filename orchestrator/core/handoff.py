@@ -68,6 +68,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Final, TypeAlias, TypeVar
 
+from orchestrator.core.catchup import is_caught_up
 from orchestrator.wire.partitions import PartitionNameError, parse_partition
 
 __all__ = [
@@ -540,7 +541,7 @@ def _go(phase: Phase) -> _Rule:
 
 def _release_if_caught_up(s: _Step) -> _Outcome:
     handoff, _ = _note_lag(s)
-    if handoff.lag is not None and handoff.lag <= s.config.acceptable_lag:
+    if is_caught_up(handoff.lag, s.config.acceptable_lag):
         assert handoff.source is not None
         return (replace(handoff, phase=Phase.RELEASING),
                 [SendRelease(handoff.task, handoff.source)])

@@ -20,6 +20,7 @@ from typing import Protocol
 
 from metrics import CoordinatorMetrics, HandoffSample
 from orchestrator.core import handoff as hs
+from orchestrator.core.catchup import is_caught_up
 from orchestrator.core.roles import RoleBook
 from orchestrator.wire.clock import Clock
 from orchestrator.wire.protocol import TaskReport
@@ -88,7 +89,7 @@ class Moves:
 
     def plan(self, task: str, source: str, target: str, lag: int | None) -> None:
         """Start moving `task`; released at once when the target is caught up."""
-        caught_up = lag is not None and lag <= self.config.acceptable_lag
+        caught_up = is_caught_up(lag, self.config.acceptable_lag)
         handoff, commands = hs.plan(task, source, target, self.clock.monotonic(),
                                     caught_up=caught_up, lag=lag)
         log.info("task %r: handoff %s -> %s planned (%s)", task, source, target,

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.core import handoff as hs
 from orchestrator.core.assignment import AssignmentError, ProcessorSnapshot, TaskInfo, assign
+from orchestrator.core.catchup import is_caught_up
 
 if TYPE_CHECKING:
     from orchestrator.core.coordinator import Coordinator
@@ -109,7 +110,7 @@ def _place_task(core: Coordinator, task: str, home: str | None, warm: str | None
         core.roles.list_active(task, target)
         return
     lag = core.lag(task, target)
-    caught_up = lag is not None and lag <= core.config.handoff.acceptable_lag
+    caught_up = is_caught_up(lag, core.config.handoff.acceptable_lag)
     if not caught_up and core.moves.catching_up() >= core.config.assignment.max_warmups:
         return
     core.moves.plan(task, owner, target, lag)
@@ -130,7 +131,7 @@ def _place_child(core: Coordinator, task: str, home: str | None, warm: str | Non
     if holder is None or target is None or target == holder:
         return
     lag = core.lag(task, target)
-    caught_up = lag is not None and lag <= core.config.handoff.acceptable_lag
+    caught_up = is_caught_up(lag, core.config.handoff.acceptable_lag)
     if not caught_up and core.moves.catching_up() >= core.config.assignment.max_warmups:
         return
     core.moves.plan(task, holder, target, lag)

@@ -19,20 +19,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.cli.assign import assign_command
+from orchestrator.cli.scenario import (
+    Scenario,
+    ScenarioError,
+    format_assignment,
+    format_scenario,
+    parse_scenario,
+    scenario_from_json,
+)
 from orchestrator.core.assignment import (
     Assignment,
     AssignmentConfig,
     AssignmentError,
     ProcessorSnapshot,
-    Scenario,
-    ScenarioError,
     TaskInfo,
     active_moves,
     assign,
-    format_assignment,
-    format_scenario,
-    parse_scenario,
-    scenario_from_json,
 )
 
 # --- helpers ---------------------------------------------------------------------------------

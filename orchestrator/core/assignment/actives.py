@@ -1,0 +1,158 @@
+"""Active tasks: keep them where they are caught up, move them only to caught-up
+processors, warm up the rest (at most `max_warmups`), place orphans."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from orchestrator.core.assignment.balance import _LoadHeap, _Scale, _targets
+from orchestrator.core.assignment.model import _INF, _Key, _View
+from orchestrator.core.catchup import is_caught_up
+
+__all__: list[str] = []
+
+
+@dataclass
+class _Plan:
+    """The actives (and warmups) of one class of tasks, while they are being decided."""
+
+    owner: dict[str, int]
+    targets: list[int]
+    warmup: dict[str, int] = field(default_factory=dict)
+
+
+
+def _plan_class(view: _View, names: Sequence[str], scale: _Scale, stateful: bool) -> _Plan:
+    """Orphan placement, targets, then the moves of one class (stateful or stateless).
+
+    Orphans are placed before the targets are computed, so that the targets count them
+    where they landed (on the least lagging processor) instead of moving them again.
+    """
+    owner = {t: view.holder[t] for t in names if t in view.holder}
+    load = [0] * len(view.procs)
+    for i in owner.values():
+        load[i] += 1
+    heap = _LoadHeap(scale, load, None)
+    for name in names:
+        if name not in owner:
+            owner[name] = _orphan_home(view, heap, name) if stateful else _best(heap)
+            heap.add(owner[name])
+    plan = _Plan(owner, _targets(load, scale, len(names), view.config.balance_factor))
+    excess = [max(0, n - t) for n, t in zip(load, plan.targets, strict=True)]
+    deficit = [max(0, t - n) for n, t in zip(load, plan.targets, strict=True)]
+    if stateful:
+        moved = _move_caught_up(view, owner, excess, deficit)
+        plan.warmup = _start_warmups(view, owner, moved, excess, deficit)
+    else:
+        _move_freely(owner, excess, deficit)
+    return plan
+
+
+
+def _best(heap: _LoadHeap, excluded: Iterable[int] = ()) -> int:
+    """The heap's best processor; there is always one when nothing is excluded."""
+    found = heap.best(excluded)
+    assert found is not None
+    return found
+
+
+
+def _orphan_home(view: _View, heap: _LoadHeap, name: str) -> int:
+    """The most caught-up processor (least lag) for a task without an owner.
+
+    Equal lags (unknown ones included) go to the lightest load, then the lowest id.
+    """
+    best = _best(heap)
+    best_key: _Key = (_INF, *heap.key(best))
+    for i, lag in view.lags.get(name, ()):
+        key: _Key = (lag, *heap.key(i))
+        if key < best_key:
+            best, best_key = i, key
+    return best
+
+
+
+def _candidate_edges(view: _View, owner: Mapping[str, int], deficit: Sequence[int],
+                     caught_up: bool) -> list[tuple[float, float, str, int]]:
+    """(priority, lag, task, target) for each reported lag of a below-target processor.
+
+    Previous warmups rank first: finishing them is what converges. Then tasks placed in
+    this call (moving one on is no real move), then the rest.
+    """
+    edges: list[tuple[float, float, str, int]] = []
+    for j, proc in enumerate(view.procs):
+        if deficit[j] == 0:
+            continue
+        for name, lag in proc.lags.items():
+            i = owner.get(name)
+            close = is_caught_up(lag, view.config.acceptable_lag)
+            if i is not None and i != j and close == caught_up:
+                rank = 0 if name in proc.warmup else 1 if name not in view.holder else 2
+                edges.append((rank, lag, name, j))
+    edges.sort()
+    return edges
+
+
+
+def _move_caught_up(view: _View, owner: dict[str, int], excess: list[int],
+                    deficit: list[int]) -> set[str]:
+    """Move excess tasks to below-target processors already caught up on them."""
+    moved: set[str] = set()
+    for _, _, name, j in _candidate_edges(view, owner, deficit, caught_up=True):
+        i = owner[name]
+        if name not in moved and excess[i] > 0 and deficit[j] > 0:
+            owner[name] = j
+            moved.add(name)
+            excess[i] -= 1
+            deficit[j] -= 1
+    return moved
+
+
+
+def _start_warmups(view: _View, owner: Mapping[str, int], moved: set[str], excess: list[int],
+                   deficit: list[int]) -> dict[str, int]:
+    """Warm up the remaining excess, at most ``max_warmups``; each reserves one move.
+
+    Order: warmups in progress (least lag first), then partially caught-up replicas,
+    then the task names of the most loaded processor to the least loaded one.
+    """
+    budget = view.config.max_warmups
+    warm: dict[str, int] = {}
+
+    def take(name: str, j: int) -> None:
+        i = owner[name]
+        if len(warm) < budget and name not in moved and name not in warm and i != j \
+                and excess[i] > 0 and deficit[j] > 0:
+            warm[name] = j
+            excess[i] -= 1
+            deficit[j] -= 1
+
+    running = sorted((view.lag(j, t), t, j) for j, p in enumerate(view.procs)
+                     for t in p.warmup if t in owner)
+    for _, name, j in running:
+        take(name, j)
+    for _, _, name, j in _candidate_edges(view, owner, deficit, caught_up=False):
+        take(name, j)
+    queues: dict[int, list[str]] = {}
+    while len(warm) < budget and any(excess):
+        i = min(range(len(excess)), key=lambda k: (-excess[k], k))
+        j = min(range(len(deficit)), key=lambda k: (-deficit[k], k))
+        if i not in queues:
+            queues[i] = sorted((t for t, o in owner.items() if o == i), reverse=True)
+        name = queues[i].pop()
+        take(name, j)
+    return warm
+
+
+
+def _move_freely(owner: dict[str, int], excess: list[int], deficit: list[int]) -> None:
+    """Stateless excess moves at once: the last task names of each above-target processor."""
+    by_owner: dict[int, list[str]] = defaultdict(list)
+    for name in sorted(owner):
+        by_owner[owner[name]].append(name)
+    leaving = sorted(t for i, e in enumerate(excess) if e for t in by_owner[i][-e:])
+    homes = [j for j, d in enumerate(deficit) for _ in range(d)]
+    for name, j in zip(leaving, homes, strict=True):
+        owner[name] = j
