@@ -53,8 +53,8 @@ class SplitChildren:
         live = [c for c in self.pending if c not in pending]
         self.embedded, self.pending = dict(embedded), dict(pending)
         for child, parent in leaving.items():
+            release(child, parent)
             if parent in active:
-                release(child, parent)
                 self._left[child] = parent
         for child in live:
             parent = self._left.pop(child, "")

@@ -77,6 +77,7 @@ class TaskRuntime:
         self.failed: dict[str, str] = {}
         self.model: dict[str, list[str]] = {}
         self.children = SplitChildren(config.job.partitioner)
+        self._awaiting: dict[str, str] = {}   # split child -> its parent, still activating
         self.activations = Activations(config, self.group, self.job, self.consumers,
                                        self.metrics, self.clock)
         self.bulk = BulkPath(config, self.metrics)
@@ -105,8 +106,7 @@ class TaskRuntime:
         self.model = {t: list(ps) for t, ps in reply.tasks.items()}
         self.consumers.barriers = dict(reply.barriers)
         self.children.update(reply.embedded, reply.pending, self.active, self.model,
-                             lambda child, parent: self.guard(
-                                 parent, functools.partial(self._release_child, child)))
+                             self._child_left)
         reconcile(self, reply.assignment)
 
     def activating(self, task: str) -> bool:
@@ -156,6 +156,22 @@ class TaskRuntime:
         return Replica(task, sources.partitions, self.job, store, role, positions, caps,
                        sources.filters, sources.gates, clock=self.clock)
 
+    def _child_left(self, child: str, parent: str) -> None:
+        """A split child's handoff reached the release: release it from its parent here.
+        A parent still activating here releases it once it is active (its fence stops
+        whoever held the parent before from committing more of the child)."""
+        if parent in self.active:
+            self.guard(parent, functools.partial(self._release_child, child))
+        elif self.activating(parent):
+            self._awaiting[child] = parent
+
+    def _release_awaiting(self) -> None:
+        for child, parent in list(self._awaiting.items()):
+            if parent in self.active or not self.activating(parent):
+                del self._awaiting[child]
+            if parent in self.active and child not in self.children.embedded:
+                self.guard(parent, functools.partial(self._release_child, child))
+
     def _release_child(self, child: str, parent: str) -> None:
         """A split child leaves its parent: commit, stop consuming it, report it released."""
         self._run_active(parent, self._commit)      # an aborted commit rewinds to T1
@@ -164,7 +180,10 @@ class TaskRuntime:
             self.released[child] = self.consumers.committed(self.model.get(child, []))
             return
         gone = [p for p in active.partitions if p not in self.partitions_of(parent)]
-        self.released[child] = {p: active.committed[p] for p in gone if p in active.committed}
+        released = {p: active.committed[p] for p in gone if p in active.committed}
+        unseen = [p for p in self.model.get(child, []) if p not in released]
+        released.update(self.consumers.committed(unseen))      # never consumed here
+        self.released[child] = released
         self.consumers.drop_active(active, gone)
         log.info("task %r: split child %r released at %s", parent, child,
                  self.released[child])
@@ -251,8 +270,26 @@ class TaskRuntime:
         self.metrics.forget_task(task)
 
     def grow(self, task: str) -> None:
-        """A task gained partitions (expansion): start them from their committed offsets."""
-        self.consumers.grow(self.active[task], self.partitions_of(task))
+        """A task gained partitions (expansion, or a split child embedded again): start
+        them from their committed offsets. A child's partitions whose history the store
+        lacks (another processor consumed them meanwhile) need the silent replay first:
+        the task activates again."""
+        active = self.active[task]
+        new = [p for p in self.partitions_of(task) if p not in active.partitions]
+        children = {p for c, parent in self.children.embedded.items() if parent == task
+                    for p in self.model.get(c, ())}
+        rejoining = [p for p in new if p in children]
+        if rejoining:
+            applied = active.store.applied_offsets()
+            committed = self.consumers.committed(rejoining)
+            if any(applied.get(p, -1) < committed[p] for p in rejoining):
+                log.info("task %r: split child partitions %s come back with history this "
+                         "store lacks: activating again to replay it", task, rejoining)
+                self._stop_active(task, "replaying a split child's partitions")
+                del self.failed[task]
+                self.guard(task, self.activate)
+                return
+        self.consumers.grow(active, self.partitions_of(task))
 
     # ---- the loop ----------------------------------------------------------------------
 
@@ -261,6 +298,8 @@ class TaskRuntime:
         handled = 0
         for task in self.activations.fenced():
             self.guard(task, self._after_fence)
+        if self._awaiting:
+            self._release_awaiting()
         if self.bulk.busy:
             self.bulk.progress(self.replicas, self.consumers.assign_replay)
         split = timeout / 2 if self.active and self.replicas else timeout
