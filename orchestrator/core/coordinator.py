@@ -56,20 +56,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from metrics import CoordinatorMetrics, HandoffSample, LagSample
 from orchestrator.core import handoff as hs
-from orchestrator.core.assignment import AssignmentConfig
 from orchestrator.core.handoff_driver import Moves
 from orchestrator.core.liveness import Liveness, Processor
 from orchestrator.core.model import Expansion, JobModel
 from orchestrator.core.placement import place
 from orchestrator.core.roles import RoleBook
+from orchestrator.core.settings import CoreConfig
 from orchestrator.core.split import Split
 from orchestrator.wire.clock import Clock
-from orchestrator.wire.config import Config
 from orchestrator.wire.lineage import AncestorRange, ancestry
 from orchestrator.wire.protocol import Barrier, HeartbeatReply, HeartbeatRequest, TaskReport
 
@@ -94,31 +92,6 @@ class UnknownProcessor(LookupError):
 
 class DrainError(RuntimeError):
     """A drain that cannot be done (for example the processor is not alive)."""
-
-
-@dataclass(frozen=True)
-class CoreConfig:
-    """The settings the core uses, in seconds (from [job], [coordinator], [catch_up])."""
-
-    job: str
-    scheme: str = "partition"
-    catch_up_source: str = "input"
-    processor_timeout_s: float = 10.0
-    assignment: AssignmentConfig = AssignmentConfig()
-    handoff: hs.HandoffConfig = hs.HandoffConfig()
-
-    @classmethod
-    def from_config(cls, config: Config) -> CoreConfig:
-        """Build from an `orchestrator.wire.config.Config`."""
-        c, k = config.coordinator, config.catch_up
-        return cls(
-            job=config.job.name, scheme=config.job.grouping,
-            catch_up_source=config.catch_up.source,
-            processor_timeout_s=c.processor_timeout_ms / 1000,
-            assignment=AssignmentConfig(k.acceptable_lag, k.max_warmups, k.num_standbys,
-                                        k.balance_factor),
-            handoff=hs.HandoffConfig(k.acceptable_lag, c.release_timeout_ms / 1000,
-                                     c.activate_timeout_ms / 1000))
 
 
 class Coordinator:

@@ -29,21 +29,40 @@ a child is on its way out, a child waits while its parent moves.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from orchestrator.core import handoff as hs
 from orchestrator.core.assignment import AssignmentError, ProcessorSnapshot, TaskInfo, assign
 from orchestrator.core.catchup import is_caught_up
+from orchestrator.core.handoff_driver import Moves
+from orchestrator.core.liveness import Liveness
+from orchestrator.core.model import JobModel
+from orchestrator.core.roles import RoleBook
+from orchestrator.core.settings import CoreConfig
 
-if TYPE_CHECKING:
-    from orchestrator.core.coordinator import Coordinator
-
-__all__ = ["place"]
+__all__ = ["PlacementView", "place"]
 
 log = logging.getLogger("baton.coordinator")
 
 
-def place(core: Coordinator) -> bool:
+class PlacementView(Protocol):
+    """What placement reads and edits of the coordinator core (no import cycle)."""
+
+    config: CoreConfig
+    model: JobModel
+    processors: Liveness
+    roles: RoleBook
+    moves: Moves
+    draining: set[str]
+
+    @property
+    def handoffs(self) -> dict[str, hs.Handoff]: ...
+    def owner(self, task: str) -> str | None: ...
+    def holder(self, task: str) -> str | None: ...
+    def lag(self, task: str, pid: str) -> int | None: ...
+
+
+def place(core: PlacementView) -> bool:
     """One placement step; returns the assignor's `follow_up` (more moves to come)."""
     live = [p.id for p in core.processors.live()]
     candidates = [pid for pid in live if pid not in core.draining]
@@ -70,7 +89,7 @@ def place(core: Coordinator) -> bool:
     return result.follow_up
 
 
-def _state(core: Coordinator, pid: str) -> ProcessorSnapshot:
+def _state(core: PlacementView, pid: str) -> ProcessorSnapshot:
     """The assignor's view of `pid`: in-flight handoffs count where they are going."""
     roles = core.roles.peek(pid)
     active, warmup = set(roles.active), set(roles.warmup)
@@ -88,7 +107,7 @@ def _state(core: Coordinator, pid: str) -> ProcessorSnapshot:
                           frozenset(warmup), lags)
 
 
-def _place_task(core: Coordinator, task: str, home: str | None, warm: str | None) -> None:
+def _place_task(core: PlacementView, task: str, home: str | None, warm: str | None) -> None:
     """One task: keep it, list it directly, plan a handoff, or cancel a stale one."""
     handoff = core.handoffs.get(task)
     if handoff is not None:
@@ -116,7 +135,7 @@ def _place_task(core: Coordinator, task: str, home: str | None, warm: str | None
     core.moves.plan(task, owner, target, lag)
 
 
-def _family_moving(core: Coordinator, task: str) -> bool:
+def _family_moving(core: PlacementView, task: str) -> bool:
     """A split parent with a pending child in a handoff, or a child whose parent moves."""
     parent = core.model.pending.get(task)
     if parent is not None:
@@ -124,7 +143,7 @@ def _family_moving(core: Coordinator, task: str) -> bool:
     return any(c in core.handoffs for c, p in core.model.pending.items() if p == task)
 
 
-def _place_child(core: Coordinator, task: str, home: str | None, warm: str | None) -> None:
+def _place_child(core: PlacementView, task: str, home: str | None, warm: str | None) -> None:
     """A pending split child leaves its parent's owner only through a handoff."""
     holder = core.holder(task)
     target = warm or home

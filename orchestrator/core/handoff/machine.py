@@ -1,4 +1,4 @@
-"""The handoff state machine: one task moving from an old owner to a new one (sans-IO).
+r"""The handoff state machine: one task moving from an old owner to a new one (sans-IO).
 
 Rules and theory of operation
 =============================
@@ -14,7 +14,7 @@ and to processors, and turns what it hears back into events (after h11).
 Phases (persisted as these strings, pinned in DESIGN.md)::
 
     planned -> catching_up -> releasing -> activating -> done
-        \\___________\\______________\\____________\\___> cancelled
+        \___________\______________\____________\___> cancelled
 
 - planned      StartWarmup(target) was sent; waiting for the target to replay.
 - catching_up  the target replays S2; we wait for lag <= acceptable_lag.
@@ -61,327 +61,37 @@ Rules, in order of importance:
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any, Final, TypeAlias, TypeVar
+from typing import Final, TypeAlias, TypeVar
 
 from orchestrator.core.catchup import is_caught_up
-from orchestrator.wire.partitions import PartitionNameError, parse_partition
-
-__all__ = [
-    "DEFAULT_ACCEPTABLE_LAG",
-    "DEFAULT_ACTIVATE_TIMEOUT_S",
-    "DEFAULT_RELEASE_TIMEOUT_S",
-    "TERMINAL_PHASES",
-    "TRANSITIONS",
-    "Activated",
-    "Cancel",
-    "Command",
-    "DeclareDead",
-    "Event",
-    "Handoff",
-    "HandoffConfig",
-    "HandoffError",
-    "LagReported",
-    "LocalHandoffError",
-    "Persist",
-    "Phase",
-    "ProcessorLost",
-    "ReleaseAcked",
-    "RemoteHandoffError",
-    "ResumeOwner",
-    "SendActivate",
-    "SendRelease",
-    "StartWarmup",
-    "StopWarmup",
-    "Tick",
-    "WarmupStarted",
-    "final_owner",
-    "next_deadline",
-    "plan",
-    "resume",
-    "step",
-]
-
-# Matches [catch_up] acceptable_lag's default: a thousand records replay in well
-# under a second, which bounds the pause of a handoff.
-DEFAULT_ACCEPTABLE_LAG: Final = 1000
-# Matches [coordinator] release_timeout_ms: a healthy owner commits and acknowledges
-# within a few heartbeats (1 s each).
-DEFAULT_RELEASE_TIMEOUT_S: Final = 10.0
-# Matches [coordinator] activate_timeout_ms: fencing plus a replay of at most
-# acceptable_lag records, with room for a slow broker.
-DEFAULT_ACTIVATE_TIMEOUT_S: Final = 30.0
-# Version of the persisted record, so a future layout can still read old ones.
-_RECORD_FORMAT: Final = 1
-
-
-class Phase(enum.StrEnum):
-    """Where a handoff is; the values are persisted and pinned in DESIGN.md."""
-
-    PLANNED = "planned"
-    CATCHING_UP = "catching_up"
-    RELEASING = "releasing"
-    ACTIVATING = "activating"
-    DONE = "done"
-    CANCELLED = "cancelled"
-
-
-TERMINAL_PHASES: Final = frozenset({Phase.DONE, Phase.CANCELLED})
-_BEFORE_RELEASE: Final = frozenset({Phase.PLANNED, Phase.CATCHING_UP, Phase.RELEASING})
-
-
-class HandoffError(Exception):
-    """Base of the handoff errors; `step()` never changes state when it raises."""
-
-
-class LocalHandoffError(HandoffError):
-    """The coordinator misused the state machine (a bug or an operator's wrong request)."""
-
-
-class RemoteHandoffError(HandoffError):
-    """A processor broke the handoff protocol; the driver logs it and drops the message.
-
-    Attributes:
-        processor: the processor whose message was rejected, when known.
-    """
-
-    def __init__(self, message: str, processor: str | None = None) -> None:
-        super().__init__(message)
-        self.processor = processor
-
-
-@dataclass(frozen=True)
-class HandoffConfig:
-    """Thresholds and timeouts of every handoff (from [catch_up] and [coordinator]).
-
-    Attributes:
-        acceptable_lag: records the target may still lag when the release starts.
-        release_timeout_s: the source must acknowledge a release within this.
-        activate_timeout_s: the target must report the task active within this.
-        catch_up_timeout_s: give up a warmup that is not caught up within this
-            (None: wait as long as it takes; the assignor may Cancel instead).
-    """
-
-    acceptable_lag: int = DEFAULT_ACCEPTABLE_LAG
-    release_timeout_s: float = DEFAULT_RELEASE_TIMEOUT_S
-    activate_timeout_s: float = DEFAULT_ACTIVATE_TIMEOUT_S
-    catch_up_timeout_s: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.acceptable_lag < 0:
-            raise LocalHandoffError(
-                f"acceptable_lag={self.acceptable_lag}: must be >= 0 records "
-                "(set [catch_up] acceptable_lag)")
-        for name in ("release_timeout_s", "activate_timeout_s", "catch_up_timeout_s"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise LocalHandoffError(f"{name}={value}: must be > 0 seconds")
-
-
-@dataclass(frozen=True)
-class Handoff:
-    """One task's move, as persisted in the coordinator stream at every transition.
-
-    Attributes:
-        task: the task's name.
-        source: the old owner, or None when the task had no live owner.
-        target: the new owner.
-        phase: where the move is.
-        since: when `phase` was entered (the driver's clock, seconds).
-        final_offsets: "topic:partition" -> next offset, from the source's release
-            acknowledgement; None until then, and when the target starts from the
-            group's committed offsets after fencing.
-        reason: why the move was cancelled or forced, for operators.
-        source_declared_dead: the source is gone (lost, or declared dead by us).
-        lag: the target's last known lag in records (advisory).
-    """
-
-    task: str
-    source: str | None
-    target: str
-    phase: Phase
-    since: float
-    final_offsets: dict[str, int] | None = None
-    reason: str = ""
-    source_declared_dead: bool = False
-    lag: int | None = None
-
-    def __post_init__(self) -> None:
-        if not self.task or not self.target:
-            raise LocalHandoffError(f"handoff needs a task and a target, got {self!r}")
-        if self.source == self.target:
-            raise LocalHandoffError(
-                f"task {self.task!r}: source and target are both {self.target!r}; "
-                "a handoff to the current owner is a no-op, do not plan it")
-        if not isinstance(self.phase, Phase):
-            raise LocalHandoffError(f"task {self.task!r}: phase {self.phase!r} is not a Phase")
-        if self.source is None and self.phase in _BEFORE_RELEASE:
-            raise LocalHandoffError(
-                f"task {self.task!r}: phase {self.phase} needs a source to release from")
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON-able record written to the coordinator stream."""
-        record = dataclasses.asdict(self)
-        record["phase"] = self.phase.value
-        record["format"] = _RECORD_FORMAT
-        return record
-
-    @classmethod
-    def from_dict(cls, record: Mapping[str, Any]) -> Handoff:
-        """Read a record written by `to_dict()` (unknown keys are ignored).
-
-        Raises:
-            LocalHandoffError: the record is malformed (names the field).
-        """
-        task = _field(record, "task", str)
-        try:
-            phase = Phase(_field(record, "phase", str))
-        except ValueError:
-            raise _bad_record(record, "phase", f"one of {[p.value for p in Phase]}") from None
-        since = _field(record, "since", (int, float))
-        offsets = _field(record, "final_offsets", (dict, type(None)))
-        if offsets is not None:
-            _check_offsets(offsets, lambda why: _bad_record(record, "final_offsets", why))
-        return cls(
-            task=task,
-            source=_field(record, "source", (str, type(None))),
-            target=_field(record, "target", str),
-            phase=phase,
-            since=float(since),
-            final_offsets=None if offsets is None else dict(offsets),
-            reason=_field(record, "reason", str, default=""),
-            source_declared_dead=_field(record, "source_declared_dead", bool, default=False),
-            lag=_field(record, "lag", (int, type(None)), default=None),
-        )
-
-
-# ---- events: what the driver heard ------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WarmupStarted:
-    """The target runs the task as a warmup (replaying S2 without output)."""
-
-    processor_id: str | None = None  # when given, must be the target
-
-
-@dataclass(frozen=True)
-class LagReported:
-    """The target's current lag (T1 - T2, records over S1), as the coordinator sees it."""
-
-    lag: int
-
-
-@dataclass(frozen=True)
-class ReleaseAcked:
-    """The source stopped, committed, and reports its final T1 ("topic:N" -> offset)."""
-
-    final_offsets: dict[str, int]
-    processor_id: str | None = None  # when given, must be the source
-
-
-@dataclass(frozen=True)
-class Activated:
-    """The target runs the task as active and is processing with output."""
-
-    processor_id: str | None = None  # when given, must be the target
-
-
-@dataclass(frozen=True)
-class ProcessorLost:
-    """The liveness layer gave up on a processor (either side, or an unrelated one)."""
-
-    processor_id: str
-
-
-@dataclass(frozen=True)
-class Tick:
-    """Time passed; timeouts are checked against `now`."""
-
-    now: float
-
-
-@dataclass(frozen=True)
-class Cancel:
-    """The operator or the assignor no longer wants this move."""
-
-    reason: str
-
-
-Event: TypeAlias = (
-    WarmupStarted | LagReported | ReleaseAcked | Activated | ProcessorLost | Tick | Cancel)
-
-
-# ---- commands: what the driver must do, in order -----------------------------------
-
-
-@dataclass(frozen=True)
-class StartWarmup:
-    """Assign `task` to `processor` as a warmup (rebuild state, no output)."""
-
-    task: str
-    processor: str
-
-
-@dataclass(frozen=True)
-class StopWarmup:
-    """Drop the warmup started for this move (a no-op if the processor has none)."""
-
-    task: str
-    processor: str
-
-
-@dataclass(frozen=True)
-class SendRelease:
-    """Tell the owner to stop fetching, commit, and acknowledge with its final T1."""
-
-    task: str
-    processor: str
-
-
-@dataclass(frozen=True)
-class DeclareDead:
-    """Invalidate the processor's execution: its heartbeat answers alive: false."""
-
-    processor: str
-
-
-@dataclass(frozen=True)
-class SendActivate:
-    """Tell the new owner to fence, replay to `final_offsets`, and process with output.
-
-    `final_offsets=None`: use the group's committed offsets read after fencing.
-    """
-
-    task: str
-    processor: str
-    final_offsets: dict[str, int] | None
-
-
-@dataclass(frozen=True)
-class ResumeOwner:
-    """The old owner keeps or resumes the task as active (fencing anew if it stopped)."""
-
-    task: str
-    processor: str
-
-
-@dataclass(frozen=True)
-class Persist:
-    """Write `handoff` to the coordinator stream before executing the next commands."""
-
-    handoff: Handoff
-
-
-Command: TypeAlias = (
-    StartWarmup | StopWarmup | SendRelease | DeclareDead | SendActivate | ResumeOwner | Persist)
-
-
-# ---- the public functions ----------------------------------------------------------
+from orchestrator.core.handoff.codec import _check_offsets
+from orchestrator.core.handoff.errors import LocalHandoffError, RemoteHandoffError
+from orchestrator.core.handoff.events import (
+    Activated,
+    Cancel,
+    Command,
+    DeclareDead,
+    Event,
+    Handoff,
+    HandoffConfig,
+    LagReported,
+    Persist,
+    Phase,
+    ProcessorLost,
+    ReleaseAcked,
+    ResumeOwner,
+    SendActivate,
+    SendRelease,
+    StartWarmup,
+    StopWarmup,
+    Tick,
+    WarmupStarted,
+)
+
+__all__ = ["TRANSITIONS", "final_owner", "next_deadline", "plan", "resume", "step"]
 
 
 def plan(task: str, source: str | None, target: str, now: float, *,
@@ -503,9 +213,9 @@ def next_deadline(handoff: Handoff, config: HandoffConfig) -> float | None:
     return None if timeout is None else handoff.since + timeout
 
 
-# ---- rules ---------------------------------------------------------------------------
-
 _E = TypeVar("_E")
+
+
 _Outcome: TypeAlias = tuple[Handoff, list[Command]]
 
 
@@ -652,12 +362,19 @@ _CATCH_UP: Final = _on_timeout(
     lambda c: c.catch_up_timeout_s,
     _cancel("catch-up timeout: {target} still lags {lag} records (acceptable "
             "{acceptable_lag}) after {elapsed:.1f} s"))
+
+
 _UNSOLICITED_ACTIVATION: Final = _remote(
     "reports the task active but was never told to activate it",
     "two processors may now write the task's output: stop that processor")
+
+
 _FORCED: Final = "{source} {cause}: declared dead; {target} activates from committed offsets"
 
+
 P = Phase
+
+
 TRANSITIONS: Final[Mapping[tuple[Phase, type[Event]], _Rule]] = MappingProxyType({
     # planned: StartWarmup(target) sent.
     (P.PLANNED, WarmupStarted): _go(P.CATCHING_UP),
@@ -729,10 +446,9 @@ TRANSITIONS: Final[Mapping[tuple[Phase, type[Event]], _Rule]] = MappingProxyType
     (P.CANCELLED, Tick): _ignore,
     (P.CANCELLED, Cancel): _ignore,
 })
+
+
 del P
-
-
-# ---- helpers -------------------------------------------------------------------------
 
 
 def _say(template: str, s: _Step) -> str:
@@ -771,40 +487,3 @@ def _remote_error(s: _Step, why: str, action: str) -> RemoteHandoffError:
     return RemoteHandoffError(
         f"task {h.task!r} handoff {h.source}->{h.target} is {h.phase}: {sender} {why}. "
         f"Next: {action}", processor=sender)
-
-
-def _check_offsets(offsets: object, fail: Callable[[str], Exception]) -> None:
-    """Final offsets are {"topic:N": offset >= 0}; anything else is rejected by name."""
-    if not isinstance(offsets, dict):
-        raise fail(f"expected a mapping of 'topic:N' to offsets, got {offsets!r}")
-    for partition, offset in offsets.items():
-        try:
-            parse_partition(partition)
-        except PartitionNameError:
-            raise fail(f"partition {partition!r} is not written 'topic:N'") from None
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise fail(f"offset {offset!r} of {partition} is not an offset >= 0")
-
-
-def _bad_record(record: Mapping[str, Any], key: str, want: str) -> LocalHandoffError:
-    return LocalHandoffError(
-        f"persisted handoff of task {record.get('task')!r}: field {key!r} is "
-        f"{record.get(key)!r}, expected {want}. Likely cause: a coordinator stream "
-        "written by another Baton version, or a foreign writer on the topic")
-
-
-_MISSING: Final = object()
-
-
-def _field(record: Mapping[str, Any], key: str, kind: type[Any] | tuple[type[Any], ...],
-           default: object = _MISSING) -> Any:
-    """One typed field of a persisted record (a bool never passes for a number)."""
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if key not in record:
-        if default is _MISSING:
-            raise _bad_record(record, key, "a value (the field is missing)")
-        return default
-    value = record[key]
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        raise _bad_record(record, key, " or ".join(k.__name__ for k in kinds))
-    return value

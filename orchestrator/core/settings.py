@@ -1,0 +1,37 @@
+"""The coordinator core's settings, in seconds, read from the config's [job],
+[coordinator] and [catch_up] sections."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orchestrator.core import handoff as hs
+from orchestrator.core.assignment import AssignmentConfig
+from orchestrator.wire.config import Config
+
+__all__ = ["CoreConfig"]
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    """The settings the core uses, in seconds (from [job], [coordinator], [catch_up])."""
+
+    job: str
+    scheme: str = "partition"
+    catch_up_source: str = "input"
+    processor_timeout_s: float = 10.0
+    assignment: AssignmentConfig = AssignmentConfig()
+    handoff: hs.HandoffConfig = hs.HandoffConfig()
+
+    @classmethod
+    def from_config(cls, config: Config) -> CoreConfig:
+        """Build from an `orchestrator.wire.config.Config`."""
+        c, k = config.coordinator, config.catch_up
+        return cls(
+            job=config.job.name, scheme=config.job.grouping,
+            catch_up_source=config.catch_up.source,
+            processor_timeout_s=c.processor_timeout_ms / 1000,
+            assignment=AssignmentConfig(k.acceptable_lag, k.max_warmups, k.num_standbys,
+                                        k.balance_factor),
+            handoff=hs.HandoffConfig(k.acceptable_lag, c.release_timeout_ms / 1000,
+                                     c.activate_timeout_ms / 1000))
