@@ -212,41 +212,49 @@ def test_drain_under_traffic(job, broker) -> None:
 
 
 class TestSplitFaults:
-    """Faults while split children move (issue 11): 4 -> 8 partitions, `baton split`,
-    p3 joins and the children catch up on it (held there by freezing p3)."""
+    """Faults while split children move (issue 11): 4 -> 8 partitions under traffic, p3
+    joins, p3 is frozen, `baton split`: the children's moves to p3 wait for it (planned
+    or catching_up), and the fault strikes then."""
+
+    MOVING = ("planned", "catching_up")
+    # a frozen p3 must not be declared lost before it thaws; a killed one is, in 15 s
+    TIMEOUTS = {"coordinator": {"release_timeout_ms": 4000, "processor_timeout_ms": 15000}}
 
     @staticmethod
-    def _split_and_join(j: Job, broker: Broker) -> Feeder:
+    def _children_to_p3(j: Job) -> list[dict[str, Any]]:
+        return [h for h in j.status()["handoffs"] if h["task"] in CHILDREN
+                and h["to"] == "p3" and h["phase"] in TestSplitFaults.MOVING]
+
+    def _split_toward_frozen_p3(self, j: Job, broker: Broker) -> Feeder:
         from tests.orchestrator.test_split_e2e import FAST_METADATA, expand_under_pause, split
 
         j.start_coordinator()
         j.start_processor("p1")
         j.start_processor("p2")
         wait_for(lambda: j.balanced(), 90, "p1 and p2 balanced")
-        feeder = Feeder(broker, j.config.job.inputs[0], keys=64, rate=2000.0,
+        feeder = Feeder(broker, j.config.job.inputs[0], keys=64, rate=1000.0,
                         **FAST_METADATA).start()
-        wait_for(lambda: feeder.sent > 10000, 60, "a backlog on the parents")
+        wait_for(lambda: feeder.sent > 5000, 60, "a backlog on the parents")
         expand_under_pause(j, feeder, 2 * PARTITIONS)
-        assert len(split(j)["splits"]) == PARTITIONS
         j.start_processor("p3")
-        wait_for(lambda: any(h["task"] in CHILDREN for h in j.handoffs("catching_up")), 60,
-                 "a split child catching up on p3")
+        wait_for(lambda: j.balanced() and bool(j.holding().get("p3")), 90, "p3 holds tasks")
         j.signal(["p3"], signal.SIGSTOP)
+        assert len(split(j)["splits"]) == PARTITIONS
+        wait_for(lambda: bool(self._children_to_p3(j)), 10, "split children moving to p3")
         return feeder
 
     def test_parent_owner_killed_while_child_catches_up(self, job, broker) -> None:
-        j = job(catch_up={"acceptable_lag": 10}, **FAST)
-        feeder = self._split_and_join(j, broker)
-        child = next(h for h in j.handoffs("catching_up") if h["task"] in CHILDREN)
-        source = str(child["from"])
+        j = job(catch_up={"acceptable_lag": 10}, **self.TIMEOUTS)
+        feeder = self._split_toward_frozen_p3(j, broker)
+        source = str(self._children_to_p3(j)[0]["from"])
         j.processors[source].kill()
         j.signal(["p3"], signal.SIGCONT)
         _verify("split: parent owner SIGKILL, child catching up", j, feeder, broker,
                 tuple(p for p in ("p1", "p2", "p3") if p != source))
 
     def test_child_target_killed_while_catching_up(self, job, broker) -> None:
-        j = job(catch_up={"acceptable_lag": 10}, **FAST)
-        feeder = self._split_and_join(j, broker)
+        j = job(catch_up={"acceptable_lag": 10}, **self.TIMEOUTS)
+        feeder = self._split_toward_frozen_p3(j, broker)
         j.processors["p3"].kill()
         wait_for(lambda: all(h["to"] != "p3" for h in j.status()["handoffs"]), 60,
                  "the child handoffs to p3 cancelled")
@@ -254,7 +262,7 @@ class TestSplitFaults:
 
     def test_coordinator_killed_before_children_activate(self, job, broker) -> None:
         j = job(catch_up={"acceptable_lag": 10}, **PATIENT)
-        feeder = self._split_and_join(j, broker)
+        feeder = self._split_toward_frozen_p3(j, broker)
         try:
             assert j.coordinator is not None
             j.coordinator.kill()
