@@ -32,9 +32,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestrator.devkit.embedded import EMBEDDED_CLIENT_SETTINGS, EmbeddedBroker
-from processor.bulk import bulk_catch_up, ingest_bulk, load_job, read_range
+from processor.job import load_job
 from processor.replica import Replica
 from processor.spark import spark_session, startup_seconds, stop_spark
+from processor.spark.bulk import bulk_catch_up
+from processor.spark.ingest import ingest_bulk
+from processor.spark.reader import read_range
 from store import TaskStore
 
 __all__ = ["main"]
@@ -204,7 +207,7 @@ def _spark_path(master: str, plan: Any, settings: dict[str, Any],
 
 
 def _import_bulk(_: object) -> None:
-    import processor.bulk  # noqa: F401
+    import processor.spark.bulk  # noqa: F401
 
 
 def _cores(name: str) -> int:

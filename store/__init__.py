@@ -4,7 +4,15 @@ applied offsets committed atomically with the data, and SST bulk ingest."""
 from __future__ import annotations
 
 from store.base import Offsets, Store
-from store.codec import Key, decode_key, decode_value, encode_key, encode_value
+from store.codec import (
+    Key,
+    decode_changelog,
+    decode_key,
+    decode_value,
+    encode_changelog,
+    encode_key,
+    encode_value,
+)
 from store.errors import StoreCorruptError, StoreError, StoreLockedError
 from store.paths import task_store_path
 from store.rocksdb import TaskStore
@@ -18,8 +26,10 @@ __all__ = [
     "StoreError",
     "StoreLockedError",
     "TaskStore",
+    "decode_changelog",
     "decode_key",
     "decode_value",
+    "encode_changelog",
     "encode_key",
     "encode_value",
     "task_store_path",

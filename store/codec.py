@@ -35,6 +35,8 @@ __all__ = [
     "offset_key",
     "encode_offsets",
     "decode_offset_item",
+    "encode_changelog",
+    "decode_changelog",
 ]
 
 Key = bytes | str
@@ -136,3 +138,24 @@ def encode_offsets(offsets: Mapping[str, int]) -> list[tuple[bytes, bytes]]:
 def decode_offset_item(raw_key: bytes, raw_value: bytes) -> tuple[str, int]:
     """Invert one pair of `encode_offsets`."""
     return raw_key[len(OFFSET_PREFIX):].decode(), int(raw_value)
+
+
+def encode_changelog(key: Key, value: Any) -> tuple[bytes, bytes | None]:
+    """The changelog record of a state write: (encoded state key, JSON value or None).
+
+    The key is the store's encoding (type tag + key bytes), so bytes and str state keys
+    survive the round trip; value None means the key was deleted.
+    """
+    return encode_key(key), None if value is None else encode_value(value)
+
+
+def decode_changelog(raw_key: bytes | None, raw_value: bytes | None
+                     ) -> tuple[Key, bytes | None]:
+    """(state key, encoded value or None for a delete) of a changelog record.
+
+    Raises:
+        ValueError: the record has no key (changelog keys are state keys).
+    """
+    if raw_key is None:
+        raise ValueError("a changelog record has no key; changelog keys are state keys")
+    return decode_key(raw_key), raw_value

@@ -16,7 +16,7 @@ import click
 from orchestrator.wire.config import Config, ConfigError, load_config
 
 if TYPE_CHECKING:
-    from processor.audit import AuditReport
+    from processor.spark.audit import AuditReport
 
 __all__ = ["audit_command"]
 
@@ -29,9 +29,9 @@ def audit_command(config_path: str, as_json: bool) -> None:
     """Recompute a deterministic job's output from its input (on Spark) and compare it,
     key by key, with the output topic (read_committed). Run it when the job has caught
     up: outputs of input records still in flight count as missing."""
-    from processor.audit import AuditError, audit
     from processor.job import load_job
     from processor.spark import SparkError, spark_session
+    from processor.spark.audit import AuditError, audit
 
     try:
         config = load_config(config_path)

@@ -20,7 +20,7 @@ from orchestrator.wire.config import Config
 from processor.replica import Replica
 
 if TYPE_CHECKING:       # the Spark path (and pyspark) loads only when a warmup needs it
-    from processor.bulk import BulkResult
+    from processor.spark.bulk import BulkResult
 
 __all__ = ["BulkPath"]
 
@@ -57,8 +57,8 @@ class BulkPath:
 
     def _run(self, task: str, ranges: dict[str, tuple[int, int]]) -> BulkResult:
         """On a worker thread: Spark only, no store or consumer of the main loop."""
-        from processor.bulk import bulk_catch_up
         from processor.spark import spark_session, startup_seconds
+        from processor.spark.bulk import bulk_catch_up
 
         spark = spark_session(self._config.spark.master)
         if not self._spark_started:
@@ -77,7 +77,7 @@ class BulkPath:
                 activating meanwhile does not need its result.
             resume: hands a replica to the replay consumer for the tail.
         """
-        from processor.bulk import ingest_bulk
+        from processor.spark.ingest import ingest_bulk
 
         for task, future in list(self._running.items()):
             if not future.done():

@@ -2,7 +2,7 @@
 Spark standalone cluster (a master and two workers on 127.0.0.1) for the cluster test.
 
 A JVM holds one SparkContext, and the shared session owns this process's. The cluster
-test therefore runs its driver in a subprocess (tests/processor/test_bulk.py's
+test therefore runs its driver in a subprocess (tests/processor/spark/test_bulk.py's
 CLUSTER_DRIVER script) instead of stopping and restarting the shared session: test
 order stays free, and the shared session's start-up is paid once.
 

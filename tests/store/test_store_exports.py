@@ -12,7 +12,8 @@ from store import Store, TaskStore
 def test_public_names_are_pinned() -> None:
     assert sorted(store.__all__) == sorted([
         "Key", "Offsets", "Store", "StoreCorruptError", "StoreError", "StoreLockedError",
-        "TaskStore", "decode_key", "decode_value", "encode_key", "encode_value",
+        "TaskStore", "decode_changelog", "decode_key", "decode_value", "encode_changelog",
+        "encode_key", "encode_value",
         "task_store_path", "write_sst",
     ])
     for name in store.__all__:

@@ -21,16 +21,14 @@ import pytest
 import rocksdict
 from confluent_kafka import Consumer, TopicPartition
 
-from processor.bulk import (
-    BulkCatchUpError,
-    bulk_catch_up,
-    decode_changelog,
-    encode_changelog,
-    ingest_bulk,
-)
 from processor.job import Record
 from processor.spark import SparkUnavailableError, load_job, spark_session
-from store import TaskStore, decode_value
+from processor.spark.bulk import (
+    BulkCatchUpError,
+    bulk_catch_up,
+)
+from processor.spark.ingest import ingest_bulk
+from store import TaskStore, decode_changelog, decode_value, encode_changelog
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -279,7 +277,7 @@ def test_missing_java_says_to_install_java_17(monkeypatch, tmp_path) -> None:
 CLUSTER_DRIVER = r"""
 import json, os, sys, time
 from pathlib import Path
-from processor.bulk import bulk_catch_up
+from processor.spark.bulk import bulk_catch_up
 from processor.spark import spark_session, startup_seconds
 
 began = time.monotonic()

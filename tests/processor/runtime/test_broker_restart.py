@@ -20,7 +20,7 @@ import pytest
 from orchestrator.wire.config import parse_config
 from processor.runtime import TaskRuntime
 from tests.conftest import Broker, oracle_check, wait_for
-from tests.processor.test_runtime import _consumed, _model, _reply, _runtime
+from tests.processor.runtime.test_runtime import _consumed, _model, _reply, _runtime
 
 pytestmark = pytest.mark.integration
 

@@ -28,7 +28,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orchestrator.wire.config import Config
-from processor.bulk import group_chunks
 from processor.job import Job, Record
 from processor.spark import (
     Chunk,
@@ -40,6 +39,7 @@ from processor.spark import (
     read_range,
     spark_failure,
 )
+from processor.spark.bulk import group_chunks
 
 __all__ = ["AuditError", "AuditReport", "KeyDiff", "audit", "compare_sequences"]
 

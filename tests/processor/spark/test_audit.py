@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from orchestrator.cli.audit import audit_command
 from orchestrator.wire.config import dump_config
-from processor.audit import compare_sequences
 from processor.examples import RunningSum
 from processor.job import Record
+from processor.spark.audit import compare_sequences
 
 Output = tuple[bytes, str]
 

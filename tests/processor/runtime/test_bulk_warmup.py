@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from metrics import ProcessorMetrics
 from orchestrator.wire.config import parse_config
 from tests.conftest import Feeder, oracle_check, wait_for
-from tests.processor.test_runtime import _consumed, _model, _reply, _runtime
+from tests.processor.runtime.test_runtime import _consumed, _model, _reply, _runtime
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -47,91 +47,60 @@ import hashlib
 import logging
 import math
 import re
-import shutil
 import tempfile
 import time
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
 from typing import Any, Literal
 
-from processor.job import Job
-from processor.replica import new_record
-from processor.spark import (
+from processor.job import Job, load_job
+from processor.replica import KeyFilter, new_record
+from processor.spark.fold import FoldState, Timings, replay
+from processor.spark.ingest import BulkCatchUpError, BulkResult, Source, ingest_bulk
+from processor.spark.reader import (
     Chunk,
-    FoldState,
     Ranges,
-    SparkError,
-    SparkUnavailableError,
-    Timings,
     key_partition,
-    load_job,
     parse_ranges,
     plan_chunks,
     read_batches,
     read_range,
-    replay,
-    spark_failure,
-    spark_session,
 )
-from store import decode_key, decode_value, encode_key, encode_value, write_sst
+from processor.spark.session import SparkUnavailableError, spark_failure, spark_session
+from store import decode_changelog, decode_value, encode_key, write_sst
 
 __all__ = [
-    "BulkCatchUpError",
-    "BulkResult",
-    "KeyFilter",
-    "Plan",
-    "Source",
-    "bulk_catch_up",
-    "decode_changelog",
-    "encode_changelog",
-    "group_chunks",
-    "ingest_bulk",
+    "BulkCatchUpError", "BulkResult", "KeyFilter", "LOCAL_MAX_RANGE_RECORDS", "Plan",
+    "RECORDS_PER_SST", "Source", "SstPart", "bulk_catch_up", "group_chunks", "log",
     "run_bulk_catch_up",
 ]
 
+
 log = logging.getLogger(__name__)
 
-Source = Literal["input", "changelog"]
+
+
+
 Plan = Literal["auto", "local", "shuffle"]
-KeyFilter = Callable[[bytes | None], bool]
+
+
+
 
 # Largest range the local plan replays in one task: its whole state sits in one Python
 # worker (~200 bytes a key); beyond this the shuffle plan spreads it over several files.
 LOCAL_MAX_RANGE_RECORDS = 10_000_000
+
+
 # Records per SST file of the shuffle plan (one reduce task each): bounds a reduce
 # task's memory and keeps every file well under Spark's 2 GB block limit.
 RECORDS_PER_SST = 2_000_000
 
 
-class BulkCatchUpError(SparkError):
-    """The bulk path failed (after Spark's task retries); fall back to the consumer."""
 
 
-@dataclass
-class BulkResult:
-    """SST files on the driver plus T2, ready for `ingest_bulk` (which removes them)."""
-
-    task: str
-    source: Source
-    plan: str
-    directory: Path
-    sst_paths: list[Path]
-    offsets: dict[str, int]
-    records: int = 0
-    skipped: int = 0  # records whose process() raised: skipped, as the consumer path does
-    keys: int = 0
-    # executor CPU seconds summed over tasks: "read" and "fold" (shuffle plan) or "replay"
-    # (local plan: both at once), "write" (SSTs); driver wall seconds: "spark" (the Spark
-    # jobs), "fetch" (files to the driver), "ingest", "total" (bulk_catch_up)
-    timings: dict[str, float] = field(default_factory=dict)
-
-    def cleanup(self) -> None:
-        """Remove the files (ingest copies them into the store)."""
-        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def _apply(job: Job | None, chunk: Chunk, key: bytes | None, value: bytes | None,
@@ -148,8 +117,6 @@ def _apply(job: Job | None, chunk: Chunk, key: bytes | None, value: bytes | None
     return replay(job, state, new_record(key, value, chunk.topic, chunk.partition, offset,
                                          timestamp))
 
-
-# -- executor side -----------------------------------------------------------------------
 
 # (file index, SST bytes, keys, state-key hashes, names of keys folded twice)
 SstPart = tuple[int, bytes, int, bytes, list[str]]
@@ -281,26 +248,6 @@ def _fold_and_write(job_class_path: str, source: Source, chunks: Mapping[int, Ch
 _CROSS_KEY = ("a state key is written from several ranges or record keys ({}): the job "
               "keeps state across keys, which a parallel fold cannot reproduce; catch this "
               "task up through the consumer")
-
-
-def encode_changelog(key: bytes | str, value: Any) -> tuple[bytes, bytes | None]:
-    """The changelog record of a state write: (encoded state key, JSON value or None).
-
-    The key is the store's encoding (type tag + key bytes), so bytes and str state keys
-    survive the round trip; value None means the key was deleted.
-    """
-    return encode_key(key), None if value is None else encode_value(value)
-
-
-def decode_changelog(raw_key: bytes | None, raw_value: bytes | None
-                     ) -> tuple[bytes | str, bytes | None]:
-    """(state key, encoded value or None for a delete) of a changelog record."""
-    if raw_key is None:
-        raise BulkCatchUpError("a changelog record has no key; changelog keys are state keys")
-    return decode_key(raw_key), raw_value
-
-
-# -- the driver --------------------------------------------------------------------------
 
 
 class _SharedKeys(Exception):
@@ -493,37 +440,6 @@ def run_bulk_catch_up(config: Any, store: Any, ranges: Ranges, task: str, *,
                            config.catch_up.source, task, key_filter=key_filter)
     ingest_bulk(store, result)
     return result
-
-
-def ingest_bulk(store: Any, result: BulkResult) -> None:
-    """Ingest every file of `result` into `store` in one atomic step, then remove them.
-
-    Args:
-        store: an open, empty `store.TaskStore` for the task.
-        result: from `bulk_catch_up`.
-
-    Raises:
-        BulkCatchUpError: the store already holds state or offsets (bulk catch-up builds
-            a task's state from scratch), or RocksDB refused the files (nothing landed).
-    """
-    began = time.monotonic()
-    try:
-        applied = store.applied_offsets()
-        if applied or next(iter(store), None) is not None:
-            raise BulkCatchUpError(
-                f"task store {store.path} already holds state (applied offsets {applied}); "
-                f"bulk catch-up of task {result.task} builds state from scratch: catch up "
-                "through the consumer, or destroy the store first")
-        store.ingest(result.sst_paths, move=True)
-    except BulkCatchUpError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - StoreError and RocksDB's bare errors
-        raise BulkCatchUpError(
-            f"ingest of {len(result.sst_paths)} SST files into {store.path} failed, nothing "
-            f"was applied: {exc}") from exc
-    finally:
-        result.cleanup()
-    result.timings["ingest"] = time.monotonic() - began
 
 
 def _describe(ranges: Ranges) -> str:
