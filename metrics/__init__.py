@@ -37,6 +37,7 @@ from metrics._processor import (
 )
 from metrics._server import CONTENT_TYPE, MetricsServer, render, serve_metrics
 from metrics._vocab import (
+    HANDOFF_PHASES,
     CatchUpPath,
     HandoffOutcome,
     HandoffPhase,
@@ -50,6 +51,7 @@ from metrics._vocab import (
 __all__ = [
     "CONTENT_TYPE",
     "COORDINATOR_METRIC_NAMES",
+    "HANDOFF_PHASES",
     "METRIC_NAMES",
     "PROCESSOR_METRIC_NAMES",
     "CatchUpPath",

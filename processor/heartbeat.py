@@ -14,9 +14,10 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
+from tenacity import stop_after_attempt
 
 from metrics import HeartbeatOutcome
+from orchestrator.wire.client import CoordinatorClient, CoordinatorError
 from orchestrator.wire.clock import Clock, Deadline, SystemClock
 from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest, TaskReport
 from orchestrator.wire.token import TokenError, read_token
@@ -26,6 +27,7 @@ __all__ = ["HeartbeatMonitor"]
 log = logging.getLogger("baton.processor.heartbeat")
 
 _REQUEST_TIMEOUT_S = 5.0
+_REGISTER = "/processors/register"
 # after telling the main loop to stop, give it this long before the process is ended
 _HARD_EXIT_AFTER_S = 10.0
 EXIT_DEAD = 3
@@ -62,7 +64,11 @@ class HeartbeatMonitor(threading.Thread):
         self.fast = False           # set by the owner while a handoff is imminent
         self._reply: HeartbeatReply | None = None
         self._lock = threading.Lock()
-        self._client = httpx.Client(timeout=_REQUEST_TIMEOUT_S)
+        # the one coordinator client of both daemons; no retries of its own (the next
+        # heartbeat is the retry), the token file re-read per request (rotation)
+        self._client = CoordinatorClient(url, lambda: read_token(token_file),
+                                         retry={"stop": stop_after_attempt(1)},
+                                         timeout=_REQUEST_TIMEOUT_S)
 
     def take_reply(self) -> HeartbeatReply | None:
         """The newest reply not yet taken (older ones are superseded: level-triggered)."""
@@ -76,32 +82,23 @@ class HeartbeatMonitor(threading.Thread):
                                 leaving=leaving)
 
     def _post(self, path: str, request: HeartbeatRequest) -> HeartbeatReply:
-        token = read_token(self.token_file)
-        response = self._client.post(f"{self.url}{path}", content=request.model_dump_json(),
-                                     headers={"Authorization": f"Bearer {token}",
-                                              "Content-Type": "application/json"})
-        if response.status_code >= 400:
-            raise httpx.HTTPStatusError(f"{path}: HTTP {response.status_code}: "
-                                        f"{response.text[:300]}", request=response.request,
-                                        response=response)
-        return HeartbeatReply.model_validate_json(response.content)
+        if path == _REGISTER:
+            return self._client.register(request)
+        return self._client.heartbeat(request)
 
     def _alive(self) -> bool:
         """The pinned liveness check: GET /containerHeartbeat?executionContainerId=ID."""
-        response = self._client.get(f"{self.url}/containerHeartbeat",
-                                    params={"executionContainerId": self.execution_id})
-        response.raise_for_status()
-        return bool(response.json().get("alive"))
+        return self._client.container_heartbeat(self.execution_id)
 
     def run(self) -> None:
         grace = Deadline.after(self.clock, self.grace_s)    # re-armed by every good reply
-        path = "/processors/register"
+        path = _REGISTER
         while not self.stopping.is_set():
             started = self.clock.monotonic()
             try:
                 reply = self._post(path, self._request())
                 alive = reply.alive and self._alive()
-            except (httpx.HTTPError, OSError, ValueError, TokenError) as exc:
+            except (CoordinatorError, OSError, ValueError, TokenError) as exc:
                 self.on_heartbeat("unreachable")
                 if grace.expired():
                     self._die(f"coordinator {self.url} unreachable for more than "
@@ -144,5 +141,5 @@ class HeartbeatMonitor(threading.Thread):
         self._poked.set()
         try:
             self._post("/processors/heartbeat", self._request(leaving=True))
-        except (httpx.HTTPError, OSError, ValueError, TokenError) as exc:
+        except (CoordinatorError, OSError, ValueError, TokenError) as exc:
             log.warning("final heartbeat failed: %s", exc)

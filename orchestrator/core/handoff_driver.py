@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from metrics import CoordinatorMetrics, HandoffSample
+from metrics import HANDOFF_PHASES, CoordinatorMetrics, HandoffSample
 from orchestrator.core import handoff as hs
 from orchestrator.core.catchup import is_caught_up
 from orchestrator.core.roles import RoleBook
@@ -35,7 +35,6 @@ log = logging.getLogger("baton.coordinator")
 _PAUSE_WAIT_S = 60.0
 # Finished handoffs kept in memory for `status` (newest last).
 _HISTORY = 50
-_IN_FLIGHT = ("planned", "catching_up", "releasing", "activating")
 _BEFORE_ACTIVATION = (hs.Phase.PLANNED, hs.Phase.CATCHING_UP, hs.Phase.RELEASING)
 
 
@@ -145,8 +144,8 @@ class Moves:
         if new.phase != handoff.phase:
             log.info("task %r handoff %s -> %s: %s -> %s%s", new.task, new.source, new.target,
                      handoff.phase, new.phase, f" ({new.reason})" if new.reason else "")
-            if self.metrics is not None and handoff.phase.value in _IN_FLIGHT:
-                self.metrics.record_phase(handoff.phase.value,  # type: ignore[arg-type]
+            if self.metrics is not None and handoff.phase.value in HANDOFF_PHASES:
+                self.metrics.record_phase(handoff.phase.value,
                                           max(0.0, now - handoff.since))
         self.handoffs[new.task] = new
         if new.phase in hs.TERMINAL_PHASES:

@@ -8,7 +8,7 @@ the server's reason. When the retries run out the error names the URL.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
@@ -82,13 +82,15 @@ class CoordinatorClient:
         transport: an httpx transport (tests pass a `MockTransport` or an ASGI one).
     """
 
-    def __init__(self, url: str, token: str, retry: dict[str, Any] | None = None,
-                 timeout: float = _TIMEOUT_S,
+    def __init__(self, url: str, token: str | Callable[[], str],
+                 retry: dict[str, Any] | None = None, timeout: float = _TIMEOUT_S,
                  transport: httpx.BaseTransport | None = None) -> None:
         self.url = url.rstrip("/")
         self._retry = CLI_RETRY if retry is None else retry
+        self._token = token
+        headers = {} if callable(token) else {"Authorization": f"Bearer {token}"}
         self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport,
-                                  headers={"Authorization": f"Bearer {token}"})
+                                  headers=headers)
 
     def close(self) -> None:
         self._http.close()
@@ -111,7 +113,8 @@ class CoordinatorClient:
             for attempt in Retrying(retry=retry_if_exception(_retriable), reraise=True,
                                     **self._retry):
                 with attempt:
-                    response = self._http.request(method, path, json=body, params=params)
+                    response = self._http.request(method, path, json=body, params=params,
+                                                  headers=self._auth())
                     if response.status_code >= 500:
                         raise _Retry(response)
         except _Retry as exc:
@@ -130,6 +133,12 @@ class CoordinatorClient:
                                    f"(HTTP {response.status_code}): {_reason(response)}",
                                    response.status_code)
         return response.json()
+
+    def _auth(self) -> dict[str, str] | None:
+        """A token given as a reader is read per request (a rotated file takes effect)."""
+        if callable(self._token):
+            return {"Authorization": f"Bearer {self._token()}"}
+        return None
 
     # --- the endpoints ---------------------------------------------------------------
 

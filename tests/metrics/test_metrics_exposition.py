@@ -27,6 +27,7 @@ PINNED = {  # DESIGN/issue 6: these names are relied on outside the project
 def test_public_surface_is_pinned():
     assert set(metrics.__all__) == {
         "CONTENT_TYPE", "COORDINATOR_METRIC_NAMES", "METRIC_NAMES", "PROCESSOR_METRIC_NAMES",
+        "HANDOFF_PHASES",
         "CatchUpPath", "CoordinatorMetrics", "HandoffOutcome", "HandoffPhase", "HandoffSample",
         "HandoffView", "HeartbeatOutcome", "LagSample", "LagView", "MetricsServer",
         "NullProcessorMetrics", "ProcessErrorOutcome", "ProcessorMetrics", "ProcessorState",

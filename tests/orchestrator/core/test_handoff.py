@@ -1022,3 +1022,11 @@ def test_pair_random_interleavings_keep_exactly_once(
         owner = OTHER
     pair.procs[owner].process(len(VALUES))
     pair.assert_exactly_once()
+
+
+def test_metrics_phase_vocabulary_is_the_machine_s() -> None:
+    """One source of truth: the in-flight phases the metrics label are the machine's."""
+    from metrics import HANDOFF_PHASES
+    from orchestrator.core.handoff import TERMINAL_PHASES, Phase
+
+    assert tuple(p.value for p in Phase if p not in TERMINAL_PHASES) == HANDOFF_PHASES
