@@ -128,11 +128,16 @@ def _place_task(core: PlacementView, task: str, home: str | None, warm: str | No
         log.info("task %r has no live owner: active on %s", task, target)
         core.roles.list_active(task, target)
         return
+    _move(core, task, owner, target)
+
+
+def _move(core: PlacementView, task: str, source: str, target: str) -> None:
+    """Plan a handoff, unless its target must warm up and `max_warmups` are running."""
     lag = core.lag(task, target)
     caught_up = is_caught_up(lag, core.config.handoff.acceptable_lag)
     if not caught_up and core.moves.catching_up() >= core.config.assignment.max_warmups:
         return
-    core.moves.plan(task, owner, target, lag)
+    core.moves.plan(task, source, target, lag)
 
 
 def _family_moving(core: PlacementView, task: str) -> bool:
@@ -149,8 +154,4 @@ def _place_child(core: PlacementView, task: str, home: str | None, warm: str | N
     target = warm or home
     if holder is None or target is None or target == holder:
         return
-    lag = core.lag(task, target)
-    caught_up = is_caught_up(lag, core.config.handoff.acceptable_lag)
-    if not caught_up and core.moves.catching_up() >= core.config.assignment.max_warmups:
-        return
-    core.moves.plan(task, holder, target, lag)
+    _move(core, task, holder, target)

@@ -140,25 +140,24 @@ class Consumers:
         for replica in following:
             ends = ancestor_ends(replica.name)
             replica.caps = {p: min(caps[p], ends.get(p, caps[p])) for p in replica.partitions}
-            resume = [p for p in replica.partitions
-                      if p in self._paused and replica.positions[p] < replica.cap(p)]
-            if resume:
-                self._paused.difference_update(resume)
-                self.replay.resume([_tp(p) for p in resume])
-                for p in resume:
-                    self.replay.seek(_tp(p, replica.positions[p]))
+            self._resume(replica, replica.partitions)
 
     def _resume_gated(self, replicas: Iterable[Replica]) -> None:
         """A split child's own partition, paused while its ancestors were read, goes on
         (activating replays too: their caps are fixed, their gates are not)."""
         for replica in replicas:
-            resume = [p for p in replica.gates
-                      if p in self._paused and replica.positions[p] < replica.cap(p)]
-            if resume:
-                self._paused.difference_update(resume)
-                self.replay.resume([_tp(p) for p in resume])
-                for p in resume:
-                    self.replay.seek(_tp(p, replica.positions[p]))
+            self._resume(replica, replica.gates)
+
+    def _resume(self, replica: Replica, partitions: Iterable[str]) -> None:
+        """Fetch again, from the replica's position, the paused partitions it may read."""
+        resume = [p for p in partitions
+                  if p in self._paused and replica.positions[p] < replica.cap(p)]
+        if not resume:
+            return
+        self._paused.difference_update(resume)
+        self.replay.resume([_tp(p) for p in resume])
+        for p in resume:
+            self.replay.seek(_tp(p, replica.positions[p]))
 
     def pause_at_caps(self, capped: Iterable[str]) -> None:
         """Stop fetching partitions whose replica reached its cap (until it moves on)."""
