@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from metrics import ProcessorMetrics
 from orchestrator.wire.config import Config
-from processor.replica import Replica
+from processor.replica import KeyFilter, Replica
 
 if TYPE_CHECKING:       # the Spark path (and pyspark) loads only when a warmup needs it
     from processor.spark.bulk import BulkResult
@@ -51,11 +51,14 @@ class BulkPath:
         """True while a bulk catch-up is running or waits to be ingested."""
         return bool(self._running)
 
-    def start(self, task: str, ranges: dict[str, tuple[int, int]]) -> None:
-        """Catch `task` up over `ranges` (partition -> [from, to)) on Spark."""
-        self._running[task] = self._pool.submit(self._run, task, ranges)
+    def start(self, task: str, ranges: dict[str, tuple[int, int]],
+              key_filter: KeyFilter | None = None) -> None:
+        """Catch `task` up over `ranges` (partition -> [from, to)) on Spark, keeping only
+        the records whose key passes `key_filter` (a split child's ancestors)."""
+        self._running[task] = self._pool.submit(self._run, task, ranges, key_filter)
 
-    def _run(self, task: str, ranges: dict[str, tuple[int, int]]) -> BulkResult:
+    def _run(self, task: str, ranges: dict[str, tuple[int, int]],
+             key_filter: KeyFilter | None) -> BulkResult:
         """On a worker thread: Spark only, no store or consumer of the main loop."""
         from processor.spark import spark_session, startup_seconds
         from processor.spark.bulk import bulk_catch_up
@@ -65,7 +68,7 @@ class BulkPath:
             self._spark_started = True
             self._metrics.record_spark_session_start(startup_seconds() or 0.0)
         return bulk_catch_up(spark, self._config.job.class_, self._config.kafka_settings(),
-                             ranges, "input", task)
+                             ranges, "input", task, key_filter=key_filter)
 
     def progress(self, replicas: Mapping[str, Replica],
                  resume: Callable[[Replica], None]) -> None:

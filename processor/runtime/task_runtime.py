@@ -24,10 +24,11 @@ from confluent_kafka import Consumer, KafkaException
 from metrics import NullProcessorMetrics, ProcessorMetrics
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.config import Config
+from orchestrator.wire.partitions import split_partition
 from orchestrator.wire.protocol import HeartbeatReply, TaskReport
 from processor.active import ActiveTask, ProducerFatal, TaskFailed, TaskFenced, TransactionAborted
 from processor.job import Job, load_job
-from processor.replica import Replica, ReplicaRole
+from processor.replica import KeyFilter, Replica, ReplicaRole
 from processor.runtime.activation import Activations, StoreAheadError
 from processor.runtime.bulk_path import BulkPath
 from processor.runtime.children import SplitChildren
@@ -249,14 +250,31 @@ class TaskRuntime:
         replica = self._replica(task, store, role, self.consumers.committed(partitions))
         self.replicas[task] = replica
         self.activations.prepare_producer(task)
-        if not applied and self.config.catch_up.source == "input" and not replica.filters \
-                and replica.lag() > self.config.catch_up.bulk_threshold:
-            ranges = {p: (replica.positions[p], replica.caps[p]) for p in partitions}
-            log.info("task %r: %d records to catch up: bulk path on Spark (%s)", task,
-                     replica.lag(), self.config.spark.master)
-            self.bulk.start(task, ranges)
+        bulk = self._bulk_plan(replica) if not applied else None
+        if bulk is not None:
+            ranges, key_filter = bulk
+            log.info("task %r: %d records to catch up: bulk path on Spark (%s)%s", task,
+                     sum(hi - lo for lo, hi in ranges.values()), self.config.spark.master,
+                     " with a key filter" if key_filter else "")
+            self.bulk.start(task, ranges, key_filter)
             return          # the consumer takes the tail once the bulk result is ingested
         self.consumers.assign_replay(replica)
+
+    def _bulk_plan(self, replica: Replica
+                   ) -> tuple[dict[str, tuple[int, int]], KeyFilter | None] | None:
+        """The ranges (and key filter) Spark should replay for a fresh replica, if its
+        backlog is worth it. A split child's bulk part is its ancestors (one topic, one
+        filter); its own partitions follow through the consumer once they are read."""
+        if self.config.catch_up.source != "input":
+            return None
+        ancestors = [p for p in replica.partitions if p in replica.filters]
+        if len({split_partition(a)[0] for a in ancestors}) > 1:
+            return None     # filters of several topics: the consumer path sorts them
+        chosen = ancestors or replica.partitions
+        ranges = {p: (replica.positions[p], replica.caps[p]) for p in chosen}
+        if sum(hi - lo for lo, hi in ranges.values()) <= self.config.catch_up.bulk_threshold:
+            return None
+        return ranges, replica.filters[ancestors[0]] if ancestors else None
 
     def drop(self, task: str) -> None:
         """Forget a replica (its store stays on disk for a later return)."""
