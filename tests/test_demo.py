@@ -25,3 +25,4 @@ def test_demo_passes_its_oracle() -> None:
     assert summary["lost"] == 0 and summary["duplicated"] == 0
     assert summary["records_in"] == summary["records_out"] > 0
     assert summary["handoffs"] > 0
+    assert summary["split_children"] == 4        # 4 -> 8 tasks, run on 5 processors

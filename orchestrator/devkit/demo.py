@@ -63,6 +63,8 @@ class DemoResult:
     pause_ms_p50: float = 0.0
     pause_ms_p99: float = 0.0
     catchup_records_per_s: float = 0.0
+    split_children: int = 0
+    split_to_balanced_s: float = 0.0   # `baton split` to every child live and balanced
     seconds: float = 0.0
     ok: bool = False
     metrics: dict[str, str] = field(default_factory=dict)
@@ -349,7 +351,9 @@ def _scale(demo: Demo, cluster: _Cluster, client: CoordinatorClient, feeder: _Fe
     feeder.hold.clear()
     demo.wait(client, "expansion live", lambda s: _balanced(s) and all(
         len(t["partitions"]) == 2 for t in s["tasks"]))
+    split_at = time.monotonic()
     split = client.split(dry_run=False)
+    demo.result.split_children = len(split["splits"])
     demo.log(f"split: {len(split['splits'])} child task(s), {split['tasks']} tasks in all")
     extra = [f"p{n}" for n in range(4, 4 + FINAL_PROCESSORS - 2)]
     demo.log(f"scale out past the original {INPUT_PARTITIONS} tasks: starting "
@@ -359,6 +363,7 @@ def _scale(demo: Demo, cluster: _Cluster, client: CoordinatorClient, feeder: _Fe
     demo.wait(client, f"{FINAL_PROCESSORS} processors balanced over {split['tasks']} tasks",
               lambda s: _balanced(s) and sum(bool(p["active"]) for p in s["processors"]
                                              if p["alive"]) == FINAL_PROCESSORS)
+    demo.result.split_to_balanced_s = round(time.monotonic() - split_at, 1)
     return client.status()
 
 
@@ -443,7 +448,8 @@ def print_summary(console: Console, result: DemoResult) -> None:
     table.add_column("measure")
     table.add_column("value", justify="right")
     for name in ("records_in", "records_out", "lost", "duplicated", "wrong", "handoffs",
-                 "pause_ms_p50", "pause_ms_p99", "catchup_records_per_s", "seconds"):
+                 "pause_ms_p50", "pause_ms_p99", "catchup_records_per_s", "split_children",
+                 "split_to_balanced_s", "seconds"):
         table.add_row(name, str(getattr(result, name)))
     for name, url in result.metrics.items():
         table.add_row(f"metrics {name}", url)
