@@ -1,1 +1,3 @@
 """orchestrator package."""
+
+__all__ = ["cli", "core", "daemon", "devkit", "kafka", "wire"]

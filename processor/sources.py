@@ -12,15 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from orchestrator.wire.lineage import ancestry
+from orchestrator.wire.lineage import Barriers, ancestry
 from orchestrator.wire.partitioners import home_partition
 from orchestrator.wire.partitions import split_partition
 from processor.replica import KeyFilter
 
 __all__ = ["ReplaySources", "consumed_partitions", "replay_sources", "topic_counts"]
-
-Barriers = Mapping[str, tuple[str, int]]
-
 
 @dataclass(frozen=True)
 class ReplaySources:

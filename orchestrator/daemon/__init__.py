@@ -1,1 +1,3 @@
 """The coordinator process: main loop, service, HTTP API, partition monitor."""
+
+__all__ = ["api", "main", "monitor", "service"]

@@ -1,1 +1,3 @@
 """Developer tooling: the embedded broker profile and the demo."""
+
+__all__ = ["demo", "embedded"]

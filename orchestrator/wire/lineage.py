@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["AncestorRange", "ancestry", "s2_partitions"]
+__all__ = ["AncestorRange", "Barriers", "ancestry", "s2_partitions"]
 
 Barriers = Mapping[str, tuple[str, int]]
 

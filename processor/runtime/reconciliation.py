@@ -30,12 +30,12 @@ from orchestrator.wire.protocol import RoleListing
 from processor.active import ActiveTask
 from processor.replica import Replica, ReplicaRole
 
-__all__ = ["Roles", "reconcile", "replica_roles"]
+__all__ = ["Reconcilable", "reconcile", "replica_roles"]
 
 log = logging.getLogger("baton.processor.runtime")
 
 
-class Roles(Protocol):
+class Reconcilable(Protocol):
     """The task runtime as reconciliation sees it: what it holds, and its changes."""
 
     @property
@@ -64,7 +64,7 @@ def replica_roles(wanted: RoleListing) -> dict[str, ReplicaRole]:
     return roles
 
 
-def reconcile(runtime: Roles, wanted: RoleListing) -> None:
+def reconcile(runtime: Reconcilable, wanted: RoleListing) -> None:
     """Apply the coordinator's listing `wanted` to `runtime` (see the module docstring)."""
     roles = replica_roles(wanted)
     listed = set(wanted.active) | set(roles)
@@ -92,11 +92,11 @@ def reconcile(runtime: Roles, wanted: RoleListing) -> None:
             log.warning("task %r: cannot start its new partitions yet: %s", task, exc)
 
 
-def _idle(runtime: Roles, task: str) -> bool:
+def _idle(runtime: Reconcilable, task: str) -> bool:
     """This processor runs `task` in no role (nor is on its way to active)."""
     return task not in runtime.replicas and task not in runtime.active \
         and not runtime.activating(task)
 
 
-def _can_start(runtime: Roles, task: str) -> bool:
+def _can_start(runtime: Reconcilable, task: str) -> bool:
     return task in runtime.model and task not in runtime.failed

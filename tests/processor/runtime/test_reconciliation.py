@@ -16,7 +16,7 @@ class _Replica:
 
 
 class FakeRuntime:
-    """The `Roles` seam, recording every change instead of making it."""
+    """The `Reconcilable` seam, recording every change instead of making it."""
 
     def __init__(self, model: dict[str, list[str]]) -> None:
         self.model = model
