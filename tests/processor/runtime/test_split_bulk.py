@@ -32,12 +32,13 @@ KEYS = 5000
 
 
 def _fill(broker: Any, topic: str) -> None:
-    producer = broker.producer(**{"linger.ms": 50, "batch.num.messages": 10000})
+    producer = broker.producer(**{"linger.ms": 50, "batch.num.messages": 10000,
+                                  "queue.buffering.max.messages": 200_000})
     for i in range(PARENT_RECORDS):
         producer.produce(topic, key=f"k{i % KEYS}".encode(), value=str(i % 9 + 1).encode(),
                          partition=0)
-        if i % 100_000 == 0:
-            producer.flush(60)
+        if i % 50_000 == 49_999:
+            assert producer.flush(120) == 0
     child_keys = [k for k in (f"k{i}".encode() for i in range(KEYS))
                   if home_partition("consistent_random", k, 2) == 1]
     for i in range(CHILD_RECORDS):
