@@ -210,6 +210,10 @@ class CoordinatorMetrics:
         if pause_seconds is not None:
             self._pause.observe(pause_seconds)
 
+    def record_pause(self, seconds: float) -> None:
+        """A finished handoff's pause, observed when the new owner reports it."""
+        self._pause.observe(seconds)
+
     def record_invalid_heartbeat(self) -> None:
         """A heartbeat came from an execution that is not the processor's valid one."""
         self._invalid.inc()

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from metrics import HANDOFF_PHASES, CoordinatorMetrics, HandoffSample
+from metrics import HANDOFF_PHASES, CoordinatorMetrics, HandoffOutcome, HandoffSample
 from orchestrator.core import handoff as hs
 from orchestrator.core.catchup import is_caught_up
 from orchestrator.core.roles import RoleBook
@@ -30,8 +30,8 @@ __all__ = ["Moves", "Reports"]
 log = logging.getLogger("baton.coordinator")
 
 # A finished handoff's pause is reported by the new owner with its first committed
-# output; wait this long for it before counting the handoff without a pause (a task
-# with no input traffic never outputs).
+# output; wait this long for it before giving up on observing it (a task with no input
+# traffic never outputs). The handoff itself is counted when it ends.
 _PAUSE_WAIT_S = 60.0
 # Finished handoffs kept in memory for `status` (newest last).
 _HISTORY = 50
@@ -200,11 +200,14 @@ class Moves:
             if self.metrics is not None:
                 self.metrics.record_handoff("cancelled")
             return
-        outcome = "fenced" if handoff.source_declared_dead else "done"
+        outcome: HandoffOutcome = "fenced" if handoff.source_declared_dead else "done"
+        if self.metrics is not None:        # counted when it ends, not when its pause is known
+            self.metrics.record_handoff(outcome)
         self._pauses[handoff.task] = _Pending(outcome, handoff.target, self.clock.monotonic())
 
     def count_pauses(self, reports: Reports) -> None:
-        """Count finished handoffs once the new owner reports its pause (or gave none)."""
+        """Observe each finished handoff's pause once the new owner reports it (a task
+        without traffic may never: given up after `_PAUSE_WAIT_S`)."""
         now = self.clock.monotonic()
         for task, pending in list(self._pauses.items()):
             report = reports.report(pending.target, task)
@@ -212,9 +215,8 @@ class Moves:
             if pause is None and now - pending.since < _PAUSE_WAIT_S:
                 continue
             del self._pauses[task]
-            if self.metrics is not None:
-                self.metrics.record_handoff(pending.outcome,  # type: ignore[arg-type]
-                                            None if pause is None else pause / 1000)
+            if self.metrics is not None and pause is not None:
+                self.metrics.record_pause(pause / 1000)
 
     def samples(self) -> list[HandoffSample]:
         """Scrape-time view for metrics: the handoffs in flight and their phase ages."""

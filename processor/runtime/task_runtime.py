@@ -228,7 +228,10 @@ class TaskRuntime:
             return dict(self.released.get(task, {}))
         started = self.clock.monotonic()
         try:
-            active.commit()
+            count = active.commit()         # the final transaction counts like any other
+            if count:
+                self.metrics.record_processed(task, count)
+                self.metrics.record_transaction(task, "committed")
         except (TaskFenced, ProducerFatal, TransactionAborted) as exc:
             # the open transaction is void: final T1 is the last committed offsets
             log.warning("task %r: release without its last transaction: %s", task, exc)
@@ -382,6 +385,8 @@ class TaskRuntime:
         active.abort()
         active.store.close()
         self.failed[task] = reason
+        self._sizes.forget(task)
+        self.metrics.forget_task(task)      # fenced or failed: its series are not ours now
 
     def _poll_replicas(self, timeout: float) -> int:
         self.consumers.refresh_caps(self.replicas.values(),

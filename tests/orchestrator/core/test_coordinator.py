@@ -100,6 +100,7 @@ class FakeProcessor:
         self.reply: HeartbeatReply | None = None
         self.ignore_release = False  # a stuck owner: never acknowledges a release
         self.activate_as = "active"  # "activating": a new owner stuck replaying
+        self.pause_ms: float | None = 12.0  # None: no output yet (a task without traffic)
 
     def request(self, leaving: bool = False) -> HeartbeatRequest:
         return HeartbeatRequest(
@@ -107,7 +108,7 @@ class FakeProcessor:
             metrics_url=f"http://127.0.0.1:1/{self.pid}", leaving=leaving,
             tasks=[TaskReport(task=t, role=r,  # type: ignore[arg-type]
                               positions=self.positions.get(t, {}),
-                              pause_ms=12.0 if r == "active" else None)
+                              pause_ms=self.pause_ms if r == "active" else None)
                    for t, r in self.roles.items()])
 
     def register(self) -> HeartbeatReply:
@@ -508,3 +509,22 @@ def test_plan_lists_moves_with_sizes() -> None:
     assert result["rate"]["source"] == "default"
     assert result["eta_seconds"] > 0
     assert status(h.core)["tasks"][0]["lag"] == 200
+
+
+def test_a_handoff_is_counted_when_it_ends_not_when_its_pause_is_known() -> None:
+    """Issue 14: a task without traffic reports no pause; the counter must not wait."""
+    h = Harness()
+    p1, p2 = start_two(h)
+    p2.pause_ms = None
+    moving = catch_up_and_release(h, p1, p2)
+    p1.beat()
+    p1.beat()
+    p2.beat()
+    p2.beat()       # reports active, no pause yet: done
+    assert not h.core.handoffs
+    assert h.metric("baton_handoffs_total", outcome="done") == len(moving)
+    assert not h.metric("baton_handoff_pause_seconds_count")
+    p2.pause_ms = 30.0
+    p2.beat()       # its first output: the pause is observed, the count stays
+    assert h.metric("baton_handoff_pause_seconds_count") == len(moving)
+    assert h.metric("baton_handoffs_total", outcome="done") == len(moving)
