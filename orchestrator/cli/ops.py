@@ -10,9 +10,10 @@ usage or configuration. The token comes from `coordinator.token_file`.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
@@ -155,8 +156,9 @@ def _wait(client: CoordinatorClient, done: Callable[[dict[str, Any]], bool],
         most = 0
         while True:
             status = client.status()
+            finished = done(status)         # may add its own reasons to "pending"
             waiting = list(status.get("pending", []))
-            if done(status):
+            if finished:
                 progress.update(bar, total=max(most, 1), completed=max(most, 1), now="")
                 return status
             most = max(most, len(waiting), 1)
@@ -172,18 +174,51 @@ def _balanced(status: dict[str, Any]) -> bool:
     return bool(status.get("balanced")) and not status.get("handoffs")
 
 
+_PROCESSOR_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+
+def _not_holding(status: dict[str, Any], expected: Sequence[str]) -> list[str]:
+    """Why each of `expected` does not hold its share yet (registered, with a task)."""
+    live = {p["id"]: p for p in status.get("processors", []) if p.get("alive")}
+    out = []
+    for pid in expected:
+        if pid not in live:
+            out.append(f"processor {pid} has not registered yet")
+        elif not live[pid].get("active") and len(status.get("tasks", [])) >= len(live):
+            out.append(f"processor {pid} holds no active task yet")
+    return out
+
+
 @click.command("wait")
 @_config_option
 @click.option("--until", type=click.Choice(["balanced"]), required=True,
               help="balanced: no handoff in flight and the target assignment reached.")
+@click.option("--processors", default="", metavar="ID[,ID...]",
+              help="Also wait until these processors are registered and hold tasks (for a "
+                   "wait started right after `baton processor --id ...`).")
 @click.option("--timeout", type=click.FloatRange(min=0), default=_DEFAULT_TIMEOUT_S,
               show_default=True, help="Seconds before giving up (exit 1).")
 @_json_option
-def wait_command(config_path: str, until: str, timeout: float, as_json: bool) -> None:
-    """Block until the job is balanced; exit 1 on timeout naming what is pending."""
+def wait_command(config_path: str, until: str, processors: str, timeout: float,
+                 as_json: bool) -> None:
+    """Block until the job is balanced; exit 1 on timeout naming what is pending.
+
+    A processor started a moment ago may not have registered yet, and the job can look
+    balanced without it: name it with --processors to wait for it too.
+    """
     config = _load(config_path)
+    expected = [p for p in (x.strip() for x in processors.split(",")) if p]
+    bad = [p for p in expected if not _PROCESSOR_ID.fullmatch(p)]
+    if bad:
+        _fail(f"--processors: {bad[0]!r} is not a processor id (letters, digits, . _ -)", 2)
+
+    def done(status: dict[str, Any]) -> bool:
+        missing = _not_holding(status, expected)
+        status["pending"] = missing + list(status.get("pending", []))
+        return not missing and _balanced(status)
+
     with _client(config) as client:
-        status = _wait(client, _balanced, timeout, "balanced", as_json)
+        status = _wait(client, done, timeout, "balanced", as_json)
     if as_json:
         _print_json(status)
     else:

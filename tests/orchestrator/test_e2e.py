@@ -229,3 +229,27 @@ def test_drain_then_expand(job, broker) -> None:
     assert status["balanced"], status["pending"]
     j.check_running()
     finish(j, feeder, broker)
+
+
+def test_wait_for_a_processor_that_has_not_registered_yet(job, broker) -> None:
+    """`baton wait --processors p3` right after p3's start waits until p3 holds tasks."""
+    j = job()
+    feeder = start_two(j, broker)
+    j.start_processor("p3", registered=False)       # the wait starts before p3 registers
+    waited = subprocess.run([sys.executable, "-m", "orchestrator.cli", "wait", "-c",
+                             str(j.path), "--until", "balanced", "--processors", "p3",
+                             "--timeout", "120"], capture_output=True, text=True,
+                            timeout=150, cwd=ROOT)
+    assert waited.returncode == 0, waited.stderr
+    assert j.holding().get("p3"), j.holding()
+    j.check_running()
+    finish(j, feeder, broker)
+
+
+def test_wait_refuses_a_bad_processor_id(job) -> None:
+    j = job()
+    j.start_coordinator()
+    refused = subprocess.run([sys.executable, "-m", "orchestrator.cli", "wait", "-c",
+                              str(j.path), "--until", "balanced", "--processors", "p3,no way"],
+                             capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert refused.returncode == 2 and "--processors" in refused.stderr, refused.stderr
