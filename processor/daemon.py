@@ -24,6 +24,7 @@ from orchestrator.wire.config import Config
 from orchestrator.wire.protocol import TaskReport
 from processor.heartbeat import EXIT_DEAD, HeartbeatMonitor
 from processor.runtime import TaskRuntime
+from store.layout import ProcessorStateDir
 
 __all__ = ["run_processor"]
 
@@ -38,8 +39,18 @@ def _execution_id() -> str:
 
 
 def run_processor(config: Config, processor_id: str, clock: Clock | None = None) -> int:
-    """Run until SIGTERM (0), drained (0), or declared dead / coordinator lost (3)."""
-    clock = clock or SystemClock()
+    """Run until SIGTERM (0), drained (0), or declared dead / coordinator lost (3).
+
+    Raises:
+        ProcessorDirLocked: another live execution of this id holds its state directory
+            (checked first, before anything else starts).
+    """
+    execution_id = _execution_id()
+    with ProcessorStateDir(config.state_dir, config.job.name, processor_id, execution_id):
+        return _run(config, processor_id, execution_id, clock or SystemClock())
+
+
+def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> int:
     registry = CollectorRegistry()
     metrics = ProcessorMetrics(registry, config.job.name, processor_id)
     server, _ = serve_metrics(registry, config.processor.metrics_host,
@@ -60,7 +71,6 @@ def run_processor(config: Config, processor_id: str, clock: Clock | None = None)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    execution_id = _execution_id()
     monitor = HeartbeatMonitor(
         config.coordinator.url, config.token_file, processor_id, execution_id,
         config.processor.heartbeat_interval_ms / 1000, config.processor.coordinator_grace_ms / 1000,

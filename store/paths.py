@@ -40,13 +40,19 @@ def safe_dir_name(name: str) -> str:
     return f"{cleaned[:_MAX_NAME]}{_HASH_SEP}{digest}"
 
 
-def task_store_path(state_dir: str | os.PathLike[str], job: str, task: str) -> Path:
-    """The store directory of `task` of `job`: `<state_dir>/<job>/<task>/`, names sanitised.
+def task_store_path(state_dir: str | os.PathLike[str], job: str, task: str,
+                    processor: str | None = None) -> Path:
+    """The store directory of `task` of `job` on `processor`:
+    `<state_dir>/<job>/<processor>/<task>/` (without a processor, the layout before it:
+    `<state_dir>/<job>/<task>/`), names sanitised.
 
-    Example: task_store_path("state", "sums", "Partition 0")
-    -> state/sums/Partition_0+<hash>.
+    Example: task_store_path("state", "sums", "Partition 0", "p1")
+    -> state/sums/p1/Partition_0+<hash>.
     """
-    return Path(state_dir) / safe_dir_name(job) / safe_dir_name(task)
+    base = Path(state_dir) / safe_dir_name(job)
+    if processor is not None:
+        base = base / safe_dir_name(processor)
+    return base / safe_dir_name(task)
 
 
 def prepare_db_dir(path: Path) -> bool:

@@ -19,7 +19,8 @@ __all__ = ["processor_command"]
 @click.option("--id", "processor_id", required=True,
               help="stable processor id, e.g. p1 ([A-Za-z0-9._-]+)")
 @click.option("--state-dir", type=click.Path(path_type=Path), default=None,
-              help="override processor.state_dir (several processors on one host)")
+              help="override processor.state_dir (processors sharing one already keep "
+                   "their stores apart, under their ids)")
 def processor_command(config_path: Path, processor_id: str, state_dir: Path | None) -> None:
     """Run a processor daemon: its tasks, catch-up and handoffs, driven by the coordinator."""
     import re
@@ -43,4 +44,11 @@ def processor_command(config_path: Path, processor_id: str, state_dir: Path | No
     except JobLoadError as exc:
         click.echo(f"baton processor: {config_path}: {exc}", err=True)
         sys.exit(2)
-    sys.exit(run_processor(config, processor_id))
+    from store.errors import StoreError
+
+    try:
+        code = run_processor(config, processor_id)
+    except StoreError as exc:           # its state directory is locked or unusable
+        click.echo(f"baton processor: {exc}", err=True)
+        sys.exit(2)
+    sys.exit(code)

@@ -190,7 +190,8 @@ class TaskRuntime:
                  self.released[child])
 
     def _open_store(self, task: str) -> Store:
-        path = task_store_path(self.config.state_dir, self.config.job.name, task)
+        path = task_store_path(self.config.state_dir, self.config.job.name, task,
+                               self.processor_id)
         return TaskStore(Path(path))
 
     def activate(self, task: str) -> None:

@@ -61,10 +61,12 @@ class Job:
         self.client = wait_for_coordinator(self.config, self.coordinator)
         return self.client
 
-    def start_processor(self, pid: str, registered: bool = True) -> Daemon:
-        """Start a processor; by default wait until the coordinator knows it."""
-        daemon = self.daemons(pid, "processor", "-c", processor_config(self.path, pid),
-                              "--id", pid)
+    def start_processor(self, pid: str, registered: bool = True, shared: bool = False
+                        ) -> Daemon:
+        """Start a processor; by default wait until the coordinator knows it. `shared`:
+        with the job's own config, as an operator starts several on one host."""
+        config = self.path if shared else processor_config(self.path, pid)
+        daemon = self.daemons(pid, "processor", "-c", config, "--id", pid)
         self.processors[pid] = daemon
         if registered:
             wait_for(lambda: pid in self.holding() or not daemon.running(), 60,
@@ -253,3 +255,36 @@ def test_wait_refuses_a_bad_processor_id(job) -> None:
                               str(j.path), "--until", "balanced", "--processors", "p3,no way"],
                              capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert refused.returncode == 2 and "--processors" in refused.stderr, refused.stderr
+
+
+@pytest.mark.parametrize("old_layout", [False, True], ids=["fresh", "old-layout-stores"])
+def test_three_processors_from_one_config(job, broker, old_layout: bool) -> None:
+    """One job.toml, one state_dir: the stores live under each processor's id."""
+    from store import TaskStore, task_store_path
+
+    j = job()
+    if old_layout:      # stores of the layout before the processor id: adopted, not lost
+        for task in ("Partition 0", "Partition 1"):
+            with TaskStore(task_store_path(j.config.state_dir, j.config.job.name, task)):
+                pass
+    j.start_coordinator()
+    j.start_processor("p1", shared=True)
+    j.start_processor("p2", shared=True)
+    wait_for(lambda: j.balanced() and sorted(len(a) for a in j.holding().values()) == [2, 2],
+             90, "p1 and p2 balanced with 2 tasks each")
+    feeder = Feeder(broker, j.config.job.inputs[0], keys=40, rate=300.0).start()
+    wait_for(lambda: feeder.sent > 1500, 30, "some traffic")
+    j.start_processor("p3", shared=True, registered=False)
+    waited = subprocess.run([sys.executable, "-m", "orchestrator.cli", "wait", "-c",
+                             str(j.path), "--until", "balanced", "--processors", "p3",
+                             "--timeout", "120"], capture_output=True, text=True,
+                            timeout=150, cwd=ROOT)
+    assert waited.returncode == 0, waited.stderr
+    assert sorted(len(a) for a in j.holding().values()) == [1, 1, 2]
+    job_dir = j.config.state_dir / j.config.job.name
+    assert {p.name for p in job_dir.iterdir() if p.is_dir()} == {"p1", "p2", "p3"}
+    again = j.daemons("p1-again", "processor", "-c", j.path, "--id", "p1")
+    assert again.wait(60) == 2
+    assert "in use by another execution" in again.log() and str(job_dir / "p1") in again.log()
+    j.check_running()
+    finish(j, feeder, broker)
