@@ -55,10 +55,10 @@ def test_sigkill_mid_stream_then_restart(broker, job_config, tmp_path) -> None:
             # outputs committed by this incarnation: before each crash, after each restart
             wait_for(lambda p=proc, s=seen: _committed_total(broker, group, topic, 3) > s
                      and p.poll() is None, 60, "progress of this incarnation")
-            seen = _committed_total(broker, group, topic, 3)
             time.sleep(0.3 + 0.4 * (uuid.uuid4().int % 100) / 100)
             proc.send_signal(signal.SIGKILL)
             proc.wait(30)
+            seen = _committed_total(broker, group, topic, 3)   # all the dead one committed
             proc = _start(config_file, "p1", 3)
         wait_for(lambda: _committed_total(broker, group, topic, 3) > seen, 60,
                  "progress after the last restart")
