@@ -288,3 +288,25 @@ def test_three_processors_from_one_config(job, broker, old_layout: bool) -> None
     assert "in use by another execution" in again.log() and str(job_dir / "p1") in again.log()
     j.check_running()
     finish(j, feeder, broker)
+
+
+def test_handoffs_are_counted_by_the_time_wait_returns(job) -> None:
+    """No traffic at all: the new owners never output (no pause to report), yet the
+    handoffs are counted when they end, so a script reading the counter after
+    `baton wait` sees them."""
+    j = job()
+    j.start_coordinator()
+    j.start_processor("p1")
+    j.start_processor("p2")
+    wait_for(lambda: j.balanced() and sorted(len(a) for a in j.holding().values()) == [2, 2],
+             90, "p1 and p2 balanced with 2 tasks each")
+    j.start_processor("p3", registered=False)
+    waited = subprocess.run([sys.executable, "-m", "orchestrator.cli", "wait", "-c",
+                             str(j.path), "--until", "balanced", "--processors", "p3",
+                             "--timeout", "120"], capture_output=True, text=True,
+                            timeout=150, cwd=ROOT)
+    assert waited.returncode == 0, waited.stderr
+    metrics = j.client._http.get("/metrics").text
+    done = [line for line in metrics.splitlines()
+            if line.startswith("baton_handoffs_total{") and 'outcome="done"' in line]
+    assert done and float(done[0].rsplit(" ", 1)[1]) >= 1, done
