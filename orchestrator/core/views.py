@@ -12,6 +12,7 @@ from typing import Any
 
 from orchestrator.core.assignment import AssignmentError, ProcessorSnapshot, TaskInfo, assign
 from orchestrator.core.coordinator import Coordinator
+from orchestrator.core.liveness import Processor
 
 __all__ = ["DEFAULT_CATCH_UP_RATE", "PlanError", "pending", "plan", "status"]
 
@@ -111,12 +112,25 @@ def pending(core: Coordinator) -> list[str]:
                        f"(generation {core.model.generation})")
     if core.follow_up and not core.handoffs:
         out.append("the assignor has more moves to make (warm-ups pending)")
+    out += _newcomers_without_tasks(core, live)
     for pid in sorted(core.draining):
         roles = core.roles.peek(pid)
         if core.processors.get(pid) is not None and not roles.empty():
             out.append(f"processor {pid}: draining, still holds "
                        f"{len(roles.active) + len(roles.warmup) + len(roles.standby)} task(s)")
     return out
+
+
+def _newcomers_without_tasks(core: Coordinator, live: Sequence[Processor]) -> list[str]:
+    """A processor that just joined and holds nothing while there are tasks enough for
+    everyone: the target assignment has not reached it yet (its first reply, or the
+    reconcile after it, is still to come)."""
+    if len(core.model.tasks) < len(live):
+        return []
+    moving = {h.target for h in core.handoffs.values()}
+    return [f"processor {p.id} joined and holds no task yet" for p in live
+            if p.id not in core.draining and p.id not in moving
+            and core.roles.peek(p.id).empty()]
 
 
 def plan(core: Coordinator, add: Sequence[str], remove: Sequence[str]) -> dict[str, Any]:

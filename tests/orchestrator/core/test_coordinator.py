@@ -528,3 +528,14 @@ def test_a_handoff_is_counted_when_it_ends_not_when_its_pause_is_known() -> None
     p2.beat()       # its first output: the pause is observed, the count stays
     assert h.metric("baton_handoff_pause_seconds_count") == len(moving)
     assert h.metric("baton_handoffs_total", outcome="done") == len(moving)
+
+
+def test_a_newcomer_without_tasks_keeps_the_job_unbalanced() -> None:
+    """Issue 14: with tasks enough for everyone, a processor holding nothing yet (here
+    p3: both warm-up slots are taken by p2's moves) is a pending reason, not balance."""
+    h = Harness()
+    p1, p2 = start_two(h)
+    p3 = FakeProcessor(h, "p3")
+    p3.register()
+    assert "processor p3 joined and holds no task yet" in pending(h.core)
+    assert not status(h.core)["balanced"]
