@@ -2,8 +2,13 @@
 
 It runs on its own thread and only exchanges snapshots: it sends the latest task
 reports the main loop published and hands back the latest reply; it never touches a
-consumer, producer or store. On `alive: false`, or when the coordinator has been
-unreachable for longer than the grace, it tells the owner to stop without committing.
+consumer, producer or store. On `alive: false` (a newer execution of this id exists) it
+tells the owner to stop without committing. An *unreachable* coordinator stops nothing:
+exactly-once rests on transactional fencing, not on reachability, so active tasks keep
+processing and warm-ups keep replaying; only handoffs wait for it. Past
+`coordinator_grace_ms` the outage is logged as an error (once per outage); the monitor
+keeps knocking, and a coordinator that lost its state registers this execution again
+from its next heartbeat.
 """
 
 from __future__ import annotations
@@ -92,6 +97,7 @@ class HeartbeatMonitor(threading.Thread):
 
     def run(self) -> None:
         grace = Deadline.after(self.clock, self.grace_s)    # re-armed by every good reply
+        outage_reported = False
         path = _REGISTER
         while not self.stopping.is_set():
             started = self.clock.monotonic()
@@ -100,17 +106,28 @@ class HeartbeatMonitor(threading.Thread):
                 alive = reply.alive and self._alive()
             except (CoordinatorError, OSError, ValueError, TokenError) as exc:
                 self.on_heartbeat("unreachable")
-                if grace.expired():
-                    self._die(f"coordinator {self.url} unreachable for more than "
-                              f"{self.grace_s:.1f}s (coordinator_grace_ms): {exc}")
-                    return
-                log.warning("heartbeat to %s failed: %s", self.url, exc)
+                if grace.expired() and not outage_reported:
+                    outage_reported = True
+                    log.error("coordinator %s unreachable for more than %.1fs "
+                              "(coordinator_grace_ms): tasks keep processing, handoffs wait "
+                              "for it: %s", self.url, self.grace_s, exc)
+                else:
+                    log.warning("heartbeat to %s failed: %s", self.url, exc)
             else:
+                if reply.unknown and path != _REGISTER:
+                    log.warning("coordinator %s has no record of processor %s: registering "
+                                "execution %s again", self.url, self.processor_id,
+                                self.execution_id)
+                    path = _REGISTER
+                    continue
                 self.on_heartbeat("ok" if alive else "rejected")
                 if not alive:
                     self._die(f"coordinator says execution {self.execution_id} of processor "
                               f"{self.processor_id} is not alive")
                     return
+                if outage_reported:
+                    log.info("coordinator %s reachable again", self.url)
+                outage_reported = False
                 grace.arm(self.grace_s)
                 path = "/processors/heartbeat"
                 self.registered.set()

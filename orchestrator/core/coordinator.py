@@ -200,12 +200,16 @@ class Coordinator:
         return self._answer(processor, request)
 
     def heartbeat(self, request: HeartbeatRequest) -> HeartbeatReply:
-        """A processor's periodic report; an invalid execution is told it is dead."""
+        """A processor's periodic report; an invalid execution is told it is dead. A
+        processor id this coordinator has no record of (its stream was lost, or it is
+        new) is told so: it outlived an outage and registers again."""
         processor = self.processors.valid(request)
         if processor is None:
             if self.metrics is not None:
                 self.metrics.record_invalid_heartbeat()
-            return HeartbeatReply(alive=False, generation=self.model.generation)
+            unknown = self.processors.get(request.processor_id) is None
+            return HeartbeatReply(alive=False, generation=self.model.generation,
+                                  unknown=unknown)
         return self._answer(processor, request)
 
     def _answer(self, processor: Processor, request: HeartbeatRequest) -> HeartbeatReply:

@@ -91,3 +91,6 @@ class HeartbeatReply(_Message):
     assignment: RoleListing = Field(default_factory=RoleListing)
     # drain finished: exit 0 once every task is released
     stop: bool = False
+    # with alive false: the coordinator has no record of this processor id at all (it
+    # lost its stream): register again instead of stopping
+    unknown: bool = False

@@ -199,8 +199,14 @@ def test_unknown_execution_is_not_alive() -> None:
     h = Harness()
     assert not h.core.alive("nobody")
     stranger = FakeProcessor(h, "p9")
-    assert not stranger.beat().alive
+    reply = stranger.beat()
+    assert not reply.alive
+    assert reply.unknown        # no record of p9 at all: it registers again (issue 13)
     assert h.metric("baton_invalid_heartbeats_total") == 1
+    stranger.register()
+    FakeProcessor(h, "p9", "p9-exec-2").register()
+    replaced = stranger.beat()
+    assert not replaced.alive and not replaced.unknown    # a newer execution: stop
 
 
 def test_silent_processor_is_lost_and_its_tasks_move() -> None:
