@@ -398,6 +398,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         return
     write = terminalreporter.write_line
     write("")
-    write(f"{'fault case':<42} {'in':>7} {'out':>7} {'lost':>5} {'dup':>5} {'wrong':>5}")
+    write(f"{'fault case':<50} {'in':>7} {'out':>7} {'lost':>5} {'dup':>5} {'wrong':>5}")
     for case, rin, rout, lost, dup, wrong in results:
-        write(f"{case:<42} {rin:>7} {rout:>7} {lost:>5} {dup:>5} {wrong:>5}")
+        write(f"{case:<50} {rin:>7} {rout:>7} {lost:>5} {dup:>5} {wrong:>5}")
