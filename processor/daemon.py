@@ -96,6 +96,7 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
         reply = monitor.take_reply()
         if reply is not None:
             runtime.apply(reply)
+            monitor.generation = runtime.generation
             draining = reply.stop
             publish()
         imminent = runtime.handoff_imminent()

@@ -67,6 +67,7 @@ class HeartbeatMonitor(threading.Thread):
         self.registered = threading.Event()
         self._poked = threading.Event()
         self.fast = False           # set by the owner while a handoff is imminent
+        self.generation: int | None = None  # set by the owner: the job model it holds
         self._reply: HeartbeatReply | None = None
         self._lock = threading.Lock()
         # the one coordinator client of both daemons; no retries of its own (the next
@@ -84,16 +85,12 @@ class HeartbeatMonitor(threading.Thread):
     def _request(self, leaving: bool = False) -> HeartbeatRequest:
         return HeartbeatRequest(processor_id=self.processor_id, execution_id=self.execution_id,
                                 metrics_url=self.metrics_url, tasks=self.snapshot(),
-                                leaving=leaving)
+                                leaving=leaving, generation=self.generation)
 
     def _post(self, path: str, request: HeartbeatRequest) -> HeartbeatReply:
         if path == _REGISTER:
             return self._client.register(request)
         return self._client.heartbeat(request)
-
-    def _alive(self) -> bool:
-        """The pinned liveness check: GET /containerHeartbeat?executionContainerId=ID."""
-        return self._client.container_heartbeat(self.execution_id)
 
     def run(self) -> None:
         grace = Deadline.after(self.clock, self.grace_s)    # re-armed by every good reply
@@ -103,7 +100,7 @@ class HeartbeatMonitor(threading.Thread):
             started = self.clock.monotonic()
             try:
                 reply = self._post(path, self._request())
-                alive = reply.alive and self._alive()
+                alive = reply.alive     # the POST's answer: no second request for it
             except (CoordinatorError, OSError, ValueError, TokenError) as exc:
                 self.on_heartbeat("unreachable")
                 if grace.expired() and not outage_reported:
@@ -119,6 +116,7 @@ class HeartbeatMonitor(threading.Thread):
                                 "execution %s again", self.url, self.processor_id,
                                 self.execution_id)
                     path = _REGISTER
+                    self.generation = None      # its model may differ: take it whole
                     continue
                 self.on_heartbeat("ok" if alive else "rejected")
                 if not alive:

@@ -220,6 +220,11 @@ class Coordinator:
         if not processor.valid:  # declared dead by this very reconcile
             return HeartbeatReply(alive=False, generation=self.model.generation)
         processor.generation = self.model.generation
+        if request.generation == self.model.generation:     # the model only when stale
+            return HeartbeatReply(
+                alive=True, generation=self.model.generation, same_model=True,
+                embedded=self.embedded(), assignment=self.roles.peek(processor.id).wire(),
+                stop=self._drained(processor.id))
         return HeartbeatReply(
             alive=True, generation=self.model.generation, tasks=self.model.tasks,
             barriers={c: Barrier(parent=p, offset=o) for c, (p, o) in self.model.barriers.items()},

@@ -61,6 +61,9 @@ class HeartbeatRequest(_Message):
     tasks: list[TaskReport] = Field(default_factory=list, max_length=100_000)
     # set by a processor that finished draining or is shutting down gracefully
     leaving: bool = False
+    # the job model generation the processor holds; when current, the reply leaves the
+    # model out (optional: a processor that does not send it always gets the model)
+    generation: int | None = Field(default=None, ge=0)
 
 
 class RoleListing(_Message):
@@ -94,3 +97,6 @@ class HeartbeatReply(_Message):
     # with alive false: the coordinator has no record of this processor id at all (it
     # lost its stream): register again instead of stopping
     unknown: bool = False
+    # the request named the current generation: `tasks`, `barriers` and `pending` are
+    # left out (empty), the processor keeps the model it has
+    same_model: bool = False

@@ -77,6 +77,7 @@ class TaskRuntime:
         self.released: dict[str, dict[str, int]] = {}
         self.failed: dict[str, str] = {}
         self.model: dict[str, list[str]] = {}
+        self.generation: int | None = None     # of the model held (sent with heartbeats)
         self.children = SplitChildren(config.job.partitioner)
         self._awaiting: dict[str, str] = {}   # split child -> its parent, still activating
         self.activations = Activations(config, self.group, self.job, self.consumers,
@@ -104,9 +105,12 @@ class TaskRuntime:
         A task whose change fails (store locked, broker error) is reported `failed`
         with the reason; the other tasks carry on.
         """
-        self.model = {t: list(ps) for t, ps in reply.tasks.items()}
-        self.consumers.barriers = dict(reply.barriers)
-        self.children.update(reply.embedded, reply.pending, self.active, self.model,
+        if not reply.same_model:
+            self.model = {t: list(ps) for t, ps in reply.tasks.items()}
+            self.consumers.barriers = dict(reply.barriers)
+            self.generation = reply.generation
+        pending = self.children.pending if reply.same_model else reply.pending
+        self.children.update(reply.embedded, pending, self.active, self.model,
                              self._child_left)
         reconcile(self, reply.assignment)
 
