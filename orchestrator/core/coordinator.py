@@ -424,7 +424,7 @@ class Coordinator:
             reported.update(holder.positions)
         if released is not None and released.role == "released":
             reported.update(released.positions)
-        out = {a.partition: self._consumed_position(a.partition) for a in self._ancestry(task)}
+        out = {a.partition: self._consumed_position(a.partition) for a in self.ancestry_of(task)}
         out.update({p: reported.get(p, self.committed.get(p, self.low.get(p)))
                     for p in self.consumed(task)})
         return out
@@ -439,7 +439,8 @@ class Coordinator:
                     return report.positions[partition]
         return self.committed.get(partition, self.low.get(partition))
 
-    def _ancestry(self, task: str) -> list[AncestorRange]:
+    def ancestry_of(self, task: str) -> list[AncestorRange]:
+        """The ancestor ranges a split child's S2 reads (empty for other tasks)."""
         own = set(self.model.tasks.get(task, []))
         return [a for p in self.model.tasks.get(task, [])
                 for a in ancestry(p, self.model.barriers) if a.partition not in own]
@@ -456,7 +457,7 @@ class Coordinator:
         t1 = self.t1(task)
         if any(v is None for v in t1.values()):
             return None  # T1 unknown: never call a replica caught up on a guess
-        ends = {a.partition: a.end for a in self._ancestry(task)}
+        ends = {a.partition: a.end for a in self.ancestry_of(task)}
         if any((t1[a] or 0) < end for a, end in ends.items()):
             return None  # the parent has not reached a barrier yet: the child must wait
         return sum(max(0, min(v or 0, ends.get(p, v or 0))

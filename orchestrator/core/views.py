@@ -153,7 +153,9 @@ def plan(core: Coordinator, add: Sequence[str], remove: Sequence[str]) -> dict[s
                         f"processor (live: {', '.join(live) or 'none'})")
     ids = sorted((set(live) - set(remove)) | set(add))
     current = _current_owners(core)
-    states = [ProcessorSnapshot(pid, 1, frozenset(t for t, o in current.items() if o == pid),
+    # as placement does: a pending split child counts as ownerless to the assignor
+    owned = {t: o for t, o in current.items() if t not in core.model.pending}
+    states = [ProcessorSnapshot(pid, 1, frozenset(t for t, o in owned.items() if o == pid),
                              lags={t: 0 for t in core.model.tasks}) for pid in ids]
     try:
         result = assign([TaskInfo(t) for t in core.model.tasks], states,
@@ -181,19 +183,22 @@ def plan(core: Coordinator, add: Sequence[str], remove: Sequence[str]) -> dict[s
 
 def _current_owners(core: Coordinator) -> dict[str, str]:
     """Owners now, with moves in flight counted where they are going."""
-    owners = {t: o for t in core.model.tasks if (o := core.owner(t)) is not None}
+    owners = {t: o for t in core.model.tasks if (o := core.holder(t)) is not None}
     owners.update({t: h.target for t, h in core.handoffs.items()})
     return owners
 
 
 def _replay_size(core: Coordinator, task: str, target: str) -> int:
-    """S2 in records: the target's replica lag, or the whole retained input."""
+    """S2 in records: the target's replica lag, or the whole retained input (for a split
+    child: its ancestors up to their barriers, then its own partitions)."""
     lag = core.lag(task, target)
     if lag is not None:
         return lag
     total = 0
+    barrier = {a.partition: a.end for a in core.ancestry_of(task)}   # split children
     for partition, t1 in core.t1(task).items():
         end = t1 if t1 is not None else core.high.get(partition, 0)
+        end = min(end, barrier.get(partition, end))
         total += max(0, end - core.low.get(partition, 0))
     return total
 

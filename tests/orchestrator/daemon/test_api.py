@@ -233,3 +233,29 @@ def test_split_refusals_are_400_with_reasons() -> None:
         refused = client.post("/split", json={}, headers=AUTH)
         assert refused.status_code == 400 and why in refused.json()["detail"], refused.text
         registry = CollectorRegistry()
+
+
+def test_plan_accounts_for_split_children(api: tuple[TestClient, Any]) -> None:
+    """`baton plan --add` moves the children off their parent's owner, each counting its
+    parent partition up to the barrier, then its own partition."""
+    client, _ = api
+    assert client.post("/processors/register", json=beat(), headers=AUTH).json()["alive"]
+    assert client.post("/expand", json={"topic": "in", "partitions": 4}, headers=AUTH).is_success
+    assert client.post("/split", json={}, headers=AUTH).json()["recorded"]
+    # p1 consumes its parents and, embedded in them, the children's partitions
+    reports = [{"task": "Partition 0", "role": "active",
+                "positions": {"in:0": 130, "in:2": 50}},
+               {"task": "Partition 1", "role": "active",
+                "positions": {"in:1": 80, "in:3": 60}}]
+    assert client.post("/processors/heartbeat", json=beat(tasks=reports),
+                       headers=AUTH).json()["alive"]
+    plan = client.post("/plan", json={"add": ["p2"]}, headers=AUTH).json()
+    moved = {m["task"]: m for m in plan["moves"]}
+    assert moved, plan
+    children = {t: m for t, m in moved.items() if t in ("Partition 2", "Partition 3")}
+    assert children, plan       # the children, placed like ownerless tasks, go to p2
+    for task, move in children.items():
+        assert move["from"] == "p1" and move["to"] == "p2"
+        # the parent partition up to min(T1, barrier), then the child's own up to T1:
+        # Partition 2: in:0 min(130, 100) + in:2 50; Partition 3: in:1 min(80, 101) + 60
+        assert move["records"] == {"Partition 2": 150, "Partition 3": 140}[task], move
