@@ -26,6 +26,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from orchestrator.kafka.logs import client_logging
 from orchestrator.kafka.retry import is_transient
 from orchestrator.wire.partitions import format_partition, parse_partition
 
@@ -73,20 +74,25 @@ class TopicAdmin:
     Args:
         settings: librdkafka settings (`Config.kafka_settings()`).
         group: the job's consumer group (`baton.<job>`), read by `committed()`.
+        client: who owns it, naming its loggers `baton.kafka.<client>.admin` and
+            `baton.kafka.<client>.offsets` (librdkafka's own log lines).
     """
 
-    def __init__(self, settings: Mapping[str, Any], group: str) -> None:
+    def __init__(self, settings: Mapping[str, Any], group: str,
+                 client: str = "coordinator") -> None:
         self._settings = dict(settings)
         self._group = group
-        self._admin = AdminClient(self._settings)
+        self._client = client
+        self._admin = AdminClient({**self._settings, **client_logging(f"{client}.admin")})
         self._consumer: Consumer | None = None
 
     def _offsets_consumer(self) -> Consumer:
         """A consumer in the job's group that never subscribes (so never joins it)."""
         if self._consumer is None:
             self._consumer = Consumer({
-                **self._settings, "group.id": self._group, "enable.auto.commit": False,
-                "client.id": f"baton-coordinator-{uuid.uuid4().hex[:8]}"})
+                **self._settings, **client_logging(f"{self._client}.offsets"),
+                "group.id": self._group, "enable.auto.commit": False,
+                "client.id": f"baton-{self._client}-{uuid.uuid4().hex[:8]}"})
         return self._consumer
 
     def close(self) -> None:

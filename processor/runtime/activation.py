@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from metrics import ProcessorMetrics
+from orchestrator.kafka.logs import client_logging
 from orchestrator.kafka.watched_producer import WatchedProducer
 from orchestrator.wire.clock import Clock
 from orchestrator.wire.config import Config
@@ -97,6 +98,7 @@ class Activations:
 
     def _producer(self, task: str) -> WatchedProducer:
         return WatchedProducer({**_PRODUCER_DEFAULTS, **self._producer_settings,
+                                **client_logging("processor.producer"),
                          "transactional.id": f"{self._group}.{task}"})
 
     def prepare_producer(self, task: str) -> None:
