@@ -31,6 +31,7 @@ from processor.active import ActiveTask
 from processor.job import Job
 from processor.replica import Replica, ReplicaRole
 from processor.runtime.consumers import Consumers
+from processor.runtime.dead_letters import dlq_topic
 from store import Store
 
 __all__ = ["Activation", "Activations", "StoreAheadError"]
@@ -159,7 +160,7 @@ class Activations:
         replay.commit()
         config = self._config
         active = ActiveTask(replay.name, list(partitions), self._job, replay.store,
-                            activation.producer, config.job.output, f"{self._group}.dlq",
+                            activation.producer, config.job.output, dlq_topic(config.job.name),
                             config.processor.on_error,
                             self._consumers.active.consumer_group_metadata,
                             {p: replay.caps[p] for p in partitions},
