@@ -4,7 +4,9 @@ One main loop owns the task runtime; the heartbeat monitor thread exchanges snap
 with it; signal handlers only set flags. SIGTERM is graceful (release every active
 task with a commit, say goodbye, exit 0); a coordinator that declares this execution
 dead, or stays unreachable past the grace, stops every task without committing
-(exit 3).
+(exit 3). With `processor.on_error = "dlq"` a dead-letter topic that is missing and
+cannot be created stops the start before anything is processed (exit 2 when the broker
+refused, 1 when it did not answer).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from orchestrator.wire.config import Config
 from orchestrator.wire.protocol import TaskReport
 from processor.heartbeat import EXIT_DEAD, HeartbeatMonitor
 from processor.runtime import TaskRuntime
+from processor.runtime.dead_letters import DeadLetterTopicError
 from store.layout import ProcessorStateDir
 
 __all__ = ["run_processor"]
@@ -39,7 +42,8 @@ def _execution_id() -> str:
 
 
 def run_processor(config: Config, processor_id: str, clock: Clock | None = None) -> int:
-    """Run until SIGTERM (0), drained (0), or declared dead / coordinator lost (3).
+    """Run until SIGTERM (0), drained (0), or declared dead (3); a dead-letter topic
+    that cannot be created stops the start (2, or 1: see above).
 
     Raises:
         ProcessorDirLocked: another live execution of this id holds its state directory
@@ -55,7 +59,12 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
     metrics = ProcessorMetrics(registry, config.job.name, processor_id)
     server, _ = serve_metrics(registry, config.processor.metrics_host,
                               config.processor.metrics_port)
-    runtime = TaskRuntime(config, processor_id, metrics=metrics, clock=clock)
+    try:
+        runtime = TaskRuntime(config, processor_id, metrics=metrics, clock=clock)
+    except DeadLetterTopicError as exc:
+        server.close()
+        log.error("processor %s cannot start: %s", processor_id, exc)
+        return exc.exit_code
     metrics.set_store_view(lambda: dict(runtime.store_bytes))
     snapshot: list[TaskReport] = []
     lock = threading.Lock()

@@ -1,3 +1,4 @@
-"""Kafka plumbing: the watched producer, retry policy, offsets, topics, the coordinator stream."""
+"""Kafka plumbing: librdkafka logs, the watched producer, retry policy, offsets, topics,
+the coordinator stream."""
 
-__all__ = ["offsets", "retry", "stream", "topics", "watched_producer"]
+__all__ = ["logs", "offsets", "retry", "stream", "topics", "watched_producer"]

@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from orchestrator.kafka.logs import client_logging
 from orchestrator.kafka.watched_producer import WatchedProducer
 
 __all__ = ["CoordinatorStream", "FencedError", "StreamError", "stream_topic"]
@@ -82,8 +83,9 @@ class CoordinatorStream:
         Raises:
             StreamError: the broker did not answer in time.
         """
-        self._producer = WatchedProducer({**self._settings, "transactional.id": self.topic,
-                                   "enable.idempotence": True, "linger.ms": 0})
+        self._producer = WatchedProducer({**self._settings, **client_logging("coordinator.stream"),
+                                          "transactional.id": self.topic,
+                                          "enable.idempotence": True, "linger.ms": 0})
         try:
             self._producer.init_transactions(_TXN_TIMEOUT_S)
         except KafkaException as exc:
@@ -93,7 +95,8 @@ class CoordinatorStream:
 
     def load(self) -> dict[str, Any]:
         """Read committed records from the beginning to the current end."""
-        consumer = Consumer({**self._settings, "group.id": f"{self.topic}.reader",
+        consumer = Consumer({**self._settings, **client_logging("coordinator.stream-reader"),
+                             "group.id": f"{self.topic}.reader",
                              "client.id": f"baton-stream-{uuid.uuid4().hex[:8]}",
                              "enable.auto.commit": False, "isolation.level": "read_committed",
                              "enable.partition.eof": True, "auto.offset.reset": "earliest"})

@@ -26,6 +26,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from orchestrator.kafka.logs import client_logging
 from orchestrator.kafka.retry import is_transient
 from orchestrator.wire.partitions import format_partition, parse_partition
 
@@ -73,20 +74,25 @@ class TopicAdmin:
     Args:
         settings: librdkafka settings (`Config.kafka_settings()`).
         group: the job's consumer group (`baton.<job>`), read by `committed()`.
+        client: who owns it, naming its loggers `baton.kafka.<client>.admin` and
+            `baton.kafka.<client>.offsets` (librdkafka's own log lines).
     """
 
-    def __init__(self, settings: Mapping[str, Any], group: str) -> None:
+    def __init__(self, settings: Mapping[str, Any], group: str,
+                 client: str = "coordinator") -> None:
         self._settings = dict(settings)
         self._group = group
-        self._admin = AdminClient(self._settings)
+        self._client = client
+        self._admin = AdminClient({**self._settings, **client_logging(f"{client}.admin")})
         self._consumer: Consumer | None = None
 
     def _offsets_consumer(self) -> Consumer:
         """A consumer in the job's group that never subscribes (so never joins it)."""
         if self._consumer is None:
             self._consumer = Consumer({
-                **self._settings, "group.id": self._group, "enable.auto.commit": False,
-                "client.id": f"baton-coordinator-{uuid.uuid4().hex[:8]}"})
+                **self._settings, **client_logging(f"{self._client}.offsets"),
+                "group.id": self._group, "enable.auto.commit": False,
+                "client.id": f"baton-{self._client}-{uuid.uuid4().hex[:8]}"})
         return self._consumer
 
     def close(self) -> None:
@@ -100,6 +106,7 @@ class TopicAdmin:
         Raises:
             TopicsError: a topic does not exist.
         """
+        self._serve_logs()
         for attempt in _retrying():
             with attempt:
                 meta = self._admin.list_topics(timeout=_REQUEST_TIMEOUT_S)
@@ -118,13 +125,34 @@ class TopicAdmin:
 
         Returns:
             True when it was created now.
+
+        Raises:
+            TopicsError: the broker refused to create it.
         """
+        return self.ensure_topic(topic, 1, {"cleanup.policy": "compact"},
+                                 what="the coordinator stream")
+
+    def ensure_topic(self, topic: str, partitions: int,
+                     config: Mapping[str, str] | None = None, what: str = "topic") -> bool:
+        """Create `topic` (`partitions`, topic `config`) unless it exists.
+
+        Args:
+            what: how the error message and the log line name the topic.
+
+        Returns:
+            True when it was created now.
+
+        Raises:
+            TopicsError: the broker refused (no permission, a policy, ...); the message
+                names the topic and the broker's reason.
+        """
+        self._serve_logs()
         for attempt in _retrying():
             with attempt:
                 meta = self._admin.list_topics(timeout=_REQUEST_TIMEOUT_S)
         if topic in meta.topics and meta.topics[topic].error is None:
             return False
-        spec = NewTopic(topic, 1, _replication(meta), config={"cleanup.policy": "compact"})
+        spec = NewTopic(topic, partitions, _replication(meta), config=dict(config or {}))
         try:
             for attempt in _retrying():
                 with attempt:
@@ -132,10 +160,20 @@ class TopicAdmin:
         except KafkaException as exc:
             if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 return False
-            raise TopicsError(f"cannot create the coordinator stream {topic!r}: "
-                              f"{exc.args[0].str()}") from exc
-        log.info("created the coordinator stream %s (1 partition, compacted)", topic)
+            raise TopicsError(f"cannot create {what} {topic!r}: {exc.args[0].str()}; "
+                              f"create it (or grant this client CreateTopics on it) and "
+                              f"start again") from exc
+        finally:
+            self._serve_logs()
+        settings = ", ".join(f"{k}={v}" for k, v in (config or {}).items())
+        log.info("created %s %s (%d partition%s%s)", what, topic, partitions,
+                 "" if partitions == 1 else "s", f", {settings}" if settings else "")
         return True
+
+    def _serve_logs(self) -> None:
+        """Hand the admin client's queued librdkafka log lines to Python logging (they
+        wait on its queue until it is polled)."""
+        self._admin.poll(0)
 
     def watermarks(self, partitions: Iterable[str]) -> dict[str, Watermarks]:
         """Low and high watermark of each "topic:N"."""

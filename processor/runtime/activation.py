@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from metrics import ProcessorMetrics
+from orchestrator.kafka.logs import client_logging
 from orchestrator.kafka.watched_producer import WatchedProducer
 from orchestrator.wire.clock import Clock
 from orchestrator.wire.config import Config
@@ -30,6 +31,7 @@ from processor.active import ActiveTask
 from processor.job import Job
 from processor.replica import Replica, ReplicaRole
 from processor.runtime.consumers import Consumers
+from processor.runtime.dead_letters import dlq_topic
 from store import Store
 
 __all__ = ["Activation", "Activations", "StoreAheadError"]
@@ -97,6 +99,7 @@ class Activations:
 
     def _producer(self, task: str) -> WatchedProducer:
         return WatchedProducer({**_PRODUCER_DEFAULTS, **self._producer_settings,
+                                **client_logging("processor.producer"),
                          "transactional.id": f"{self._group}.{task}"})
 
     def prepare_producer(self, task: str) -> None:
@@ -157,7 +160,7 @@ class Activations:
         replay.commit()
         config = self._config
         active = ActiveTask(replay.name, list(partitions), self._job, replay.store,
-                            activation.producer, config.job.output, f"{self._group}.dlq",
+                            activation.producer, config.job.output, dlq_topic(config.job.name),
                             config.processor.on_error,
                             self._consumers.active.consumer_group_metadata,
                             {p: replay.caps[p] for p in partitions},

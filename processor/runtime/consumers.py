@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from orchestrator.kafka.logs import client_logging
 from orchestrator.kafka.offsets import committed_offsets, committed_once, watermarks
 from orchestrator.wire.clock import Clock, Deadline
 from orchestrator.wire.config import Config
@@ -85,8 +86,8 @@ class Consumers:
             "group.id": group, "enable.auto.commit": False,
             "isolation.level": "read_committed", "auto.offset.reset": "earliest",
             "enable.partition.eof": False, "fetch.wait.max.ms": _FETCH_WAIT_MS})
-        self.active = Consumer(settings)
-        self.replay = Consumer(settings)
+        self.active = Consumer({**settings, **client_logging("processor.active")})
+        self.replay = Consumer({**settings, **client_logging("processor.replay")})
         self.barriers: dict[str, Barrier] = {}   # child partition -> its expansion barrier
         self.owner: dict[str, str] = {}          # active partition -> task
         self._held: dict[str, set[str]] = {}     # task -> partitions waiting on a barrier

@@ -33,6 +33,7 @@ from processor.runtime.activation import Activations, StoreAheadError
 from processor.runtime.bulk_path import BulkPath
 from processor.runtime.children import SplitChildren
 from processor.runtime.consumers import Consumers, by_task
+from processor.runtime.dead_letters import ensure_dead_letter_topic
 from processor.runtime.reconciliation import reconcile
 from processor.runtime.reports import StoreSizes, task_reports
 from processor.sources import ReplaySources, replay_sources, topic_counts
@@ -60,11 +61,16 @@ class TaskRuntime:
         job: the job to run (default: an instance of `job.class`).
         metrics: where to count (default: nowhere).
         clock: the time source (default: the system clock).
+
+    Raises:
+        DeadLetterTopicError: `processor.on_error` is "dlq" and the dead-letter topic
+            `baton.<job>.dlq` is missing and cannot be created (it is created if missing).
     """
 
     def __init__(self, config: Config, processor_id: str, job: Job | None = None,
                  metrics: ProcessorMetrics | None = None, clock: Clock | None = None) -> None:
         self.config = config
+        ensure_dead_letter_topic(config)     # before any client: raises DeadLetterTopicError
         self.clock = clock or SystemClock()
         self.metrics = NullProcessorMetrics() if metrics is None else metrics
         self._sizes = StoreSizes(self.clock)       # snapshot for the scrape-time collector

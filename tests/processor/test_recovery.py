@@ -140,8 +140,7 @@ def test_on_error_skip_skips_only_the_poison_record(broker, poisoned) -> None:
 
 def test_on_error_dlq_writes_the_record_and_the_error(broker, poisoned) -> None:
     config, runtime = poisoned("dlq")
-    dlq = f"baton.{config.job.name}.dlq"
-    broker.create_topic(dlq, 1)
+    dlq = f"baton.{config.job.name}.dlq"   # created by the runtime at start
     try:
         wait_for(lambda: sum(a.committed[f"{config.job.inputs[0]}:0"]
                              for a in runtime.active.values()) >= 30, 60, "all 30 records",
