@@ -12,7 +12,7 @@ child's keys from its store, a slice per loop turn, where it can tell them apart
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from typing import Any
 
 from orchestrator.wire.partitioners import home_partition, state_key_bytes
@@ -47,12 +47,15 @@ class SplitChildren:
 
     def update(self, embedded: Mapping[str, str], pending: Mapping[str, str],
                active: Mapping[str, ActiveTask], model: Mapping[str, list[str]],
-               release: Release) -> None:
-        """Take the reply's maps: release children that left, prune those gone live."""
-        leaving = {c: p for c, p in self.embedded.items() if embedded.get(c) != p}
+               release: Release, released: Container[str]) -> None:
+        """Take the reply's maps: release the pending children that are no longer
+        embedded (level-triggered: also one whose leaving this processor never saw,
+        having been frozen or busy meanwhile), prune those gone live."""
         live = [c for c in self.pending if c not in pending]
         self.embedded, self.pending = dict(embedded), dict(pending)
-        for child, parent in leaving.items():
+        for child, parent in self.pending.items():
+            if child in self.embedded or child in released:
+                continue
             release(child, parent)
             if parent in active:
                 self._left[child] = parent

@@ -116,8 +116,10 @@ class TaskRuntime:
             self.consumers.barriers = dict(reply.barriers)
             self.generation = reply.generation
         pending = self.children.pending if reply.same_model else reply.pending
+        for child in reply.embedded:        # back inside its parent: a later leave counts
+            self.released.pop(child, None)
         self.children.update(reply.embedded, pending, self.active, self.model,
-                             self._child_left)
+                             self._child_left, self.released)
         reconcile(self, reply.assignment)
 
     def activating(self, task: str) -> bool:
