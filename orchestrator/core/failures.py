@@ -108,12 +108,13 @@ class Failures:
                   f"{pid} will not run it again" if final else
                   f"{pid} is excluded for it until {failure.excluded_until - now:.0f} s from now")
         handoff = core.moves.handoffs.get(task)
+        core.roles.get(pid).discard(task)   # first: a resumed source is the only one listed
         if handoff is not None and handoff.target == pid:
             core.moves.step(handoff, hs.ReplicaFailed(error, pid))
         elif handoff is not None and handoff.source == pid \
                 and handoff.phase in _BEFORE_ACTIVATION:
             core.moves.step(handoff, hs.Cancel(f"source {pid} failed the task: {error}"))
-        core.roles.get(pid).discard(task)
+            core.roles.get(pid).discard(task)   # the cancel resumed it: it cannot run it
 
     def allowed(self, task: str, pid: str, now: float) -> bool:
         """May `pid` be given `task` (in any role) now?"""
