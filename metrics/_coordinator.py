@@ -104,6 +104,7 @@ COORDINATOR_METRIC_NAMES: tuple[str, ...] = (
     "baton_handoff_phase_age_seconds",
     "baton_invalid_heartbeats_total",
     "baton_processors",
+    "baton_tasks_failed",
     "baton_job_model_generation",
     "baton_partition_expansions_total",
     "baton_coordinator_view_errors_total",
@@ -155,6 +156,10 @@ class CoordinatorMetrics:
         self._processors = Gauge(
             "baton_processors", "Processors known to the coordinator, by state.",
             ["job", "state"], registry=registry)
+        self._failed = Gauge(
+            "baton_tasks_failed", "Tasks that failed and run on no processor now "
+            "(waiting out a retry backoff, or failed on every processor).", ["job"],
+            registry=registry).labels(job=job)
         self._generation = Gauge(
             "baton_job_model_generation", "Generation of the job model (assignment).",
             ["job"], registry=registry).labels(job=job)
@@ -228,6 +233,10 @@ class CoordinatorMetrics:
             check_label(state, PROCESSOR_STATES, "state")
         for state in PROCESSOR_STATES:
             self._processors.labels(job=self.job, state=state).set(counts.get(state, 0))
+
+    def set_failed_tasks(self, count: int) -> None:
+        """Tasks that failed and run nowhere now."""
+        self._failed.set(count)
 
     def set_generation(self, generation: int) -> None:
         """The job model (assignment) moved to `generation`."""

@@ -20,6 +20,8 @@ it looks at the whole current picture and moves it one step towards the target.
 1. Liveness: a valid processor silent for `processor_timeout` is lost; a lost,
    replaced or declared-dead execution loses its roles (its tasks become ownerless),
    and every handoff it takes part in gets `ProcessorLost`.
+   Then failed reports are acted on (orchestrator/core/failures.py): the processor
+   loses the task, is excluded for it for a backoff, and a handoff it targets ends.
 2. Handoffs (orchestrator/handoff.py, driven by orchestrator/moves.py) get events
    derived from the reports: the target holds the replica (WarmupStarted), its lag
    (LagReported), the source reports the task "released" (ReleaseAcked), the target
@@ -60,6 +62,7 @@ from typing import Any
 
 from metrics import CoordinatorMetrics, HandoffSample, LagSample
 from orchestrator.core import handoff as hs
+from orchestrator.core.failures import Failures
 from orchestrator.core.handoff_driver import Moves
 from orchestrator.core.liveness import Liveness, Processor
 from orchestrator.core.model import Expansion, JobModel
@@ -78,7 +81,7 @@ log = logging.getLogger("baton.coordinator")
 
 # Keys of the coordinator stream this core writes (others, like the daemon's
 # "coordinator" keepalive, are left alone).
-_OWNED_KEYS = ("model", "assignment", "drain", "errors")
+_OWNED_KEYS = ("model", "assignment", "drain", "errors", "failures")
 _OWNED_PREFIXES = ("processor/", "handoff/")
 
 
@@ -117,6 +120,7 @@ class Coordinator:
                            is_pending=lambda task: task in self.model.pending,
                            went_live=self._went_live)
         self.draining: set[str] = set()
+        self.failures = Failures(config.failure_backoff_s, config.max_task_attempts)
         self.errors: list[str] = []
         self.low: dict[str, int] = {}
         self.high: dict[str, int] = {}
@@ -144,6 +148,7 @@ class Coordinator:
         core.roles.load(dict(records.get("assignment", {})))
         core.draining = set(dict(records.get("drain", {})).get("processors", ()))
         core.errors = list(dict(records.get("errors", {})).get("errors", ()))
+        core.failures.load(dict(records.get("failures", {})), now)
         core._persisted = {k: v for k, v in records.items() if _owned(k)}
         core._settle_by = now + config.processor_timeout_s
         for key, value in records.items():
@@ -163,6 +168,8 @@ class Coordinator:
             out["drain"] = {"processors": sorted(self.draining)}
         if self.errors:
             out["errors"] = {"errors": list(self.errors)}
+        if self.failures.by_task:
+            out["failures"] = self.failures.to_record()
         return out
 
     def pending_changes(self) -> dict[str, Any | None]:
@@ -196,6 +203,8 @@ class Coordinator:
                         "longer valid", old.id, request.execution_id, old.execution_id)
             self._lose(old.id, f"replaced by execution {request.execution_id}",
                        keep_roles=True)
+        if old is None or old.execution_id != request.execution_id:
+            self.failures.forget_processor(request.processor_id)
         processor = self.processors.register(request, now, self.clock.time())
         return self._answer(processor, request)
 
@@ -362,6 +371,7 @@ class Coordinator:
                         now - processor.last_seen)
             self._lose(processor.id, f"silent for more than {self.config.processor_timeout_s}"
                        " s (coordinator.processor_timeout_ms)", keep_roles=False)
+        self.failures.observe(self, now)
         self._drive_handoffs()
         if self._settled():
             self.roles.keep_only({p.id for p in self.processors.live()})
@@ -373,6 +383,7 @@ class Coordinator:
                 "alive": sum(p.id not in self.draining for p in live),
                 "draining": sum(p.id in self.draining for p in live),
                 "dead": sum(not p.valid for p in self.processors)})
+            self.metrics.set_failed_tasks(len(self.failed_tasks()))
 
     def _drive_handoffs(self) -> None:
         self.moves.drive(self)
@@ -473,6 +484,11 @@ class Coordinator:
                     lag = 0 if report.role == "active" else self.lag(task, processor.id)
                     out.append(LagSample(task, processor.id, report.role, lag, report.rate))
         return out
+
+    def failed_tasks(self) -> list[str]:
+        """Tasks that failed and run nowhere now (waiting out a backoff, or stuck)."""
+        return [t for t in self.model.tasks
+                if t in self.failures.by_task and self.holder(t) is None]
 
     def handoff_samples(self) -> list[HandoffSample]:
         return self.moves.samples()

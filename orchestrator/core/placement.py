@@ -34,11 +34,13 @@ from typing import Protocol
 from orchestrator.core import handoff as hs
 from orchestrator.core.assignment import AssignmentError, ProcessorSnapshot, TaskInfo, assign
 from orchestrator.core.catchup import is_caught_up
+from orchestrator.core.failures import Failures
 from orchestrator.core.handoff_driver import Moves
 from orchestrator.core.liveness import Liveness
 from orchestrator.core.model import JobModel
 from orchestrator.core.roles import RoleBook
 from orchestrator.core.settings import CoreConfig
+from orchestrator.wire.clock import Clock
 
 __all__ = ["PlacementView", "place"]
 
@@ -54,6 +56,8 @@ class PlacementView(Protocol):
     roles: RoleBook
     moves: Moves
     draining: set[str]
+    failures: Failures
+    clock: Clock
 
     @property
     def handoffs(self) -> dict[str, hs.Handoff]: ...
@@ -74,14 +78,16 @@ def place(core: PlacementView) -> bool:
         return False
     owners = result.owners()
     warm = {t: p.id for p in result.processors for t in p.warmup}
+    load = {pid: len(core.roles.peek(pid).active) for pid in candidates}
     for task in core.model.tasks:
-        _place_task(core, task, owners.get(task), warm.get(task))
+        _place_task(core, task, owners.get(task), warm.get(task), load)
     handoffs = core.handoffs.values()
     for wanted in result.processors:
         roles = core.roles.get(wanted.id)
         moving = {h.task for h in handoffs if wanted.id in (h.source, h.target)}
         roles.warmup &= {h.task for h in handoffs if h.target == wanted.id}
-        roles.standby = set(wanted.standby) - roles.active - roles.warmup - moving
+        roles.standby = (set(wanted.standby) - roles.active - roles.warmup - moving
+                         - core.failures.blocked(wanted.id, core.clock.monotonic()))
     for pid in core.draining & set(live):
         roles = core.roles.get(pid)
         roles.warmup.clear()
@@ -107,7 +113,8 @@ def _state(core: PlacementView, pid: str) -> ProcessorSnapshot:
                           frozenset(warmup), lags)
 
 
-def _place_task(core: PlacementView, task: str, home: str | None, warm: str | None) -> None:
+def _place_task(core: PlacementView, task: str, home: str | None, warm: str | None,
+                load: dict[str, int]) -> None:
     """One task: keep it, list it directly, plan a handoff, or cancel a stale one."""
     handoff = core.handoffs.get(task)
     if handoff is not None:
@@ -117,16 +124,18 @@ def _place_task(core: PlacementView, task: str, home: str | None, warm: str | No
         return
     if _family_moving(core, task):
         return
+    owner = core.holder(task)
+    home, warm = core.failures.steer(task, owner, home, warm, load, core.clock.monotonic())
     if task in core.model.pending:
         _place_child(core, task, home, warm)
         return
-    owner = core.owner(task)
     target = warm if owner is not None and warm is not None else home
     if target is None or target == owner:
         return
     if owner is None:
         log.info("task %r has no live owner: active on %s", task, target)
         core.roles.list_active(task, target)
+        load[target] = load.get(target, 0) + 1
         return
     _move(core, task, owner, target)
 

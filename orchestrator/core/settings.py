@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from orchestrator.core import handoff as hs
 from orchestrator.core.assignment import AssignmentConfig
+from orchestrator.core.failures import DEFAULT_BACKOFF_S, DEFAULT_MAX_ATTEMPTS
 from orchestrator.wire.config import Config
 
 __all__ = ["CoreConfig"]
@@ -22,6 +23,10 @@ class CoreConfig:
     processor_timeout_s: float = 10.0
     assignment: AssignmentConfig = AssignmentConfig()
     handoff: hs.HandoffConfig = hs.HandoffConfig()
+    # a processor that failed a task is excluded for it this long (doubled per attempt)
+    failure_backoff_s: float = DEFAULT_BACKOFF_S
+    # attempts per (task, processor) before that processor never gets the task again
+    max_task_attempts: int = DEFAULT_MAX_ATTEMPTS
 
     @classmethod
     def from_config(cls, config: Config) -> CoreConfig:

@@ -38,6 +38,7 @@ def status(core: Coordinator) -> dict[str, Any]:
         "processors": [_processor(core, p.id) for p in core.processors],
         "tasks": [{"name": task, "partitions": parts, "active": core.holder(task),
                    "lag": _input_lag(core, task),
+                   "failed": core.failures.describe(task, now),
                    **({"split_from": core.model.pending[task]}
                       if task in core.model.pending else {})}
                   for task, parts in core.model.tasks.items()],
@@ -50,7 +51,8 @@ def status(core: Coordinator) -> dict[str, Any]:
                              "phase": h.phase.value, "reason": h.reason}
                             for h in core.history[-10:]],
         "draining": sorted(core.draining),
-        "errors": list(core.errors),
+        "errors": list(core.errors) + [_stuck(core, t) for t in core.failed_tasks()
+                                        if _exhausted(core, t)],
         "inputs": [{"topic": t, "partitions": n} for t, n in core.model.grouping.inputs],
         "barriers": {c: {"parent": p, "offset": o} for c, (p, o) in core.model.barriers.items()},
     }
@@ -83,6 +85,25 @@ def _input_lag(core: Coordinator, task: str) -> int | None:
     return total
 
 
+def _candidates(core: Coordinator) -> list[str]:
+    return [p.id for p in core.processors.live() if p.id not in core.draining]
+
+
+def _exhausted(core: Coordinator, task: str) -> bool:
+    return core.failures.exhausted(task, _candidates(core))
+
+
+def _stuck(core: Coordinator, task: str) -> str:
+    """Why a failed task runs nowhere, with each processor's last error."""
+    now = core.clock.monotonic()
+    seen = "; ".join(f"{f['processor']} after {f['attempts']} attempt(s): {f['error']}"
+                     for f in core.failures.describe(task, now))
+    if _exhausted(core, task):
+        return (f"task {task!r}: failed on every processor, not retried ({seen}); fix the "
+                f"cause and restart a processor (a new execution gets the task again)")
+    return f"task {task!r}: failed, retried after a backoff ({seen})"
+
+
 def pending(core: Coordinator) -> list[str]:
     """Why the job is not balanced yet; empty when it is.
 
@@ -103,7 +124,9 @@ def pending(core: Coordinator) -> list[str]:
             continue
         owner = core.holder(task)           # a pending split child runs inside its parent
         report = core.report(owner, core.model.pending.get(task, task))
-        if owner is None:
+        if owner is None and task in core.failures.by_task:
+            out.append(_stuck(core, task))
+        elif owner is None:
             out.append(f"task {task!r}: not active on any processor")
         elif report is None or report.role != "active":
             out.append(f"task {task!r}: {owner} has not reported it active yet")

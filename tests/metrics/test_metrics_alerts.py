@@ -20,7 +20,7 @@ from metrics import METRIC_NAMES
 ALERT_NAMES = {
     "BatonCatchUpStalled", "BatonHandoffStuck", "BatonHandoffNotStarting",
     "BatonInvalidHeartbeats", "BatonProcessorDead", "BatonCoordinatorDown",
-    "BatonProcessorTargetDown", "BatonLagGrowing",
+    "BatonProcessorTargetDown", "BatonLagGrowing", "BatonTaskFailed",
 }
 
 
@@ -170,6 +170,16 @@ CASES: dict[str, dict[str, Any]] = {
             firing("BatonLagGrowing", "40m", {"job": "sums", "task": "Partition 0",
                                               "processor": "p1", "role": "active",
                                               "severity": "warning"}),
+        ],
+    },
+    "a task failed for 10 minutes fires; one retried within minutes does not": {
+        "input_series": [
+            {"series": f"baton_tasks_failed{{{J}}}", "values": "0 1x20"},
+            {"series": 'baton_tasks_failed{job="retried"}', "values": "0 1 1 1 0x20"},
+        ],
+        "promql_expr_test": [
+            firing("BatonTaskFailed", "5m"),
+            firing("BatonTaskFailed", "15m", {"job": "sums", "severity": "critical"}),
         ],
     },
 }

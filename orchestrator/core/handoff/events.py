@@ -16,7 +16,7 @@ __all__ = [
     "Activated", "Cancel", "Command", "DEFAULT_ACCEPTABLE_LAG",
     "DEFAULT_ACTIVATE_TIMEOUT_S", "DEFAULT_RELEASE_TIMEOUT_S", "DeclareDead", "Event",
     "Handoff", "HandoffConfig", "LagReported", "Persist", "Phase", "ProcessorLost",
-    "ReleaseAcked", "ResumeOwner", "SendActivate", "SendRelease", "StartWarmup",
+    "ReleaseAcked", "ReplicaFailed", "ResumeOwner", "SendActivate", "SendRelease", "StartWarmup",
     "StopWarmup", "TERMINAL_PHASES", "Tick", "WarmupStarted",
 ]
 
@@ -206,6 +206,15 @@ class Tick:
 
 
 @dataclass(frozen=True)
+class ReplicaFailed:
+    """The target reports the task `failed` (its store would not open, its activation
+    or its process() raised): this move cannot finish on it."""
+
+    error: str
+    processor_id: str | None = None  # when given, must be the target
+
+
+@dataclass(frozen=True)
 class Cancel:
     """The operator or the assignor no longer wants this move."""
 
@@ -213,7 +222,8 @@ class Cancel:
 
 
 Event: TypeAlias = (
-    WarmupStarted | LagReported | ReleaseAcked | Activated | ProcessorLost | Tick | Cancel)
+    WarmupStarted | LagReported | ReleaseAcked | Activated | ProcessorLost | Tick | Cancel
+    | ReplicaFailed)
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,9 @@ Rules, in order of importance:
 5. Timeouts are checked on `Tick` against `since`, the time the phase was entered.
    Any clock works (the driver passes `clock.monotonic()`), because `resume()`
    re-arms `since` in the new process. `next_deadline()` says when to tick.
-6. Policy for events that make no sense in a phase is in the table, never implicit:
+6. A target that reports the task failed (ReplicaFailed) ends the move: cancelled
+   before activation, abandoned (not declared dead: only the task failed) during it.
+7. Policy for events that make no sense in a phase is in the table, never implicit:
    stale or duplicate reports are ignored where that is safe (no state change, no
    commands); a peer's protocol violation raises `RemoteHandoffError` (the driver
    logs it and drops the message; the handoff is unchanged); the coordinator's own
@@ -82,6 +84,7 @@ from orchestrator.core.handoff.events import (
     Phase,
     ProcessorLost,
     ReleaseAcked,
+    ReplicaFailed,
     ResumeOwner,
     SendActivate,
     SendRelease,
@@ -291,11 +294,12 @@ def _cancel(why: str) -> _Rule:
     return rule
 
 
-def _abandon_target(why: str) -> _Rule:
-    """During activation: stop the target for good; the source resumes if it can."""
+def _abandon_target(why: str, *, declare_dead: bool = True) -> _Rule:
+    """During activation: stop the target for good (declared dead, unless it only
+    failed the task and so holds nothing of it); the source resumes if it can."""
     def rule(s: _Step) -> _Outcome:
         h = s.handoff
-        commands: list[Command] = [DeclareDead(h.target)]
+        commands: list[Command] = [DeclareDead(h.target)] if declare_dead else []
         reason = _say(why, s)
         if h.source is not None and not h.source_declared_dead:
             commands.append(ResumeOwner(h.task, h.source))
@@ -367,11 +371,8 @@ _CATCH_UP: Final = _on_timeout(
 _UNSOLICITED_ACTIVATION: Final = _remote(
     "reports the task active but was never told to activate it",
     "two processors may now write the task's output: stop that processor")
-
-
+_TARGET_FAILED: Final = "target {target} failed the task: {error}"
 _FORCED: Final = "{source} {cause}: declared dead; {target} activates from committed offsets"
-
-
 P = Phase
 
 
@@ -387,6 +388,7 @@ TRANSITIONS: Final[Mapping[tuple[Phase, type[Event]], _Rule]] = MappingProxyType
         target=_cancel("target {target} was lost before catching up")),
     (P.PLANNED, Tick): _CATCH_UP,
     (P.PLANNED, Cancel): _cancel("cancelled: {cancel}"),
+    (P.PLANNED, ReplicaFailed): _cancel(_TARGET_FAILED),
     # catching_up: the target replays S2; release once lag <= acceptable_lag.
     (P.CATCHING_UP, WarmupStarted): _ignore,
     (P.CATCHING_UP, LagReported): _release_if_caught_up,
@@ -398,6 +400,7 @@ TRANSITIONS: Final[Mapping[tuple[Phase, type[Event]], _Rule]] = MappingProxyType
         target=_cancel("target {target} was lost while catching up")),
     (P.CATCHING_UP, Tick): _CATCH_UP,
     (P.CATCHING_UP, Cancel): _cancel("cancelled: {cancel}"),
+    (P.CATCHING_UP, ReplicaFailed): _cancel(_TARGET_FAILED),
     # releasing: SendRelease(source) sent; the source may already have stopped.
     (P.RELEASING, WarmupStarted): _ignore,
     (P.RELEASING, LagReported): _note_lag,
@@ -411,6 +414,7 @@ TRANSITIONS: Final[Mapping[tuple[Phase, type[Event]], _Rule]] = MappingProxyType
         _activate_without_release(_FORCED.replace(
             "{cause}", "did not acknowledge the release within {release_timeout_s} s"))),
     (P.RELEASING, Cancel): _cancel("cancelled during the release ({cancel}); {source} resumes"),
+    (P.RELEASING, ReplicaFailed): _cancel(_TARGET_FAILED + "; {source} resumes"),
     # activating: SendActivate(target) sent; the target may be writing output.
     (P.ACTIVATING, WarmupStarted): _ignore,
     (P.ACTIVATING, LagReported): _ignore,
@@ -423,6 +427,7 @@ TRANSITIONS: Final[Mapping[tuple[Phase, type[Event]], _Rule]] = MappingProxyType
         lambda c: c.activate_timeout_s,
         _abandon_target("target {target} did not report the task active within "
                         "{activate_timeout_s} s: declared dead")),
+    (P.ACTIVATING, ReplicaFailed): _abandon_target(_TARGET_FAILED, declare_dead=False),
     (P.ACTIVATING, Cancel): _local(
         "too late to cancel, {target} was told to activate; wait for done (then plan "
         "a move back) or for the activation timeout"),
@@ -434,6 +439,7 @@ TRANSITIONS: Final[Mapping[tuple[Phase, type[Event]], _Rule]] = MappingProxyType
     (P.DONE, ProcessorLost): _ignore,  # the assignor handles the loss of the new owner
     (P.DONE, Tick): _ignore,
     (P.DONE, Cancel): _local("the move already finished; plan a move back instead"),
+    (P.DONE, ReplicaFailed): _ignore,  # the new owner's own failure: the core re-places
     # cancelled: the source (or nobody) owns the task.
     (P.CANCELLED, WarmupStarted): _ignore,
     (P.CANCELLED, LagReported): _ignore,
@@ -445,6 +451,7 @@ TRANSITIONS: Final[Mapping[tuple[Phase, type[Event]], _Rule]] = MappingProxyType
     (P.CANCELLED, ProcessorLost): _ignore,
     (P.CANCELLED, Tick): _ignore,
     (P.CANCELLED, Cancel): _ignore,
+    (P.CANCELLED, ReplicaFailed): _ignore,
 })
 
 
@@ -458,13 +465,14 @@ def _say(template: str, s: _Step) -> str:
         acceptable_lag=c.acceptable_lag, release_timeout_s=c.release_timeout_s,
         activate_timeout_s=c.activate_timeout_s,
         elapsed=(event.now - h.since) if isinstance(event, Tick) else 0.0,
-        cancel=event.reason if isinstance(event, Cancel) else "")
+        cancel=event.reason if isinstance(event, Cancel) else "",
+        error=event.error if isinstance(event, ReplicaFailed) else "")
 
 
 def _sender(handoff: Handoff, event: Event) -> str | None:
     if isinstance(event, ReleaseAcked):
         return event.processor_id or handoff.source
-    if isinstance(event, WarmupStarted | Activated):
+    if isinstance(event, WarmupStarted | Activated | ReplicaFailed):
         return event.processor_id or handoff.target
     return None
 

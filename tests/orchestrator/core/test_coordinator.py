@@ -101,6 +101,7 @@ class FakeProcessor:
         self.ignore_release = False  # a stuck owner: never acknowledges a release
         self.activate_as = "active"  # "activating": a new owner stuck replaying
         self.pause_ms: float | None = 12.0  # None: no output yet (a task without traffic)
+        self.failing: dict[str, str] = {}  # task -> error: it fails in any role it is given
 
     def request(self, leaving: bool = False) -> HeartbeatRequest:
         return HeartbeatRequest(
@@ -108,7 +109,8 @@ class FakeProcessor:
             metrics_url=f"http://127.0.0.1:1/{self.pid}", leaving=leaving,
             tasks=[TaskReport(task=t, role=r,  # type: ignore[arg-type]
                               positions=self.positions.get(t, {}),
-                              pause_ms=self.pause_ms if r == "active" else None)
+                              pause_ms=self.pause_ms if r == "active" else None,
+                              error=self.failing.get(t) if r == "failed" else None)
                    for t, r in self.roles.items()])
 
     def register(self) -> HeartbeatReply:
@@ -138,6 +140,9 @@ class FakeProcessor:
         for task in a.active:
             if self.roles.get(task) != "active":
                 self.roles[task] = self.activate_as
+        for task in self.failing:   # like guard(): the task is failed with its error
+            if self.roles.get(task) in ("active", "activating", "warmup", "standby"):
+                self.roles[task] = "failed"
         wanted = set(a.active) | set(a.warmup) | set(a.standby)
         for task, role in list(self.roles.items()):
             if task not in wanted and role not in ("released", "active", "activating"):

@@ -35,6 +35,7 @@ from orchestrator.core.handoff import (
     ProcessorLost,
     ReleaseAcked,
     RemoteHandoffError,
+    ReplicaFailed,
     ResumeOwner,
     SendActivate,
     SendRelease,
@@ -161,6 +162,8 @@ ROWS: list[tuple[Handoff, Event, Any]] = [
     (at(PLANNED), Tick(T0 + 59.9), IGNORE),
     (at(PLANNED), Tick(T0 + 60), Go(CANCELLED, STOP, owner=S)),
     (at(PLANNED), Cancel("operator"), Go(CANCELLED, STOP, owner=S)),
+    (at(PLANNED), ReplicaFailed("store locked"), Go(CANCELLED, STOP, owner=S)),
+    (at(PLANNED), ReplicaFailed("boom", OTHER), RemoteHandoffError),
     # catching_up
     (at(CATCHING_UP), WarmupStarted(), IGNORE),
     (at(CATCHING_UP), LagReported(101), Noted(101)),
@@ -174,6 +177,7 @@ ROWS: list[tuple[Handoff, Event, Any]] = [
     (at(CATCHING_UP), Tick(T0 + 59.9), IGNORE),
     (at(CATCHING_UP), Tick(T0 + 60), Go(CANCELLED, STOP, owner=S)),
     (at(CATCHING_UP), Cancel("assignor"), Go(CANCELLED, STOP, owner=S)),
+    (at(CATCHING_UP), ReplicaFailed("boom", T), Go(CANCELLED, STOP, owner=S)),
     # releasing
     (at(RELEASING), WarmupStarted(), IGNORE),
     (at(RELEASING), LagReported(7), Noted(7)),
@@ -191,6 +195,8 @@ ROWS: list[tuple[Handoff, Event, Any]] = [
     (at(RELEASING), Tick(T0 + 9.99), IGNORE),
     (at(RELEASING), Tick(T0 + 10), Go(ACTIVATING, FORCE, fields={"source_declared_dead": True})),
     (at(RELEASING), Cancel("x"), Go(CANCELLED, STOP + [ResumeOwner(TASK, S)], owner=S)),
+    (at(RELEASING), ReplicaFailed("boom"), Go(CANCELLED, STOP + [ResumeOwner(TASK, S)],
+                                              owner=S)),
     # activating, after a release acknowledgement
     (at(ACTIVATING), WarmupStarted(), IGNORE),
     (at(ACTIVATING), LagReported(3), IGNORE),
@@ -207,12 +213,15 @@ ROWS: list[tuple[Handoff, Event, Any]] = [
     (at(ACTIVATING), Tick(T0 + 30), Go(CANCELLED, [DeclareDead(T), ResumeOwner(TASK, S)],
                                        owner=S)),
     (at(ACTIVATING), Cancel("x"), LocalHandoffError),
+    (at(ACTIVATING), ReplicaFailed("fence failed"), Go(CANCELLED, [ResumeOwner(TASK, S)],
+                                                        owner=S)),
     # activating after the source was declared dead, or without a source
     (FORCED, ReleaseAcked({"events:0": 1}), IGNORE),  # late ack from a fenced owner
     (FORCED, ProcessorLost(S), IGNORE),
     (FORCED, ProcessorLost(T), Go(CANCELLED, [DeclareDead(T)], owner=None)),
     (FORCED, Tick(T0 + 30), Go(CANCELLED, [DeclareDead(T)], owner=None)),
     (FORCED, Activated(), Go(DONE, [], owner=T)),
+    (FORCED, ReplicaFailed("boom"), Go(CANCELLED, [], owner=None)),
     (NO_SOURCE, ReleaseAcked(OFFS), RemoteHandoffError),
     (NO_SOURCE, ReleaseAcked(OFFS, S), RemoteHandoffError),
     (NO_SOURCE, ProcessorLost(T), Go(CANCELLED, [DeclareDead(T)], owner=None)),
@@ -226,6 +235,7 @@ ROWS: list[tuple[Handoff, Event, Any]] = [
     (at(DONE), ProcessorLost(T), IGNORE),
     (at(DONE), Tick(T0 + 1e6), IGNORE),
     (at(DONE), Cancel("x"), LocalHandoffError),
+    (at(DONE), ReplicaFailed("boom"), IGNORE),
     # cancelled: stale news is ignored; a target claiming the task is reported
     (at(CANCELLED), WarmupStarted(), IGNORE),
     (at(CANCELLED), LagReported(1), IGNORE),
@@ -234,6 +244,7 @@ ROWS: list[tuple[Handoff, Event, Any]] = [
     (at(CANCELLED), ProcessorLost(S), IGNORE),
     (at(CANCELLED), Tick(T0 + 1e6), IGNORE),
     (at(CANCELLED), Cancel("again"), IGNORE),
+    (at(CANCELLED), ReplicaFailed("boom"), IGNORE),
 ]
 
 
@@ -269,7 +280,8 @@ def test_transition_row(start: Handoff, event: Event, expect: Any) -> None:
 
 
 def test_table_covers_every_phase_and_event_and_rows_cover_the_table() -> None:
-    events = {WarmupStarted, LagReported, ReleaseAcked, Activated, ProcessorLost, Tick, Cancel}
+    events = {WarmupStarted, LagReported, ReleaseAcked, Activated, ProcessorLost, Tick, Cancel,
+              ReplicaFailed}
     assert set(TRANSITIONS) == {(phase, ev) for phase in Phase for ev in events}
     assert {(start.phase, type(event)) for start, event, _ in ROWS} == set(TRANSITIONS)
 
