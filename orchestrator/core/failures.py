@@ -21,9 +21,11 @@ failed report of a task the processor is listed with (or is moving to it):
    elsewhere at once; a failed replica's task stays with its owner.
 4. The report is consumed: only the processor's next heartbeat can count again.
 
-Placement asks `steer()` to bend the assignor's answer around exclusions: a blocked
-warmup or move target is dropped (the task stays where it is until the backoff ends),
-a blocked home of an ownerless task is replaced by the least-loaded allowed processor.
+The assignor is told each processor's `blocked()` tasks (`ProcessorSnapshot.excluded`),
+so a newcomer that failed one warmup is given another task and the scale-out goes on.
+`steer()` is the backstop for what the assignor still places on a blocked processor: a
+blocked warmup or move target is dropped (the task stays where it is), a blocked home
+of an ownerless task becomes the least-loaded allowed processor.
 A (task, processor) pair that failed `max_attempts` times is excluded for good, so a
 poison job cannot loop forever; once every live candidate is exhausted the task stays
 failed (ownerless), and status, `pending()` and the `baton_tasks_failed` gauge say so.

@@ -110,7 +110,8 @@ def _state(core: PlacementView, pid: str) -> ProcessorSnapshot:
     lags = {t: lag for t in core.model.tasks
             if t not in active and (lag := core.lag(t, pid)) is not None}
     return ProcessorSnapshot(pid, 1, frozenset(active), frozenset(roles.standby),
-                          frozenset(warmup), lags)
+                             frozenset(warmup), lags,
+                             frozenset(core.failures.blocked(pid, core.clock.monotonic())))
 
 
 def _place_task(core: PlacementView, task: str, home: str | None, warm: str | None,

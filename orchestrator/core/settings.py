@@ -39,4 +39,6 @@ class CoreConfig:
             assignment=AssignmentConfig(k.acceptable_lag, k.max_warmups, k.num_standbys,
                                         k.balance_factor),
             handoff=hs.HandoffConfig(k.acceptable_lag, c.release_timeout_ms / 1000,
-                                     c.activate_timeout_ms / 1000))
+                                     c.activate_timeout_ms / 1000),
+            failure_backoff_s=c.failure_backoff_ms / 1000,
+            max_task_attempts=c.max_task_attempts)

@@ -64,6 +64,10 @@ class CoordinatorConfig(_Section):
     monitor_interval_ms: int = Field(default=5000, gt=0)
     # a processor silent this long is considered gone and its tasks are re-placed
     processor_timeout_ms: int = Field(default=10000, gt=0)
+    # a processor that failed a task is excluded for it this long, doubled per attempt
+    failure_backoff_ms: int = Field(default=30000, gt=0)
+    # attempts per (task, processor) before that processor never gets the task again
+    max_task_attempts: int = Field(default=3, ge=1)
 
 
 class ProcessorConfig(_Section):

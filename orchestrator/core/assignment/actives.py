@@ -64,7 +64,8 @@ def _orphan_home(view: _View, heap: _LoadHeap, name: str) -> int:
 
     Equal lags (unknown ones included) go to the lightest load, then the lowest id.
     """
-    best = _best(heap)
+    allowed = heap.best(view.excluded.get(name, ()))
+    best = allowed if allowed is not None else _best(heap)
     best_key: _Key = (_INF, *heap.key(best))
     for i, lag in view.lags.get(name, ()):
         key: _Key = (lag, *heap.key(i))
@@ -86,6 +87,8 @@ def _candidate_edges(view: _View, owner: Mapping[str, int], deficit: Sequence[in
         if deficit[j] == 0:
             continue
         for name, lag in proc.lags.items():
+            if name in proc.excluded:
+                continue
             i = owner.get(name)
             close = is_caught_up(lag, view.config.acceptable_lag)
             if i is not None and i != j and close == caught_up:
@@ -124,7 +127,7 @@ def _start_warmups(view: _View, owner: Mapping[str, int], moved: set[str], exces
     def take(name: str, j: int) -> None:
         i = owner[name]
         if len(warm) < budget and name not in moved and name not in warm and i != j \
-                and excess[i] > 0 and deficit[j] > 0:
+                and excess[i] > 0 and deficit[j] > 0 and j not in view.excluded.get(name, ()):
             warm[name] = j
             excess[i] -= 1
             deficit[j] -= 1
@@ -141,8 +144,10 @@ def _start_warmups(view: _View, owner: Mapping[str, int], moved: set[str], exces
         j = min(range(len(deficit)), key=lambda k: (-deficit[k], k))
         if i not in queues:
             queues[i] = sorted((t for t, o in owner.items() if o == i), reverse=True)
-        name = queues[i].pop()
-        take(name, j)
+        if not queues[i]:       # every task left there is excluded where it could go
+            excess[i] = 0
+            continue
+        take(queues[i].pop(), j)
     return warm
 
 

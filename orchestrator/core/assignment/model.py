@@ -41,7 +41,8 @@ class TaskInfo:
 
 @dataclass(frozen=True)
 class ProcessorSnapshot:
-    """A live processor: its capacity, what it ran last time, and its lag per task."""
+    """A live processor: its capacity, what it ran last time, its lag per task, and the
+    tasks it may not be given (it failed them recently)."""
 
     id: str
     capacity: int = 1
@@ -49,10 +50,11 @@ class ProcessorSnapshot:
     standby: frozenset[str] = frozenset()
     warmup: frozenset[str] = frozenset()
     lags: Mapping[str, int] = field(default_factory=dict, hash=False)
+    excluded: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         # Accept any iterable or mapping, keep an immutable copy: callers cannot alias it.
-        for role in ("active", "standby", "warmup"):
+        for role in ("active", "standby", "warmup", "excluded"):
             object.__setattr__(self, role, frozenset(getattr(self, role)))
         object.__setattr__(self, "lags", MappingProxyType(dict(self.lags)))
         if isinstance(self.capacity, bool) or not isinstance(self.capacity, int) \
@@ -130,6 +132,8 @@ class _View:
         self.stateful = {t.name: t.stateful for t in self.tasks}
         self.holder: dict[str, int] = {}
         self.lags: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        # task -> processors that may not be given it; their lags on it are ignored
+        self.excluded: dict[str, set[int]] = defaultdict(set)
         for i, proc in enumerate(self.procs):
             for name in sorted(proc.active & self.stateful.keys()):
                 if name in self.holder:
@@ -137,8 +141,10 @@ class _View:
                     raise AssignmentError(f"task {name!r} is active on both {other!r} and "
                                           f"{proc.id!r}; a task has one active owner")
                 self.holder[name] = i
+            for name in proc.excluded:
+                self.excluded[name].add(i)
             for name, lag in proc.lags.items():
-                if self.stateful.get(name):
+                if self.stateful.get(name) and name not in proc.excluded:
                     self.lags[name].append((i, lag))
 
     def caught_up(self, i: int, name: str, lag: float) -> bool:
@@ -147,6 +153,8 @@ class _View:
 
     def lag(self, i: int, name: str) -> float:
         """Processor ``i``'s reported lag on ``name``; infinite when not reported."""
+        if name in self.procs[i].excluded:
+            return _INF
         return self.procs[i].lags.get(name, _INF)
 
 

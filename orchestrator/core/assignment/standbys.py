@@ -22,7 +22,8 @@ def _plan_standbys(view: _View, names: Sequence[str], plan: _Plan,
         return {}
 
     def busy(name: str) -> set[int]:
-        return {plan.owner[name], plan.warmup.get(name, plan.owner[name])}
+        owners = {plan.owner[name], plan.warmup.get(name, plan.owner[name])}
+        return owners | view.excluded.get(name, set())
 
     want = {t: min(count, procs - len(busy(t))) for t in names}
     previous: dict[str, list[int]] = defaultdict(list)

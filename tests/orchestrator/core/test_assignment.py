@@ -625,3 +625,69 @@ def test_all_combinations_of_small_clusters_are_deterministic() -> None:
         procs = [proc(pid, [t.name for t, o in zip(job, layout, strict=True) if o == pid])
                  for pid in ("p0", "p1", "p2")]
         assert assign(job, procs) == assign(job[::-1], procs[::-1])
+
+
+# --- exclusions (a processor failed a task) ---------------------------------------------------
+
+def excluded(p: ProcessorSnapshot, names: Sequence[str]) -> ProcessorSnapshot:
+    return ProcessorSnapshot(p.id, p.capacity, p.active, p.standby, p.warmup, p.lags,
+                             frozenset(names))
+
+
+def test_a_newcomer_that_failed_a_task_warms_up_another_one() -> None:
+    """p3 failed t00's warmup: the scale-out still completes, with another task."""
+    before = [proc("p1", ["t00", "t01"]), proc("p2", ["t02", "t03"]), proc("p3")]
+    plain = assign(tasks(4), before, AssignmentConfig(max_warmups=1))
+    first = roles(plain, "warmup")["p3"]
+    again = assign(tasks(4), [*before[:2], excluded(before[2], first)],
+                   AssignmentConfig(max_warmups=1))
+    assert roles(again, "warmup")["p3"] and roles(again, "warmup")["p3"] != first
+
+
+def test_a_processor_excluded_from_every_task_gets_nothing_and_nothing_breaks() -> None:
+    before = [proc("p1", ["t00", "t01"]), proc("p2", ["t02", "t03"]),
+              excluded(proc("p3"), ["t00", "t01", "t02", "t03"])]
+    result = assign(tasks(4), before, AssignmentConfig(max_warmups=4, num_standbys=1))
+    assert roles(result, "warmup")["p3"] == () and roles(result, "standby")["p3"] == ()
+    assert roles(result, "active")["p3"] == ()
+
+
+def test_an_orphan_avoids_the_processor_that_failed_it_even_when_caught_up() -> None:
+    before = [excluded(proc("p1", lags={"t00": 0}), ["t00"]), proc("p2", ["t01"]),
+              proc("p3", ["t02"])]
+    result = assign(tasks(3), before)
+    assert result.owners()["t00"] != "p1"
+
+
+def test_an_orphan_excluded_everywhere_still_gets_a_home() -> None:
+    """The assignor places it; the coordinator's failure bookkeeping decides to hold it."""
+    before = [excluded(proc("p1"), ["t00"]), excluded(proc("p2"), ["t00"])]
+    assert "t00" in assign(tasks(1), before).owners()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_exclusions_are_respected_for_warmups_and_standbys(data: st.DataObject) -> None:
+    n_tasks = data.draw(st.integers(1, 12))
+    names = [t.name for t in tasks(n_tasks)]
+    n_procs = data.draw(st.integers(1, 5))
+    owners = data.draw(st.lists(st.integers(0, n_procs - 1), min_size=n_tasks,
+                                max_size=n_tasks))
+    procs = []
+    for k in range(n_procs):
+        held = [t for t, o in zip(names, owners, strict=True) if o == k]
+        banned = data.draw(st.lists(st.sampled_from(names), max_size=n_tasks))
+        banned = [t for t in banned if t not in held]
+        lags = data.draw(st.dictionaries(st.sampled_from(names), st.integers(0, 3000)))
+        procs.append(excluded(proc(f"p{k}", held, lags=lags), banned))
+    config = AssignmentConfig(max_warmups=data.draw(st.integers(1, 4)),
+                              num_standbys=data.draw(st.integers(0, 2)))
+    result = assign(tasks(n_tasks), procs, config)
+    bans = {p.id: p.excluded for p in procs}
+    for p in result.processors:
+        assert not set(p.warmup) & bans[p.id], (p, bans[p.id])
+        assert not set(p.standby) & bans[p.id], (p, bans[p.id])
+    before = {t: p.id for p in procs for t in p.active}
+    for task, pid in result.owners().items():
+        assert task not in bans[pid] or before.get(task) == pid or all(
+            task in b for b in bans.values()), (task, pid)

@@ -49,16 +49,17 @@ def test_a_failed_warmup_cancels_the_handoff_and_is_retried_after_the_backoff() 
         p2.beat()
         assert task not in p2.listed() and task not in set(p2.reply.assignment.warmup)  # type: ignore[union-attr]
         assert task not in h.core.handoffs
+    # re-placed: p2 warms up another task of p1's instead, so the scale-out goes on
+    assert {x.target for x in h.core.handoffs.values()} == {"p2"}
+    assert len(h.core.handoffs) == 2
     p2.failing.clear()
-    h.clock.advance(3.0)
-    p1.beat()
-    p2.beat()
-    assert h.core.handoffs[task].target == "p2"           # re-placed after the backoff
     p2.positions = at(1000, *ALL)
-    for _ in range(6):
+    for _ in range(8):
+        h.clock.advance(1.0)
         p2.beat()
         p1.beat()
-    assert owners(h)[task] == "p2"
+    mine = [t for t, pid in owners(h).items() if pid == "p2"]
+    assert len(mine) == 2 and task not in mine and owners(h)[task] == "p1"
 
 
 def test_a_failed_activation_returns_the_task_to_its_source(
