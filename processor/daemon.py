@@ -24,6 +24,7 @@ from metrics import ProcessorMetrics, serve_metrics
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.config import Config
 from orchestrator.wire.protocol import TaskReport
+from orchestrator.wire.tls import TlsSettings
 from processor.heartbeat import EXIT_DEAD, HeartbeatMonitor
 from processor.runtime import TaskRuntime
 from processor.runtime.dead_letters import DeadLetterTopicError
@@ -81,9 +82,12 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     monitor = HeartbeatMonitor(
-        config.coordinator.url, config.token_file, processor_id, execution_id,
+        config.coordinator.url, config.processor_token_file, processor_id, execution_id,
         config.processor.heartbeat_interval_ms / 1000, config.processor.coordinator_grace_ms / 1000,
-        reports, metrics_url=server.url, on_heartbeat=metrics.record_heartbeat, clock=clock)
+        reports, metrics_url=server.url, on_heartbeat=metrics.record_heartbeat, clock=clock,
+        tls=TlsSettings(config.file(config.coordinator.tls_ca_file),
+                        config.file(config.processor.tls_cert_file),
+                        config.file(config.processor.tls_key_file)))
     log.info("processor %s (execution %s) starting; coordinator %s", processor_id, execution_id,
              config.coordinator.url)
     monitor.start()

@@ -25,6 +25,7 @@ from metrics import HeartbeatOutcome
 from orchestrator.wire.client import CoordinatorClient, CoordinatorError
 from orchestrator.wire.clock import Clock, Deadline, SystemClock
 from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest, TaskReport
+from orchestrator.wire.tls import TlsSettings
 from orchestrator.wire.token import TokenError, read_token
 
 __all__ = ["HeartbeatMonitor"]
@@ -49,7 +50,7 @@ class HeartbeatMonitor(threading.Thread):
                  snapshot: Callable[[], list[TaskReport]],
                  metrics_url: str | None = None,
                  on_heartbeat: Callable[[HeartbeatOutcome], None] | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, tls: TlsSettings | None = None) -> None:
         super().__init__(name="baton-heartbeat", daemon=True)
         self.clock = clock or SystemClock()
         self.url = url.rstrip("/")
@@ -74,7 +75,7 @@ class HeartbeatMonitor(threading.Thread):
         # heartbeat is the retry), the token file re-read per request (rotation)
         self._client = CoordinatorClient(url, lambda: read_token(token_file),
                                          retry={"stop": stop_after_attempt(1)},
-                                         timeout=_REQUEST_TIMEOUT_S)
+                                         timeout=_REQUEST_TIMEOUT_S, tls=tls)
 
     def take_reply(self) -> HeartbeatReply | None:
         """The newest reply not yet taken (older ones are superseded: level-triggered)."""

@@ -56,7 +56,10 @@ def _client(config: Config) -> Iterator[CoordinatorClient]:
         token = read_token(config.token_file)
     except TokenError as exc:
         _fail(f"{exc} (coordinator.token_file in {config.path})", 2)
-    client = CoordinatorClient(config.coordinator.url, token)
+    try:
+        client = CoordinatorClient.for_config(config, token)
+    except ValueError as exc:
+        _fail(f"{exc} (in {config.path})", 2)
     try:
         yield client
     except CoordinatorUnreachable as exc:

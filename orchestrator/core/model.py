@@ -9,7 +9,7 @@ come from the daemon's admin I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -132,6 +132,29 @@ class JobModel:
         own = self.tasks.get(task, [])
         return own + [p for c, parent in self.pending.items() if parent == task
                       for p in self.tasks.get(c, [])]
+
+    def report_problem(self, reports: Iterable[tuple[str, Iterable[str]]]) -> str | None:
+        """Why task reports (task, partitions with positions) do not fit this model, or
+        None. Positions may name any partition of the job: a processor one generation
+        behind may still report one its task just handed to a split child."""
+        tasks = self.known()
+        for task, positions in reports:
+            if task not in tasks[0]:
+                return (f"task {task!r} is not a task of job model generation "
+                        f"{self.generation}")
+            stray = next((p for p in positions if p not in tasks[1]), None)
+            if stray is not None:
+                return f"task {task!r}: position of {stray!r}, not a partition of the job"
+        return None
+
+    def known(self) -> tuple[frozenset[str], frozenset[str]]:
+        """(task names, partitions), computed once per model (models are immutable)."""
+        cached: tuple[frozenset[str], frozenset[str]] | None = self.__dict__.get("_known")
+        if cached is None:
+            cached = (frozenset(t.name for t in self.grouping.tasks),
+                      frozenset(p for t in self.grouping.tasks for p in t.partitions))
+            object.__setattr__(self, "_known", cached)
+        return cached
 
     def to_record(self) -> dict[str, Any]:
         return {"generation": self.generation, "grouping": self.grouping.to_json(),

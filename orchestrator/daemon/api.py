@@ -7,8 +7,11 @@ Endpoints (DESIGN.md "Liveness" and "CLI"):
 - `POST /processors/register`, `POST /processors/heartbeat` (HeartbeatRequest -> HeartbeatReply)
 - `GET /status`, `POST /plan`, `POST /drain`, `POST /expand`, `POST /split`, `GET /openapi.json`
 
-Every endpoint but the first two requires `Authorization: Bearer <token>` (401
-otherwise; compared in constant time). A malformed request is the caller's fault and
+Every endpoint but the first two requires `Authorization: Bearer <token>`: the
+processor token for `/processors/*`, the operator token for the rest (401 without a
+valid one, 403 with the other kind's; see `credentials.py`). Reports must name tasks
+and partitions of the job (422 naming the task); bodies over
+`coordinator.max_request_bytes` get 413 (`limits.py`). A malformed request is the caller's fault and
 always gets a 4xx with a reason, never a 5xx: bodies and parameters are validated by
 pydantic models (422), and the core's refusals map to 400/404/409. 503 means the
 coordinator cannot persist right now (broker trouble, or it was fenced) and the
@@ -17,7 +20,6 @@ caller should retry or look at the coordinator's log.
 
 from __future__ import annotations
 
-import hmac
 import logging
 from typing import Annotated, Any
 
@@ -34,7 +36,9 @@ from metrics import CONTENT_TYPE, render
 from orchestrator.core.coordinator import DrainError, UnknownProcessor
 from orchestrator.core.split import SplitError
 from orchestrator.core.views import PlanError
-from orchestrator.daemon.service import CoordinatorService, ExpansionError
+from orchestrator.daemon.credentials import Credentials, Kind, Refused
+from orchestrator.daemon.service import CoordinatorService, ExpansionError, InvalidReport
+from orchestrator.daemon.tls import peer_name
 from orchestrator.kafka.stream import StreamError
 from orchestrator.kafka.topics import TopicsError
 from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest
@@ -80,30 +84,42 @@ class SplitRequest(_Body):
     dry_run: bool = False
 
 
-_BEARER = HTTPBearer(auto_error=False, description="The token in coordinator.token_file")
+_BEARER = HTTPBearer(auto_error=False, description="The operator or processor token")
 
 
 class _TokenCheck:
-    """The bearer-token dependency (a class: FastAPI resolves its annotations from
-    this module's globals, which a closure's locals are not)."""
+    """The bearer-token dependency of one kind of endpoint (a class: FastAPI resolves
+    its annotations from this module's globals, which a closure's locals are not)."""
 
-    def __init__(self, token: str) -> None:
-        self._secret = token.encode()
+    def __init__(self, credentials: Credentials, kind: Kind) -> None:
+        self._credentials, self._kind = credentials, kind
 
-    def __call__(self, credentials: Annotated[HTTPAuthorizationCredentials | None,
-                                              Depends(_BEARER)]) -> None:
-        given = credentials.credentials.encode() if credentials is not None else b""
-        if not hmac.compare_digest(given, self._secret):
-            raise HTTPException(401, "missing or wrong bearer token (see coordinator.token_file)",
-                                headers={"WWW-Authenticate": "Bearer"})
+    def __call__(self, given: Annotated[HTTPAuthorizationCredentials | None,
+                                        Depends(_BEARER)]) -> None:
+        try:
+            self._credentials.check(self._kind, given.credentials if given else None)
+        except Refused as exc:
+            headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+            raise HTTPException(exc.status, str(exc), headers=headers) from None
 
 
-def create_app(service: CoordinatorService, token: str,
-               registry: CollectorRegistry | None = None) -> FastAPI:
-    """The API over `service`; `token` is the bearer secret (never logged)."""
+def create_app(service: CoordinatorService, credentials: Credentials,
+               registry: CollectorRegistry | None = None, bind_ids: bool = False) -> FastAPI:
+    """The API over `service`; `credentials` hold the tokens (never logged). With
+    `bind_ids` (mutual TLS) a processor id must equal its certificate's common name."""
     app = FastAPI(title="Baton coordinator", version="1", docs_url=None, redoc_url=None,
                   openapi_url=None)
-    auth = [Depends(_TokenCheck(token))]
+    auth = [Depends(_TokenCheck(credentials, "operator"))]
+    processor_auth = [Depends(_TokenCheck(credentials, "processor"))]
+
+    def admit(request: HeartbeatRequest, http: Request) -> None:
+        """The processor's own identity and reports, before the core sees them."""
+        if bind_ids and peer_name(http.scope) != request.processor_id:
+            raise HTTPException(403, f"processor id {request.processor_id!r} does not match "
+                                f"the client certificate's common name "
+                                f"{peer_name(http.scope)!r}")
+        service.check_reports(request)
+
     _add_error_handlers(app)
 
     @app.get("/containerHeartbeat", response_model=AliveReply, tags=["liveness"])
@@ -113,16 +129,20 @@ def create_app(service: CoordinatorService, token: str,
         """Pinned: is this execution its processor's valid one?"""
         return AliveReply(alive=service.alive(executionContainerId))
 
-    @app.post("/processors/register", response_model=HeartbeatReply, dependencies=auth,
+    @app.post("/processors/register", response_model=HeartbeatReply,
+              dependencies=processor_auth,
               tags=["processors"])
-    def register(request: HeartbeatRequest) -> HeartbeatReply:
+    def register(request: HeartbeatRequest, http: Request) -> HeartbeatReply:
         """A processor execution starts; it becomes its id's one valid execution."""
+        admit(request, http)
         return service.register(request)
 
-    @app.post("/processors/heartbeat", response_model=HeartbeatReply, dependencies=auth,
+    @app.post("/processors/heartbeat", response_model=HeartbeatReply,
+              dependencies=processor_auth,
               tags=["processors"])
-    def heartbeat(request: HeartbeatRequest) -> HeartbeatReply:
+    def heartbeat(request: HeartbeatRequest, http: Request) -> HeartbeatReply:
         """Reports in, the whole assignment out (level-triggered)."""
+        admit(request, http)
         return service.heartbeat(request)
 
     @app.get("/status", dependencies=auth, tags=["operators"])
@@ -181,6 +201,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(PlanError, handler(400))
     app.add_exception_handler(ExpansionError, handler(400))
     app.add_exception_handler(SplitError, handler(400))
+    app.add_exception_handler(InvalidReport, handler(422))
     app.add_exception_handler(TopicsError, handler(409))
     app.add_exception_handler(StreamError, handler(503))
     app.add_exception_handler(KafkaException, handler(503))  # the broker, after retries

@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import threading
 from collections.abc import Callable
 from types import FrameType
@@ -34,13 +35,16 @@ from orchestrator.core.coordinator import Coordinator, CoreConfig
 from orchestrator.core.grouping import GroupingError
 from orchestrator.core.model import JobModel
 from orchestrator.daemon.api import create_app
+from orchestrator.daemon.credentials import Credentials
+from orchestrator.daemon.limits import BodyLimit
 from orchestrator.daemon.monitor import PartitionMonitor
 from orchestrator.daemon.service import CoordinatorService
+from orchestrator.daemon.tls import PeerNameProtocol, server_context
 from orchestrator.kafka.stream import CoordinatorStream, FencedError, StreamError
 from orchestrator.kafka.topics import TopicAdmin, TopicsError
 from orchestrator.wire.clock import Clock, Deadline, SystemClock
 from orchestrator.wire.config import Config
-from orchestrator.wire.token import TokenError, load_or_create_token
+from orchestrator.wire.token import TokenError
 
 __all__ = ["EXIT_FENCED", "StartupError", "run_coordinator"]
 
@@ -81,7 +85,19 @@ def run_coordinator(config: Config, clock: Clock | None = None) -> int:
     except StartupError as exc:
         log.error("%s", exc)
         return exc.exit_code
+    signal.signal(signal.SIGHUP, lambda signum, frame: daemon.reload.set())
     return daemon.run()
+
+
+def _http_config(app: Any, tls: ssl.SSLContext | None) -> uvicorn.Config:
+    """uvicorn's settings; with TLS our context (mutual TLS: the peer-name protocol)."""
+    options: dict[str, Any] = {}
+    if tls is not None:
+        options["ssl_context_factory"] = lambda config, default: tls
+        if tls.verify_mode == ssl.CERT_REQUIRED:
+            options["http"] = PeerNameProtocol
+    return uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                          timeout_graceful_shutdown=int(_HTTP_STOP_S), **options)
 
 
 def _bind(listen: str) -> socket.socket:
@@ -109,10 +125,19 @@ class _Daemon:
 
     def __init__(self, config: Config, clock: Clock, stop: threading.Event) -> None:
         self.config, self.clock, self.stop = config, clock, stop
+        self.reload = threading.Event()     # SIGHUP: re-read the token files
+        c = config.coordinator
         try:
-            token = load_or_create_token(config.token_file)
+            self.credentials = Credentials(config.token_file, config.file(c.processor_token_file),
+                                           c.token_grace_ms / 1000)
         except TokenError as exc:
-            raise StartupError(f"{exc} (coordinator.token_file in {config.path})", 2) from exc
+            raise StartupError(f"{exc} (coordinator.token_file or processor_token_file in "
+                               f"{config.path})", 2) from exc
+        try:
+            tls = server_context(config.path_of(c.tls_cert_file), config.path_of(c.tls_key_file),
+                                 config.file(c.tls_client_ca_file)) if c.tls_cert_file else None
+        except ValueError as exc:
+            raise StartupError(f"{exc} (in {config.path})", 2) from exc
         self.sock = _bind(config.coordinator.listen)
         settings = config.kafka_settings()
         self.admin = TopicAdmin(settings, f"baton.{config.job.name}")
@@ -134,12 +159,22 @@ class _Daemon:
         self.service.commit()
         self.monitor = PartitionMonitor(self.admin, self.service, config.job.inputs,
                                         config.coordinator.monitor_interval_ms / 1000, clock)
-        app = create_app(self.service, token, self.registry)
-        self.server = uvicorn.Server(uvicorn.Config(
-            app, log_level="warning", access_log=False, lifespan="off",
-            timeout_graceful_shutdown=int(_HTTP_STOP_S)))
+        app = create_app(self.service, self.credentials, self.registry,
+                         bind_ids=bool(c.tls_client_ca_file))
+        self.server = uvicorn.Server(_http_config(BodyLimit(app, c.max_request_bytes), tls))
         self.http = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
                                      name="baton-http", daemon=True)
+
+    def reload_credentials(self) -> None:
+        """SIGHUP: re-read the token files; a bad file keeps the old tokens."""
+        self.reload.clear()
+        try:
+            changed = self.credentials.reload()
+        except TokenError as exc:
+            log.error("SIGHUP: %s; the current tokens stay in force", exc)
+            return
+        if not changed:
+            log.info("SIGHUP: the token files are unchanged")
 
     def _core(self, metrics: CoordinatorMetrics) -> Coordinator:
         """Fence, read the stream, rebuild; on a fresh job group the inputs."""
@@ -170,6 +205,8 @@ class _Daemon:
         try:
             while not self.stop.is_set():
                 self._guard(self.service.tick)
+                if self.reload.is_set():
+                    self.reload_credentials()
                 if offsets.expired():
                     offsets.arm(_OFFSETS_S)
                     self._guard(self.service.refresh_offsets)

@@ -25,7 +25,7 @@ from orchestrator.kafka.stream import FencedError
 from orchestrator.kafka.topics import Watermarks
 from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest
 
-__all__ = ["Admin", "CoordinatorService", "ExpansionError", "PersistRecords"]
+__all__ = ["Admin", "CoordinatorService", "ExpansionError", "InvalidReport", "PersistRecords"]
 
 log = logging.getLogger("baton.coordinator")
 
@@ -47,6 +47,10 @@ class Admin(Protocol):
 
 class ExpansionError(ValueError):
     """An expansion request Baton refuses (not an input, a shrink, not a multiple)."""
+
+
+class InvalidReport(ValueError):
+    """A heartbeat reports a task (or a partition) the job does not have."""
 
 
 class CoordinatorService:
@@ -114,6 +118,18 @@ class CoordinatorService:
     def alive(self, execution_id: str) -> bool:
         with self._lock:
             return self.core.alive(execution_id)
+
+    def check_reports(self, request: HeartbeatRequest) -> None:
+        """Refuse reports of tasks the job does not have (no lock: models are immutable
+        and replaced whole).
+
+        Raises:
+            InvalidReport: naming the task.
+        """
+        problem = self.core.model.report_problem(
+            (t.task, t.positions.keys()) for t in request.tasks)
+        if problem is not None:
+            raise InvalidReport(f"processor {request.processor_id}: {problem}")
 
     def register(self, request: HeartbeatRequest) -> HeartbeatReply:
         with self._lock:

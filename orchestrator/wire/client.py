@@ -8,6 +8,7 @@ the server's reason. When the retries run out the error names the URL.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,7 +21,14 @@ from tenacity import (
     wait_exponential,
 )
 
+from orchestrator.wire.config import Config
 from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest
+from orchestrator.wire.tls import (
+    TlsSettings,
+    client_context,
+    is_verification_error,
+    verification_hint,
+)
 
 __all__ = [
     "CLI_RETRY",
@@ -69,7 +77,7 @@ class _Retry(Exception):
 
 
 def _retriable(exc: BaseException) -> bool:
-    return isinstance(exc, httpx.TransportError | _Retry)
+    return isinstance(exc, httpx.TransportError | _Retry) and not is_verification_error(exc)
 
 
 class CoordinatorClient:
@@ -80,17 +88,36 @@ class CoordinatorClient:
         token: the bearer token (`orchestrator.wire.token.read_token`).
         retry: a tenacity policy (`CLI_RETRY`, `HEARTBEAT_RETRY`).
         transport: an httpx transport (tests pass a `MockTransport` or an ASGI one).
+        tls: the CA to verify an https coordinator with, and a client certificate.
     """
 
     def __init__(self, url: str, token: str | Callable[[], str],
                  retry: dict[str, Any] | None = None, timeout: float = _TIMEOUT_S,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None,
+                 tls: TlsSettings | None = None) -> None:
         self.url = url.rstrip("/")
         self._retry = CLI_RETRY if retry is None else retry
         self._token = token
         headers = {} if callable(token) else {"Authorization": f"Bearer {token}"}
+        verify: ssl.SSLContext | bool = client_context(tls or TlsSettings())
         self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport,
-                                  headers=headers)
+                                  headers=headers, verify=verify)
+
+    @classmethod
+    def for_config(cls, config: Config, token: str | Callable[[], str],
+                   retry: dict[str, Any] | None = None, processor: bool = False
+                   ) -> CoordinatorClient:
+        """A client of `config`'s coordinator with its TLS settings: the CLI's client
+        certificate, or with `processor` the processor's.
+
+        Raises:
+            ValueError: a TLS file cannot be read; the message names it.
+        """
+        c, p = config.coordinator, config.processor
+        cert, key = ((p.tls_cert_file, p.tls_key_file) if processor
+                     else (c.tls_client_cert_file, c.tls_client_key_file))
+        tls = TlsSettings(config.file(c.tls_ca_file), config.file(cert), config.file(key))
+        return cls(c.url, token, retry, tls=tls)
 
     def close(self) -> None:
         self._http.close()
@@ -122,12 +149,17 @@ class CoordinatorClient:
                 f"coordinator at {self.url} answered {path} with HTTP "
                 f"{exc.response.status_code}: {_reason(exc.response)}") from exc
         except httpx.TransportError as exc:
+            if is_verification_error(exc):
+                raise CoordinatorUnreachable(verification_hint(self.url, exc)) from exc
             raise CoordinatorUnreachable(
                 f"coordinator at {self.url} is unreachable ({type(exc).__name__}: {exc}); "
                 f"is 'baton coordinator' running, and is coordinator.url right?") from exc
         if response.status_code == 401:
             raise CoordinatorError(f"coordinator at {self.url} refused the token (401): "
                                    f"does coordinator.token_file match the coordinator's?", 401)
+        if response.status_code == 403:
+            raise CoordinatorError(f"coordinator at {self.url} refused {method} {path} (403): "
+                                   f"{_reason(response)}", 403)
         if response.status_code >= 400:
             raise CoordinatorError(f"coordinator at {self.url} refused {method} {path} "
                                    f"(HTTP {response.status_code}): {_reason(response)}",

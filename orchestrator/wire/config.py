@@ -11,7 +11,14 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from orchestrator.wire.partitioners import PartitionerName
 
@@ -59,6 +66,21 @@ class CoordinatorConfig(_Section):
     listen: str = Field(default="127.0.0.1:8700", pattern=r"^[^:\s]+:\d+$")
     url: str = Field(default="http://127.0.0.1:8700", pattern=r"^https?://")
     token_file: str = "./state/coordinator.token"
+    # if set, processors authenticate with this token and token_file is the operators'
+    processor_token_file: str = ""
+    # after SIGHUP re-reads the token files, a replaced token still works this long
+    token_grace_ms: int = Field(default=600000, ge=0)
+    # TLS: the coordinator serves its API with tls_cert_file/tls_key_file; every client
+    # verifies it with tls_ca_file; tls_client_ca_file asks clients for a certificate
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_ca_file: str = ""
+    tls_client_ca_file: str = ""
+    # the certificate the CLI presents under mutual TLS (processors: [processor])
+    tls_client_cert_file: str = ""
+    tls_client_key_file: str = ""
+    # a request body larger than this is refused with 413
+    max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     release_timeout_ms: int = Field(default=10000, gt=0)
     activate_timeout_ms: int = Field(default=30000, gt=0)
     monitor_interval_ms: int = Field(default=5000, gt=0)
@@ -78,6 +100,10 @@ class ProcessorConfig(_Section):
     metrics_port: int = Field(default=0, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"
     on_error: Literal["fail", "skip", "dlq"] = "fail"
+    # the certificate a processor presents under mutual TLS; its common name must be
+    # the processor id
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
 
 
 class CatchUpConfig(_Section):
@@ -125,6 +151,39 @@ class Config(_Section):
                          for k, v in self.kafka.items()})
         settings.update(extra)
         return settings
+
+    @model_validator(mode="after")
+    def _tls(self) -> Config:
+        c = self.coordinator
+        for section, cert, key in (("coordinator", "tls_cert_file", "tls_key_file"),
+                                   ("coordinator", "tls_client_cert_file",
+                                    "tls_client_key_file"),
+                                   ("processor", "tls_cert_file", "tls_key_file")):
+            values = getattr(self, section)
+            if bool(getattr(values, cert)) != bool(getattr(values, key)):
+                raise ValueError(f"{section}.{cert} and {section}.{key} go together: "
+                                 "set both or neither")
+        if c.tls_client_ca_file and not c.tls_cert_file:
+            raise ValueError("coordinator.tls_client_ca_file needs coordinator.tls_cert_file "
+                             "(mutual TLS is TLS first)")
+        if c.tls_cert_file and not c.url.startswith("https://"):
+            raise ValueError(f"coordinator.url is {c.url!r} but the API is served over TLS "
+                             "(coordinator.tls_cert_file): use https://")
+        return self
+
+    def file(self, value: str) -> Path | None:
+        """A path setting resolved against the config file; None when unset."""
+        return _relative_to(self.path, value) if value else None
+
+    def path_of(self, value: str) -> Path:
+        """A path setting resolved against the config file."""
+        return _relative_to(self.path, value)
+
+    @property
+    def processor_token_file(self) -> Path:
+        """The token processors present: processor_token_file, else token_file."""
+        own = self.file(self.coordinator.processor_token_file)
+        return own if own is not None else self.token_file
 
     @property
     def state_dir(self) -> Path:
@@ -205,6 +264,9 @@ def parse_config(raw: dict[str, Any], path: Path = Path("<memory>")) -> Config:
         return Config.model_validate({**raw, "path": path.resolve()})
     except ValidationError as exc:
         first = exc.errors()[0]
-        key = ".".join(str(part) for part in first["loc"]) or "(top level)"
         extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        if not first["loc"]:     # a rule across keys: its message names them
+            message = str(first["msg"]).removeprefix("Value error, ")
+            raise ConfigError(f"{path}: {message}{extra}") from None
+        key = ".".join(str(part) for part in first["loc"])
         raise ConfigError(f"{path}: {key}: {first['msg']}{extra}") from None

@@ -4,7 +4,9 @@ schemathesis fuzz of the whole OpenAPI description."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,12 +19,33 @@ from metrics import CoordinatorMetrics
 from orchestrator.core.coordinator import Coordinator, CoreConfig
 from orchestrator.core.model import JobModel
 from orchestrator.daemon.api import create_app
+from orchestrator.daemon.credentials import Credentials, Refused
+from orchestrator.daemon.limits import BodyLimit
 from orchestrator.daemon.service import CoordinatorService
 from orchestrator.kafka.topics import TopicsError, Watermarks
 from orchestrator.wire.clock import FakeClock
 
 TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+PROCESSOR_TOKEN = "processor-token-0123456789"
+PROCESSOR_AUTH = {"Authorization": f"Bearer {PROCESSOR_TOKEN}"}
+
+
+def credentials(operator: str = TOKEN, processor: str | None = None,
+                grace_s: float = 60.0, clock: Any = None) -> Credentials:
+    """Credentials over 0600 token files in a fresh directory."""
+    folder = Path(tempfile.mkdtemp(prefix="baton-tokens-"))
+    paths = []
+    for name, token in (("operator", operator), ("processor", processor)):
+        if token is None:
+            paths.append(None)
+            continue
+        path = folder / f"{name}.token"
+        path.write_text(token + "\n")
+        path.chmod(0o600)
+        paths.append(path)
+    assert paths[0] is not None
+    return Credentials(paths[0], paths[1], grace_s, **({"clock": clock} if clock else {}))
 
 
 class FakeAdmin:
@@ -69,7 +92,7 @@ def make_service() -> tuple[CoordinatorService, CollectorRegistry, dict[str, Any
 @pytest.fixture
 def api() -> tuple[TestClient, dict[str, Any]]:
     service, registry, written = make_service()
-    return TestClient(create_app(service, TOKEN, registry)), written
+    return TestClient(create_app(service, credentials(), registry)), written
 
 
 def beat(execution: str = "e1", pid: str = "p1", **extra: Any) -> dict[str, Any]:
@@ -190,7 +213,7 @@ def test_plan_and_drain(api: tuple[TestClient, Any]) -> None:
 # ---- schemathesis: fuzz every operation, with the token; no 5xx, ever ---------------------
 
 _service, _registry, _ = make_service()
-_app = create_app(_service, TOKEN, _registry)
+_app = create_app(_service, credentials(), _registry)
 schema = schemathesis.openapi.from_asgi("/openapi.json", _app, headers=AUTH)
 
 
@@ -229,7 +252,7 @@ def test_split_refusals_are_400_with_reasons() -> None:
              JobModel.first([("in", 2)], "partition"), "changelog")]:
         core = Coordinator(config, FakeClock(), model, CoordinatorMetrics(registry, "j"))
         service = CoordinatorService(core, lambda changes: None, FakeAdmin({"in": 2}), ["in"])
-        client = TestClient(create_app(service, TOKEN, None))
+        client = TestClient(create_app(service, credentials(), None))
         refused = client.post("/split", json={}, headers=AUTH)
         assert refused.status_code == 400 and why in refused.json()["detail"], refused.text
         registry = CollectorRegistry()
@@ -259,3 +282,97 @@ def test_plan_accounts_for_split_children(api: tuple[TestClient, Any]) -> None:
         # the parent partition up to min(T1, barrier), then the child's own up to T1:
         # Partition 2: in:0 min(130, 100) + in:2 50; Partition 3: in:1 min(80, 101) + 60
         assert move["records"] == {"Partition 2": 150, "Partition 3": 140}[task], move
+
+
+# ---- credentials, bounds ---------------------------------------------------------------------
+
+@pytest.fixture
+def two_tokens() -> TestClient:
+    service, registry, _ = make_service()
+    return TestClient(create_app(service, credentials(processor=PROCESSOR_TOKEN), registry))
+
+
+@pytest.mark.parametrize(("method", "path", "body"), [
+    ("GET", "/status", None), ("POST", "/plan", {"add": ["p2"]}),
+    ("POST", "/drain", {"processor": "p1"}), ("POST", "/expand", {"topic": "in", "partitions": 4}),
+    ("POST", "/split", {}), ("GET", "/openapi.json", None)])
+def test_a_processor_token_cannot_call_operator_endpoints(two_tokens: TestClient, method: str,
+                                                          path: str, body: Any) -> None:
+    refused = two_tokens.request(method, path, json=body, headers=PROCESSOR_AUTH)
+    assert refused.status_code == 403 and "processor token" in refused.json()["detail"]
+    # the operator token passes authentication (a drain of an unknown processor is a 404)
+    assert two_tokens.request(method, path, json=body, headers=AUTH).status_code not in (401, 403)
+
+
+@pytest.mark.parametrize("path", ["/processors/register", "/processors/heartbeat"])
+def test_an_operator_token_cannot_act_as_a_processor(two_tokens: TestClient, path: str) -> None:
+    refused = two_tokens.post(path, json=beat(), headers=AUTH)
+    assert refused.status_code == 403 and "operator token" in refused.json()["detail"]
+    wrong = two_tokens.post(path, json=beat(), headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+    assert two_tokens.post("/processors/register", json=beat(),
+                           headers=PROCESSOR_AUTH).json()["alive"]
+
+
+def test_one_token_serves_both_kinds_when_no_processor_token_is_set(
+        api: tuple[TestClient, Any]) -> None:
+    client, _ = api
+    assert client.post("/processors/register", json=beat(), headers=AUTH).json()["alive"]
+    assert client.get("/status", headers=AUTH).status_code == 200
+
+
+def test_reports_must_name_tasks_and_partitions_of_the_job(api: tuple[TestClient, Any]) -> None:
+    client, _ = api
+    unknown = client.post("/processors/register", headers=AUTH, json=beat(
+        tasks=[{"task": "Partition 9", "role": "active", "positions": {"in:0": 1}}]))
+    assert unknown.status_code == 422 and "'Partition 9'" in unknown.json()["detail"]
+    stray = client.post("/processors/register", headers=AUTH, json=beat(
+        tasks=[{"task": "Partition 0", "role": "active", "positions": {"other:7": 1}}]))
+    assert stray.status_code == 422 and "'other:7'" in stray.json()["detail"]
+    ok = client.post("/processors/register", headers=AUTH, json=beat(
+        tasks=[{"task": "Partition 0", "role": "warmup", "positions": {"in:0": 1}}]))
+    assert ok.status_code == 200
+
+
+def test_oversized_bodies_get_413_before_parsing() -> None:
+    service, registry, _ = make_service()
+    client = TestClient(BodyLimit(create_app(service, credentials(), registry), 4096))
+    big = beat(metrics_url="x" * 400,
+               tasks=[{"task": "Partition 0", "role": "active"}] * 200)
+    refused = client.post("/processors/heartbeat", json=big, headers=AUTH)
+    assert refused.status_code == 413 and "max_request_bytes" in refused.json()["detail"]
+    chunked = client.post("/processors/heartbeat", headers={**AUTH, "content-type":
+                                                             "application/json"},
+                          content=iter([b"[" * 3000, b"]" * 3000]))
+    assert chunked.status_code == 413
+    assert client.post("/processors/register", json=beat(), headers=AUTH).status_code == 200
+
+
+def test_a_replaced_token_works_for_the_grace_then_stops() -> None:
+    now = [100.0]
+    creds = credentials(grace_s=30.0, clock=lambda: now[0])
+    creds.check("operator", TOKEN)
+    creds.files["operator"].write_text("new-token-0123456789\n")
+    assert creds.reload() == ["operator"]
+    creds.check("operator", "new-token-0123456789")
+    creds.check("operator", TOKEN)              # the old one, within the grace
+    now[0] += 31
+    with pytest.raises(Refused) as refused:
+        creds.check("operator", TOKEN)
+    assert refused.value.status == 401
+    creds.check("operator", "new-token-0123456789")
+    assert creds.reload() == []
+
+
+_two_service, _two_registry, _ = make_service()
+_two_app = create_app(_two_service, credentials(processor=PROCESSOR_TOKEN), _two_registry)
+two_token_schema = schemathesis.openapi.from_asgi("/openapi.json", _two_app, headers=AUTH)
+
+
+@two_token_schema.parametrize()
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@pytest.mark.parametrize("auth", [AUTH, PROCESSOR_AUTH], ids=["operator", "processor"])
+def test_fuzz_never_5xx_with_either_token(case: Any, auth: dict[str, str]) -> None:
+    response = case.call(headers=auth)
+    assert response.status_code < 500, (case.method, case.path, response.text)
