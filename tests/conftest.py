@@ -353,11 +353,12 @@ def coordinated(job_config: Callable[..., dict[str, Any]], tmp_path: Path
 
 
 def coordinator_client(config: Any, retry: dict[str, Any] | None = None) -> Any:
-    """A CoordinatorClient with the token from the config's token file."""
+    """A CoordinatorClient with the token from the config's token file (and its TLS
+    settings, as the CLI uses them)."""
     from orchestrator.wire.client import CoordinatorClient
     from orchestrator.wire.token import read_token
 
-    return CoordinatorClient(config.coordinator.url, read_token(config.token_file), retry)
+    return CoordinatorClient.for_config(config, read_token(config.token_file), retry)
 
 
 def wait_for_coordinator(config: Any, daemon: Daemon, timeout: float = 60.0) -> Any:
