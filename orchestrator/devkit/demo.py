@@ -37,7 +37,7 @@ from rich.table import Table
 
 from orchestrator.devkit.embedded import EmbeddedBroker, free_port
 from orchestrator.wire.client import CoordinatorClient
-from orchestrator.wire.config import dump_config
+from orchestrator.wire.config import dump_config, load_config
 from orchestrator.wire.token import read_token
 from processor.oracle import OracleResult, check_running_sums
 
@@ -385,8 +385,9 @@ def run_demo(console: Console | None) -> DemoResult:
         try:
             token_file = workdir / "coordinator.token"
             _wait_file(token_file, cluster)
-            url = f"http://{_listen(config_file)}"
-            client = CoordinatorClient(url, read_token(token_file))
+            config = load_config(config_file)
+            url = config.coordinator.url
+            client = CoordinatorClient.for_config(config, read_token(token_file))
             status = _scale(demo, cluster, client, feeder, topics[0])
             demo.result.metrics = {p["id"]: p.get("metrics_url") or "-"
                                    for p in status["processors"]}
@@ -410,12 +411,6 @@ def run_demo(console: Console | None) -> DemoResult:
         _summarise(demo, oracle, _pauses(demo, inputs, outputs, tasks))
     demo.result.seconds = round(time.monotonic() - started, 1)
     return demo.result
-
-
-def _listen(config_file: Path) -> str:
-    import tomllib
-
-    return str(tomllib.loads(config_file.read_text())["coordinator"]["listen"])
 
 
 def _wait_file(path: Path, cluster: _Cluster) -> None:
