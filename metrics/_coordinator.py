@@ -108,6 +108,7 @@ COORDINATOR_METRIC_NAMES: tuple[str, ...] = (
     "baton_job_model_generation",
     "baton_partition_expansions_total",
     "baton_coordinator_view_errors_total",
+    "baton_coordinator_leader",
 )
 
 
@@ -169,6 +170,9 @@ class CoordinatorMetrics:
         Gauge("baton_catchup_acceptable_lag_records", "catch_up.acceptable_lag: a replica "
               "with at most this lag is caught up.", ["job"], registry=registry
               ).labels(job=job).set(acceptable_lag)
+        self._leader = Gauge(
+            "baton_coordinator_leader", "1 while this coordinator leads its job, 0 while it "
+            "is a standby.", ["job"], registry=registry).labels(job=job)
         errors = Counter(
             "baton_coordinator_view_errors_total", "Scrapes where a coordinator view "
             "callback raised (its families were left out).", ["job"], registry=registry
@@ -237,6 +241,12 @@ class CoordinatorMetrics:
     def set_failed_tasks(self, count: int) -> None:
         """Tasks that failed and run nowhere now."""
         self._failed.set(count)
+
+    def set_leader(self, leading: bool) -> None:
+        """This coordinator became the leader (True) or a standby (False)."""
+        self._leader.set(1 if leading else 0)
+        if not leading:
+            self.set_views(lag_view=_no_samples, handoff_view=_no_handoffs)
 
     def set_generation(self, generation: int) -> None:
         """The job model (assignment) moved to `generation`."""

@@ -82,7 +82,7 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     monitor = HeartbeatMonitor(
-        config.coordinator.url, config.processor_token_file, processor_id, execution_id,
+        config.coordinator.urls, config.processor_token_file, processor_id, execution_id,
         config.processor.heartbeat_interval_ms / 1000, config.processor.coordinator_grace_ms / 1000,
         reports, metrics_url=server.url, on_heartbeat=metrics.record_heartbeat, clock=clock,
         tls=TlsSettings(config.file(config.coordinator.tls_ca_file),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tenacity import stop_after_attempt
@@ -45,7 +45,8 @@ _FAST_INTERVAL_S = 0.025
 class HeartbeatMonitor(threading.Thread):
     """Polls the coordinator at a fixed rate; records replies and liveness verdicts."""
 
-    def __init__(self, url: str, token_file: Path, processor_id: str, execution_id: str,
+    def __init__(self, url: str | Sequence[str], token_file: Path, processor_id: str,
+                 execution_id: str,
                  interval_s: float, grace_s: float,
                  snapshot: Callable[[], list[TaskReport]],
                  metrics_url: str | None = None,
@@ -53,7 +54,7 @@ class HeartbeatMonitor(threading.Thread):
                  clock: Clock | None = None, tls: TlsSettings | None = None) -> None:
         super().__init__(name="baton-heartbeat", daemon=True)
         self.clock = clock or SystemClock()
-        self.url = url.rstrip("/")
+        self.url = url if isinstance(url, str) else " or ".join(url)
         self.token_file = token_file
         self.processor_id = processor_id
         self.execution_id = execution_id

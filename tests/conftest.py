@@ -338,7 +338,7 @@ def coordinated(job_config: Callable[..., dict[str, Any]], tmp_path: Path
         defaults: dict[str, dict[str, Any]] = {
             "coordinator": {"listen": f"127.0.0.1:{port}", "url": f"http://127.0.0.1:{port}",
                             "release_timeout_ms": 5000, "monitor_interval_ms": 500,
-                            "processor_timeout_ms": 4000},
+                            "processor_timeout_ms": 4000, "takeover_ms": 2000},
             "processor": {"heartbeat_interval_ms": 200, "coordinator_grace_ms": 20000,
                           "commit_interval_ms": 100},
             "catch_up": {"acceptable_lag": 200, "max_warmups": 2},

@@ -79,9 +79,16 @@ def _print_json(data: Any) -> None:
 
 @click.command("coordinator")
 @_config_option
-def coordinator_command(config_path: str) -> None:
-    """Run the coordinator daemon (SIGTERM: clean exit 0)."""
+@click.option("--listen", metavar="HOST:PORT", default=None,
+              help="Overrides coordinator.listen (a second coordinator of a job is a standby).")
+def coordinator_command(config_path: str, listen: str | None) -> None:
+    """Run the coordinator daemon, leader or standby (SIGTERM: clean exit 0)."""
     config = _load(config_path)
+    if listen is not None:
+        if not re.fullmatch(r"[^:\s]+:\d+", listen):
+            _fail(f"--listen {listen!r}: expected HOST:PORT", 2)
+        config = config.model_copy(update={
+            "coordinator": config.coordinator.model_copy(update={"listen": listen})})
     from orchestrator.daemon.main import run_coordinator
     from orchestrator.wire.logs import setup_logging
 

@@ -80,7 +80,7 @@ log = logging.getLogger("baton.coordinator")
 
 
 # Keys of the coordinator stream this core writes (others, like the daemon's
-# "coordinator" keepalive, are left alone).
+# "leader" record, are left alone).
 _OWNED_KEYS = ("model", "assignment", "drain", "errors", "failures")
 _OWNED_PREFIXES = ("processor/", "handoff/")
 

@@ -1,17 +1,22 @@
 """`baton coordinator`: the coordinator daemon's wiring and its loops.
 
-Start-up, in this order, each step before anything the next one could break:
-token file (refuse one others can read), listening socket (a second coordinator on
-the same address fails here, before it fences anyone), the coordinator-stream topic,
-the stream itself (init_transactions fences any previous coordinator, then the
-stream is read to its end and the core rebuilt, handoffs in flight resumed), the
-first grouping on a fresh job, the HTTP server thread, then the main loop.
+Start-up, in this order, each step before anything the next one could break: token
+files (refuse ones others can read), TLS files, the listening socket (a second
+coordinator on the same address fails here), the coordinator-stream topic, the HTTP
+server thread (a `Gate`: a standby's answers until this coordinator leads), then the
+stream is read and the main loop runs.
 
-The main thread owns the loop: a tick every `_TICK_S` (timeouts, assignment),
-offsets every `_OFFSETS_S`, the partition monitor every `monitor_interval_ms`, and a
-keepalive write when the stream was idle for `_KEEPALIVE_S`. Signal handlers only
-set the stop flag. Exit codes: 0 on SIGTERM/SIGINT, 1 when start-up fails, 2 for a
-bad token file (configuration), 3 when another coordinator fenced this one.
+Leadership (README, "Several coordinators"): a coordinator leads when nobody does (a
+fresh job, a resigned leader) or when the leader has written nothing to the stream
+for `coordinator.takeover_ms` while the broker answered. Taking over opens the
+stream's transactional producer, which fences every earlier writer: a deposed
+leader's next write fails, and it steps down to a standby instead of exiting. The
+leader writes its "leader" record every quarter of `takeover_ms`; on SIGTERM it
+writes a resignation, so a standby takes over at once.
+
+The main thread owns the loop: a tick every `_TICK_S`. Signal handlers only set
+flags. Exit codes: 0 on SIGTERM/SIGINT, 1 when start-up fails, 2 for bad
+configuration (a token file others can read, unreadable TLS files).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import signal
 import socket
 import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
@@ -31,33 +36,27 @@ from confluent_kafka import KafkaException
 from prometheus_client import CollectorRegistry
 
 from metrics import CoordinatorMetrics
-from orchestrator.core.coordinator import Coordinator, CoreConfig
 from orchestrator.core.grouping import GroupingError
-from orchestrator.core.model import JobModel
 from orchestrator.daemon.api import create_app
 from orchestrator.daemon.credentials import Credentials
+from orchestrator.daemon.gate import Gate
+from orchestrator.daemon.leader import Leadership
 from orchestrator.daemon.limits import BodyLimit
-from orchestrator.daemon.monitor import PartitionMonitor
-from orchestrator.daemon.service import CoordinatorService
 from orchestrator.daemon.tls import PeerNameProtocol, server_context
-from orchestrator.kafka.stream import CoordinatorStream, FencedError, StreamError
+from orchestrator.kafka.stream import FencedError, StreamError, StreamTail, stream_topic
 from orchestrator.kafka.topics import TopicAdmin, TopicsError
-from orchestrator.wire.clock import Clock, Deadline, SystemClock
+from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.config import Config
+from orchestrator.wire.tls import TlsSettings
 from orchestrator.wire.token import TokenError
 
-__all__ = ["EXIT_FENCED", "StartupError", "run_coordinator"]
+__all__ = ["StartupError", "own_url", "run_coordinator"]
 
 log = logging.getLogger("baton.coordinator")
 
-EXIT_FENCED = 3
 # The tick: how quickly timeouts fire and new reports turn into moves. 200 ms keeps a
 # handoff's coordinator round trip well under a processor heartbeat.
 _TICK_S = 0.2
-# Watermarks and committed offsets feed lags and plans; once a second is plenty.
-_OFFSETS_S = 1.0
-# An idle coordinator writes this often, so a fenced one notices within seconds.
-_KEEPALIVE_S = 3.0
 # uvicorn finishes in-flight requests within this on shutdown.
 _HTTP_STOP_S = 5.0
 
@@ -71,7 +70,7 @@ class StartupError(RuntimeError):
 
 
 def run_coordinator(config: Config, clock: Clock | None = None) -> int:
-    """Run the coordinator until SIGTERM (0) or until fenced (3)."""
+    """Run the coordinator (leader or standby) until SIGTERM (0)."""
     clock = clock or SystemClock()
     stop = threading.Event()
 
@@ -138,30 +137,29 @@ class _Daemon:
                                  config.file(c.tls_client_ca_file)) if c.tls_cert_file else None
         except ValueError as exc:
             raise StartupError(f"{exc} (in {config.path})", 2) from exc
-        self.sock = _bind(config.coordinator.listen)
+        self.sock = _bind(c.listen)
+        self.url = own_url(c.listen, tls is not None, c.urls)
+        self.takeover_s = c.takeover_ms / 1000
         settings = config.kafka_settings()
         self.admin = TopicAdmin(settings, f"baton.{config.job.name}")
-        self.stream = CoordinatorStream(settings, config.job.name)
-        self.registry = CollectorRegistry()
-        metrics = CoordinatorMetrics(self.registry, config.job.name,
-                                     acceptable_lag=config.catch_up.acceptable_lag)
+        self.tail: StreamTail | None = None
+        self.lead: Leadership | None = None
+        self._last_life = clock.monotonic()     # the leader's last sign of life seen
         try:
-            core = self._core(metrics)
-        except (TopicsError, StreamError, KafkaException, GroupingError) as exc:
+            self.admin.ensure_compacted(stream_topic(config.job.name))
+        except (TopicsError, KafkaException) as exc:
             self.close()
             raise StartupError(f"cannot start the coordinator of job {config.job.name!r}: "
                                f"{exc}") from exc
-        url = config.coordinator.url.rstrip("/")
-        self.service = CoordinatorService(
-            core, self.stream.write, self.admin, config.job.inputs,
-            {"coordinator": {"url": url, "metrics_url": f"{url}/metrics",
-                             "listen": config.coordinator.listen}})
-        self.service.commit()
-        self.monitor = PartitionMonitor(self.admin, self.service, config.job.inputs,
-                                        config.coordinator.monitor_interval_ms / 1000, clock)
-        app = create_app(self.service, self.credentials, self.registry,
-                         bind_ids=bool(c.tls_client_ca_file))
-        self.server = uvicorn.Server(_http_config(BodyLimit(app, c.max_request_bytes), tls))
+        self.registry = CollectorRegistry()
+        self.metrics = CoordinatorMetrics(self.registry, config.job.name,
+                                          acceptable_lag=config.catch_up.acceptable_lag)
+        self.metrics.set_leader(False)
+        self.gate = Gate(config.job.name, self.registry, TlsSettings(
+            config.file(c.tls_ca_file), config.file(c.tls_client_cert_file),
+            config.file(c.tls_client_key_file)))
+        app = BodyLimit(self.gate, c.max_request_bytes)
+        self.server = uvicorn.Server(_http_config(app, tls))
         self.http = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
                                      name="baton-http", daemon=True)
 
@@ -176,77 +174,116 @@ class _Daemon:
         if not changed:
             log.info("SIGHUP: the token files are unchanged")
 
-    def _core(self, metrics: CoordinatorMetrics) -> Coordinator:
-        """Fence, read the stream, rebuild; on a fresh job group the inputs."""
-        core_config = CoreConfig.from_config(self.config)
-        self.admin.ensure_compacted(self.stream.topic)
-        records = self.stream.open()
-        core = Coordinator.restore(core_config, self.clock, records, metrics)
-        if core is not None:
-            log.info("resumed job %s at generation %d: %d processor(s), %d handoff(s) in "
-                     "flight", self.config.job.name, core.model.generation,
-                     len(list(core.processors)), len(core.handoffs))
-            return core
-        counts = self.admin.partition_counts(self.config.job.inputs)
-        model = JobModel.first([(t, counts[t]) for t in self.config.job.inputs],
-                               self.config.job.grouping)
-        log.info("new job %s: %d task(s) from %s (%s grouping)", self.config.job.name,
-                 len(model.tasks), counts, self.config.job.grouping)
-        return Coordinator(core_config, self.clock, model, metrics)
-
     def run(self) -> int:
         self.http.start()
-        log.info("coordinator of job %s listening on %s (pid %d)", self.config.job.name,
-                 self.config.coordinator.listen, os.getpid())
-        code = 0
-        offsets, keepalive = Deadline(self.clock), Deadline(self.clock)
-        offsets.arm(0)
-        keepalive.arm(_KEEPALIVE_S)
+        log.info("coordinator of job %s listening on %s (pid %d), %s", self.config.job.name,
+                 self.config.coordinator.listen, os.getpid(), self.url)
         try:
+            self._first_turn()
             while not self.stop.is_set():
-                self._guard(self.service.tick)
                 if self.reload.is_set():
                     self.reload_credentials()
-                if offsets.expired():
-                    offsets.arm(_OFFSETS_S)
-                    self._guard(self.service.refresh_offsets)
-                self._guard(self.monitor.poll_if_due)
-                if keepalive.expired():
-                    keepalive.arm(_KEEPALIVE_S)
-                    if self.clock.monotonic() - self.service.last_write >= _KEEPALIVE_S:
-                        self._guard(lambda: self.service.keepalive(self._identity()))
-                if self.service.fenced is not None:
-                    raise self.service.fenced
                 if not self.http.is_alive():
                     log.error("the HTTP server stopped unexpectedly; exiting")
-                    code = 1
-                    break
-                self.service.fenced_event.wait(_TICK_S)
-        except FencedError as exc:
-            log.error("fenced: %s. Exiting with code %d; the newer coordinator of job %s "
-                      "owns the job now", exc, EXIT_FENCED, self.config.job.name)
-            code = EXIT_FENCED
+                    return 1
+                if self.lead is not None:
+                    self._leader_turn(self.lead)
+                else:
+                    self._standby_turn()
+        except StartupError as exc:
+            log.error("%s", exc)
+            return exc.exit_code
         finally:
             self.close()
-        if code == 0:
-            log.info("coordinator stopped cleanly")
-        return code
+        log.info("coordinator stopped cleanly")
+        return 0
 
-    def _guard(self, step: Callable[[], Any]) -> None:
-        """Run one loop step; transient I/O trouble is logged and retried next time."""
+    def _first_turn(self) -> None:
+        """Read the stream; lead at once when nobody leads (a fresh job, a resigned
+        leader, a stream from before standbys), else stand by.
+
+        Raises:
+            StartupError: leading failed for a reason a retry will not fix.
+        """
+        self.tail = StreamTail(self.config.kafka_settings(), self.config.job.name)
+        self.tail.catch_up(self.takeover_s)
+        if self.tail.leader() is not None:
+            self._last_life = self.clock.monotonic()
+            self.gate.leader_url = self._leader_url()
+            log.info("standby: job %s is led by %s", self.config.job.name, self.gate.leader_url)
+            return
         try:
-            step()
-        except FencedError:
-            raise
-        except (StreamError, TopicsError, KafkaException) as exc:
-            log.warning("%s failed (will retry): %s", getattr(step, "__name__", "step"), exc)
+            self._take_over()
+        except (TopicsError, GroupingError) as exc:
+            raise StartupError(f"cannot start the coordinator of job "
+                               f"{self.config.job.name!r}: {exc}") from exc
 
-    def _identity(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "host": socket.gethostname(),
-                "listen": self.config.coordinator.listen, "at": self.clock.time()}
+    def _standby_turn(self) -> None:
+        """Follow the stream; take over after `takeover_ms` of the leader's silence."""
+        assert self.tail is not None
+        alive = self.tail.poll()
+        now = self.clock.monotonic()
+        if alive is not False:          # life, or no evidence (the broker is away)
+            self._last_life = now
+        self.gate.leader_url = self._leader_url()
+        resigned = alive is not None and self.tail.leader() is None
+        if resigned or now - self._last_life >= self.takeover_s:
+            log.warning("the leader of job %s %s; taking over", self.config.job.name,
+                        "resigned" if resigned else
+                        f"wrote nothing for {now - self._last_life:.1f} s")
+            try:
+                self._take_over()
+            except (FencedError, StreamError, TopicsError, KafkaException,
+                    GroupingError) as exc:
+                log.error("take-over failed (will retry): %s", exc)
+                self._last_life = now
+            return
+        self.stop.wait(_TICK_S)
+
+    def _take_over(self) -> None:
+        lead = Leadership(self.config, self.clock, self.admin, self.metrics, self.url,
+                          max(0.25, self.takeover_s / 4))
+        if self.tail is not None:
+            self.tail.close()
+            self.tail = None
+        self.lead = lead
+        self.gate.app = create_app(lead.service, self.credentials, self.registry,
+                                   bind_ids=bool(self.config.coordinator.tls_client_ca_file))
+        self.gate.leader_url = self.url
+        self.metrics.set_leader(True)
+        log.info("coordinator %s leads job %s", self.url, self.config.job.name)
+
+    def _leader_turn(self, lead: Leadership) -> None:
+        try:
+            lead.turn()
+        except FencedError as exc:
+            log.error("deposed: %s; this coordinator is a standby now", exc)
+            self._step_down()
+            return
+        lead.wait(_TICK_S)
+
+    def _step_down(self) -> None:
+        self.gate.app = None
+        self.metrics.set_leader(False)
+        if self.lead is not None:
+            self.lead.close()
+            self.lead = None
+        self.tail = StreamTail(self.config.kafka_settings(), self.config.job.name)
+        self._last_life = self.clock.monotonic()
+        self.gate.leader_url = None
+
+    def _leader_url(self) -> str | None:
+        leader = self.tail.leader() if self.tail is not None else None
+        url = leader.get("url") if leader else None
+        return str(url) if url else None
 
     def close(self) -> None:
-        """Stop the HTTP thread, then the Kafka clients; bounded, idempotent."""
+        """Resign if leading, stop the HTTP thread, then the Kafka clients; bounded,
+        idempotent."""
+        if self.lead is not None:
+            self.lead.resign()
+            self.lead.close()
+            self.lead = None
         server = getattr(self, "server", None)
         if server is not None:
             server.should_exit = True
@@ -254,5 +291,20 @@ class _Daemon:
             if http is not None and http.is_alive():
                 http.join(_HTTP_STOP_S + 1)
         self.sock.close()
-        self.stream.close()
+        if self.tail is not None:
+            self.tail.close()
+            self.tail = None
         self.admin.close()
+
+
+def own_url(listen: str, tls: bool, urls: Sequence[str] = ()) -> str:
+    """The URL clients reach this coordinator at: the one of `coordinator.url` with the
+    listening port when exactly one has it, else made from `listen` (a wildcard
+    address advertised by host name)."""
+    host, _, port = listen.rpartition(":")
+    same_port = [u for u in urls if u.rsplit(":", 1)[-1].rstrip("/") == port]
+    if len(same_port) == 1:
+        return str(same_port[0])
+    if host in ("0.0.0.0", "::", "[::]", ""):
+        host = socket.gethostname()
+    return f"{'https' if tls else 'http'}://{host}:{port}"

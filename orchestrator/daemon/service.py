@@ -99,14 +99,14 @@ class CoordinatorService:
             raise
         self.last_write = self._clock.monotonic()
 
-    def keepalive(self, record: Mapping[str, Any]) -> None:
-        """Write the "coordinator" record when nothing else was written for a while.
+    def keepalive(self, record: Mapping[str, Any] | None) -> None:
+        """Write the "leader" record (None: resign, a standby may lead at once).
 
-        Why: a coordinator fenced by a newer one only learns it when it writes; an idle
-        one would otherwise keep answering processors with a stale picture.
+        Why: standbys take the stream's silence for the leader's death, and a leader
+        fenced by a newer one only learns it when it writes.
         """
         with self._lock:
-            self._write({"coordinator": dict(record)})
+            self._write({"leader": None if record is None else dict(record)})
 
     def locked(self, read: Callable[[], _T]) -> _T:
         """Run `read` under the core lock (scrape-time metric views read the core)."""

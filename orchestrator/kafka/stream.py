@@ -33,7 +33,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from orchestrator.kafka.logs import client_logging
 from orchestrator.kafka.watched_producer import WatchedProducer
 
-__all__ = ["CoordinatorStream", "FencedError", "StreamError", "stream_topic"]
+__all__ = ["CoordinatorStream", "FencedError", "StreamError", "StreamTail", "stream_topic"]
 
 log = logging.getLogger(__name__)
 
@@ -200,3 +200,79 @@ def _read_to_end(consumer: Consumer, topic: str) -> dict[str, Any]:
         elif time.monotonic() > stalled_at:
             raise StreamError(f"reading {topic} stalled at offset {position} of {high}; "
                               f"is the broker healthy?")
+
+
+class StreamTail:
+    """A standby's view of the coordinator stream, kept current by polling, and the
+    evidence that a leader is alive: committed records keep arriving.
+
+    The leader writes its "leader" record at least every quarter of `takeover_s`. The
+    tail counts silence only while it can reach the broker (a watermark query
+    succeeds), so a broker outage does not make every standby take over at once.
+
+    Args:
+        settings: librdkafka settings for the job's cluster.
+        job: the job name.
+    """
+
+    def __init__(self, settings: Mapping[str, Any], job: str) -> None:
+        self.topic = stream_topic(job)
+        self.state: dict[str, Any] = {}
+        self._tp = TopicPartition(self.topic, 0)
+        self._consumer = Consumer({**settings, **client_logging("coordinator.standby"),
+                                   "group.id": f"{self.topic}.standby",
+                                   "client.id": f"baton-standby-{uuid.uuid4().hex[:8]}",
+                                   "enable.auto.commit": False,
+                                   "isolation.level": "read_committed",
+                                   "auto.offset.reset": "earliest"})
+        self._consumer.assign([TopicPartition(self.topic, 0, 0)])
+        self._high = -1
+        self.records = 0
+
+    def poll(self) -> bool | None:
+        """Apply what arrived. True: the leader showed life (records, or the end of the
+        stream moved); False: silence; None: the broker did not answer (no evidence)."""
+        seen = 0
+        for msg in self._consumer.consume(_BATCH, 0.05):
+            if msg.error() is not None:
+                continue
+            seen += 1
+            key, value = (msg.key() or b"").decode(), msg.value()
+            if value is None:
+                self.state.pop(key, None)
+            else:
+                self.state[key] = orjson.loads(value)
+        self.records += seen
+        try:
+            _, high = self._consumer.get_watermark_offsets(self._tp, timeout=2.0, cached=False)
+        except KafkaException:
+            return None
+        moved = high != self._high
+        self._high = high
+        return seen > 0 or moved
+
+    def catch_up(self, timeout_s: float) -> None:
+        """Poll until the end of the stream seen now is read (or `timeout_s` passed).
+
+        Raises:
+            StreamError: the broker did not answer.
+        """
+        try:
+            _, high = self._consumer.get_watermark_offsets(self._tp, timeout=_TXN_TIMEOUT_S,
+                                                           cached=False)
+        except KafkaException as exc:
+            raise StreamError(f"cannot read {self.topic}: {exc.args[0].str()}") from exc
+        deadline = time.monotonic() + timeout_s
+        while high > 0 and time.monotonic() < deadline:
+            self.poll()
+            position = self._consumer.position([self._tp])[0].offset
+            if position >= high:
+                return
+
+    def leader(self) -> dict[str, Any] | None:
+        """The newest leader record (its URL), None after a clean resignation."""
+        record = self.state.get("leader")
+        return dict(record) if isinstance(record, dict) else None
+
+    def close(self) -> None:
+        self._consumer.close()

@@ -81,21 +81,26 @@ def _retriable(exc: BaseException) -> bool:
 
 
 class CoordinatorClient:
-    """Calls to one coordinator.
+    """Calls to a job's coordinator: the leader among the configured URLs.
+
+    Each call goes to the URL that last answered as the leader, then to the others; a
+    standby's 503 names the leader, which is tried next when it is one of the
+    configured URLs (a hint elsewhere is ignored: the token is not sent to it).
 
     Args:
-        url: the coordinator's base URL (`coordinator.url`).
+        url: the coordinator's base URL, or every coordinator's (`coordinator.url`).
         token: the bearer token (`orchestrator.wire.token.read_token`).
         retry: a tenacity policy (`CLI_RETRY`, `HEARTBEAT_RETRY`).
         transport: an httpx transport (tests pass a `MockTransport` or an ASGI one).
         tls: the CA to verify an https coordinator with, and a client certificate.
     """
 
-    def __init__(self, url: str, token: str | Callable[[], str],
+    def __init__(self, url: str | Sequence[str], token: str | Callable[[], str],
                  retry: dict[str, Any] | None = None, timeout: float = _TIMEOUT_S,
                  transport: httpx.BaseTransport | None = None,
                  tls: TlsSettings | None = None) -> None:
-        self.url = url.rstrip("/")
+        self.urls = [u.rstrip("/") for u in ([url] if isinstance(url, str) else url)]
+        self.url = self.urls[0]
         self._retry = CLI_RETRY if retry is None else retry
         self._token = token
         headers = {} if callable(token) else {"Authorization": f"Bearer {token}"}
@@ -117,7 +122,7 @@ class CoordinatorClient:
         cert, key = ((p.tls_cert_file, p.tls_key_file) if processor
                      else (c.tls_client_cert_file, c.tls_client_key_file))
         tls = TlsSettings(config.file(c.tls_ca_file), config.file(cert), config.file(key))
-        return cls(c.url, token, retry, tls=tls)
+        return cls(c.urls, token, retry, tls=tls)
 
     def close(self) -> None:
         self._http.close()
@@ -140,8 +145,7 @@ class CoordinatorClient:
             for attempt in Retrying(retry=retry_if_exception(_retriable), reraise=True,
                                     **self._retry):
                 with attempt:
-                    response = self._http.request(method, path, json=body, params=params,
-                                                  headers=self._auth())
+                    response = self._send(method, path, body, params)
                     if response.status_code >= 500:
                         raise _Retry(response)
         except _Retry as exc:
@@ -152,7 +156,8 @@ class CoordinatorClient:
             if is_verification_error(exc):
                 raise CoordinatorUnreachable(verification_hint(self.url, exc)) from exc
             raise CoordinatorUnreachable(
-                f"coordinator at {self.url} is unreachable ({type(exc).__name__}: {exc}); "
+                f"coordinator at {' or '.join(self.urls)} is unreachable "
+                f"({type(exc).__name__}: {exc}); "
                 f"is 'baton coordinator' running, and is coordinator.url right?") from exc
         if response.status_code == 401:
             raise CoordinatorError(f"coordinator at {self.url} refused the token (401): "
@@ -165,6 +170,38 @@ class CoordinatorClient:
                                    f"(HTTP {response.status_code}): {_reason(response)}",
                                    response.status_code)
         return response.json()
+
+    def _send(self, method: str, path: str, body: Any,
+              params: dict[str, str] | None) -> httpx.Response:
+        """One try at the leader: the last one first, then the others and any hint."""
+        order = [self.url] + [u for u in self.urls if u != self.url]
+        tried: set[str] = set()
+        failure: httpx.TransportError | None = None
+        standby: httpx.Response | None = None
+        while order:
+            url = order.pop(0)
+            if url in tried:
+                continue
+            tried.add(url)
+            try:
+                response = self._http.request(method, f"{url}{path}", json=body,
+                                              params=params, headers=self._auth())
+            except httpx.TransportError as exc:
+                if is_verification_error(exc) or len(self.urls) == 1:
+                    raise
+                failure = exc
+                continue
+            if not _is_standby(response):
+                self.url = url
+                return response
+            standby = response
+            leader = _leader_hint(response)
+            if leader in self.urls:
+                order.insert(0, leader)
+        if standby is not None:
+            return standby
+        assert failure is not None
+        raise failure
 
     def _auth(self) -> dict[str, str] | None:
         """A token given as a reader is read per request (a rotated file takes effect)."""
@@ -209,6 +246,22 @@ class CoordinatorClient:
         body = self.request("GET", "/containerHeartbeat",
                             params={"executionContainerId": execution_id})
         return bool(body.get("alive"))
+
+
+def _is_standby(response: httpx.Response) -> bool:
+    """A standby coordinator's refusal (503 with `"standby": true`)."""
+    if response.status_code != 503:
+        return False
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("standby") is True
+
+
+def _leader_hint(response: httpx.Response) -> str:
+    leader = response.json().get("leader")
+    return leader.rstrip("/") if isinstance(leader, str) else ""
 
 
 def _reason(response: httpx.Response) -> str:

@@ -64,7 +64,10 @@ class JobConfig(_Section):
 
 class CoordinatorConfig(_Section):
     listen: str = Field(default="127.0.0.1:8700", pattern=r"^[^:\s]+:\d+$")
-    url: str = Field(default="http://127.0.0.1:8700", pattern=r"^https?://")
+    # one URL, or every coordinator's (leader and standbys): clients use the leader
+    url: str | list[str] = "http://127.0.0.1:8700"
+    # a standby takes over when the leader has written nothing to the stream this long
+    takeover_ms: int = Field(default=10000, ge=1000)
     token_file: str = "./state/coordinator.token"
     # if set, processors authenticate with this token and token_file is the operators'
     processor_token_file: str = ""
@@ -90,6 +93,25 @@ class CoordinatorConfig(_Section):
     failure_backoff_ms: int = Field(default=30000, gt=0)
     # attempts per (task, processor) before that processor never gets the task again
     max_task_attempts: int = Field(default=3, ge=1)
+
+
+    @field_validator("url")
+    @classmethod
+    def _urls(cls, url: str | list[str]) -> str | list[str]:
+        urls = [url] if isinstance(url, str) else url
+        if not urls:
+            raise ValueError("give at least one URL")
+        for one in urls:
+            if not one.startswith(("http://", "https://")):
+                raise ValueError(f"{one!r} is not an http:// or https:// URL")
+        if len(set(urls)) != len(urls):
+            raise ValueError("the same URL twice")
+        return url
+
+    @property
+    def urls(self) -> list[str]:
+        """Every coordinator URL, without trailing slashes."""
+        return [u.rstrip("/") for u in ([self.url] if isinstance(self.url, str) else self.url)]
 
 
 class ProcessorConfig(_Section):
@@ -166,9 +188,10 @@ class Config(_Section):
         if c.tls_client_ca_file and not c.tls_cert_file:
             raise ValueError("coordinator.tls_client_ca_file needs coordinator.tls_cert_file "
                              "(mutual TLS is TLS first)")
-        if c.tls_cert_file and not c.url.startswith("https://"):
-            raise ValueError(f"coordinator.url is {c.url!r} but the API is served over TLS "
-                             "(coordinator.tls_cert_file): use https://")
+        plain = [u for u in c.urls if not u.startswith("https://")]
+        if c.tls_cert_file and plain:
+            raise ValueError(f"coordinator.url has {plain[0]!r} but the API is served over "
+                             "TLS (coordinator.tls_cert_file): use https://")
         return self
 
     def file(self, value: str) -> Path | None:

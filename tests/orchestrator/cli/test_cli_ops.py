@@ -8,12 +8,15 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from orchestrator.devkit.embedded import free_port
+from orchestrator.wire.token import read_token
 from tests.conftest import wait_for, wait_for_coordinator
 
 pytestmark = pytest.mark.integration
@@ -56,20 +59,36 @@ def test_restart_keeps_the_model(coordinated, daemons) -> None:
     assert "resumed job" in second.log()
 
 
-def test_second_coordinator_fences_the_first(coordinated, daemons, tmp_path) -> None:
+def test_second_coordinator_is_a_standby_until_the_leader_dies(coordinated, daemons) -> None:
     config, path = coordinated(partitions=2)
     first = daemons("coordinator-1", "coordinator", "-c", path)
-    wait_for_coordinator(config, first)
-    # the same job on another address: it takes the stream over
+    leader = wait_for_coordinator(config, first)
     port = free_port()
-    other = path.read_text().replace(f":{config.coordinator.listen.split(':')[1]}",
-                                     f":{port}")
-    second_path = tmp_path / "second.toml"
-    second_path.write_text(other)
-    second = daemons("coordinator-2", "coordinator", "-c", second_path)
-    assert first.wait(60) == 3
-    assert "fenced" in first.log() and "another coordinator" in first.log()
-    assert second.running()
+    second = daemons("coordinator-2", "coordinator", "-c", path, "--listen", f"127.0.0.1:{port}")
+    standby = f"http://127.0.0.1:{port}"
+    wait_for(lambda: "standby: job" in second.log(), 30, "the second one standing by")
+    refused = httpx.get(f"{standby}/status", timeout=10)
+    assert refused.status_code == 503 and refused.json()["standby"] is True
+    assert refused.json()["leader"] == config.coordinator.url
+    assert 'baton_coordinator_leader{job="' in httpx.get(f"{standby}/metrics").text
+    assert _gauge(httpx.get(f"{standby}/metrics").text, "baton_coordinator_leader") == 0
+    assert _gauge(leader._http.get("/metrics").text, "baton_coordinator_leader") == 1
+    probe = httpx.get(f"{standby}/containerHeartbeat",
+                      params={"executionContainerId": "nobody"}, timeout=10)
+    assert probe.status_code == 200 and probe.json() == {"alive": False}   # the leader's
+    first.kill()
+    killed = time.monotonic()
+    wait_for(lambda: httpx.get(f"{standby}/status", headers={
+        "Authorization": f"Bearer {read_token(config.token_file)}"}, timeout=10
+    ).status_code == 200, 30, "the standby leading")
+    assert time.monotonic() - killed < config.coordinator.takeover_ms / 1000 + 8
+    assert "taking over" in second.log()
+    assert _gauge(httpx.get(f"{standby}/metrics").text, "baton_coordinator_leader") == 1
+
+
+def _gauge(text: str, name: str) -> float:
+    line = next(x for x in text.splitlines() if x.startswith(name + "{"))
+    return float(line.rsplit(" ", 1)[1])
 
 
 def test_same_address_second_coordinator_fails_without_fencing(coordinated, daemons) -> None:

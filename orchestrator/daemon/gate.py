@@ -1,0 +1,84 @@
+"""The coordinator's front door: the leader's API while it leads, a standby's answers
+otherwise.
+
+A standby answers every control request with 503, `"standby": true` and the leader's
+URL (clients with several `coordinator.url`s go there next), serves its own
+`/metrics` (`baton_coordinator_leader` 0), and answers the pinned
+`GET /containerHeartbeat` with the leader's answer, so a liveness probe may ask any
+coordinator.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import httpx
+from prometheus_client import CollectorRegistry
+
+from metrics import CONTENT_TYPE, render
+from orchestrator.wire.tls import TlsSettings, client_context
+
+__all__ = ["Gate"]
+
+_Scope = MutableMapping[str, Any]
+_Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+_Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+_App = Callable[[_Scope, _Receive, _Send], Awaitable[None]]
+_PROXY_TIMEOUT_S = 5.0
+
+
+class Gate:
+    """ASGI app: `app` (the leader's API) when set, the standby's answers when None.
+
+    Args:
+        job: the job name, for messages.
+        registry: this coordinator's metrics registry.
+        tls: how to reach the leader (its CA, a client certificate under mutual TLS).
+    """
+
+    def __init__(self, job: str, registry: CollectorRegistry, tls: TlsSettings) -> None:
+        self.app: _App | None = None
+        self.leader_url: str | None = None
+        self._job, self._registry, self._tls = job, registry, tls
+
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        app = self.app
+        if app is not None:
+            await app(scope, receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path = scope.get("path", "")
+        if path == "/metrics":
+            await _respond(send, 200, render(self._registry), CONTENT_TYPE)
+        elif path == "/containerHeartbeat" and self.leader_url:
+            await self._relay(scope, send, self.leader_url)
+        else:
+            await self._refuse(send)
+
+    async def _refuse(self, send: _Send) -> None:
+        where = (f"the leader is at {self.leader_url}" if self.leader_url
+                 else "no leader is known yet (one takes over within coordinator.takeover_ms)")
+        body = {"detail": f"standby coordinator of job {self._job}: {where}",
+                "standby": True, "leader": self.leader_url}
+        await _respond(send, 503, json.dumps(body).encode(), "application/json")
+
+    async def _relay(self, scope: _Scope, send: _Send, leader: str) -> None:
+        query = scope.get("query_string", b"").decode("latin-1")
+        try:
+            async with httpx.AsyncClient(verify=client_context(self._tls),
+                                         timeout=_PROXY_TIMEOUT_S) as client:
+                answer = await client.get(f"{leader}/containerHeartbeat?{query}")
+        except httpx.HTTPError:
+            await self._refuse(send)
+            return
+        await _respond(send, answer.status_code, answer.content, "application/json")
+
+
+async def _respond(send: _Send, status: int, body: bytes, content_type: str) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type.encode()),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})

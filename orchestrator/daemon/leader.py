@@ -1,0 +1,134 @@
+"""What a coordinator owns while it leads its job, and its loop turn.
+
+Taking over: `CoordinatorStream.open()` fences every earlier writer (Kafka's
+transactional id: a deposed leader's next write fails), then reads the stream to its
+end; the core is rebuilt from it with the handoffs in flight, or, on a fresh job, the
+inputs are grouped. From then on each turn ticks the core, refreshes offsets, polls
+the partition monitor and writes the "leader" record every `keepalive_s`: that record
+is what standbys watch, and a leader that was fenced learns it at that write.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaException
+
+from metrics import CoordinatorMetrics
+from orchestrator.core.coordinator import Coordinator, CoreConfig
+from orchestrator.core.model import JobModel
+from orchestrator.daemon.monitor import PartitionMonitor
+from orchestrator.daemon.service import CoordinatorService
+from orchestrator.kafka.stream import CoordinatorStream, FencedError, StreamError
+from orchestrator.kafka.topics import TopicAdmin, TopicsError
+from orchestrator.wire.clock import Clock, Deadline
+from orchestrator.wire.config import Config
+
+__all__ = ["Leadership"]
+
+log = logging.getLogger("baton.coordinator")
+
+# Watermarks and committed offsets feed lags and plans; once a second is plenty.
+_OFFSETS_S = 1.0
+
+
+class Leadership:
+    """The leader's parts: its stream (fenced open), core, service and monitor.
+
+    Args:
+        config: the job's config.
+        clock: the daemon's clock.
+        admin: the daemon's topic admin.
+        metrics: the daemon's coordinator metrics.
+        url: this coordinator's own URL (written in the "leader" record).
+        keepalive_s: how often the "leader" record is written.
+
+    Raises:
+        FencedError, StreamError, TopicsError, KafkaException, GroupingError: the
+            take-over failed; nothing is left open.
+    """
+
+    def __init__(self, config: Config, clock: Clock, admin: TopicAdmin,
+                 metrics: CoordinatorMetrics, url: str, keepalive_s: float) -> None:
+        self.config, self.clock, self.url = config, clock, url
+        self.stream = CoordinatorStream(config.kafka_settings(), config.job.name)
+        try:
+            core = self._core(admin, metrics)
+            self.service = CoordinatorService(
+                core, self.stream.write, admin, config.job.inputs,
+                {"coordinator": {"url": url, "metrics_url": f"{url}/metrics",
+                                 "listen": config.coordinator.listen, "leader": True}})
+            self.service.commit()
+            self.service.keepalive(self.identity())
+        except BaseException:
+            self.stream.close()
+            raise
+        self.monitor = PartitionMonitor(admin, self.service, config.job.inputs,
+                                        config.coordinator.monitor_interval_ms / 1000, clock)
+        self._offsets, self._keepalive = Deadline(clock), Deadline(clock)
+        self._offsets.arm(0)
+        self._keepalive.arm(keepalive_s)
+        self._keepalive_s = keepalive_s
+
+    def _core(self, admin: TopicAdmin, metrics: CoordinatorMetrics) -> Coordinator:
+        """Fence, read the stream, rebuild; on a fresh job group the inputs."""
+        core_config = CoreConfig.from_config(self.config)
+        records = self.stream.open()
+        core = Coordinator.restore(core_config, self.clock, records, metrics)
+        if core is not None:
+            log.info("resumed job %s at generation %d: %d processor(s), %d handoff(s) in "
+                     "flight", self.config.job.name, core.model.generation,
+                     len(list(core.processors)), len(core.handoffs))
+            return core
+        counts = admin.partition_counts(self.config.job.inputs)
+        model = JobModel.first([(t, counts[t]) for t in self.config.job.inputs],
+                               self.config.job.grouping)
+        log.info("new job %s: %d task(s) from %s (%s grouping)", self.config.job.name,
+                 len(model.tasks), counts, self.config.job.grouping)
+        return Coordinator(core_config, self.clock, model, metrics)
+
+    def turn(self) -> None:
+        """One loop turn.
+
+        Raises:
+            FencedError: another coordinator took over: this one must step down.
+        """
+        _guard(self.service.tick)
+        if self._offsets.expired():
+            self._offsets.arm(_OFFSETS_S)
+            _guard(self.service.refresh_offsets)
+        _guard(self.monitor.poll_if_due)
+        if self._keepalive.expired():
+            self._keepalive.arm(self._keepalive_s)
+            _guard(lambda: self.service.keepalive(self.identity()))
+        if self.service.fenced is not None:
+            raise self.service.fenced
+
+    def wait(self, seconds: float) -> None:
+        """Sleep until the next turn, waking early when an HTTP write was fenced."""
+        self.service.fenced_event.wait(seconds)
+
+    def resign(self) -> None:
+        """A clean stop: tell standbys to take over now instead of after the silence."""
+        _guard(lambda: self.service.keepalive(None))
+
+    def identity(self) -> dict[str, Any]:
+        return {"url": self.url, "pid": os.getpid(), "host": socket.gethostname(),
+                "listen": self.config.coordinator.listen, "at": self.clock.time()}
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+def _guard(step: Callable[[], Any]) -> None:
+    """Run one step; transient I/O trouble is logged and retried next time."""
+    try:
+        step()
+    except FencedError:
+        raise
+    except (StreamError, TopicsError, KafkaException) as exc:
+        log.warning("%s failed (will retry): %s", getattr(step, "__name__", "step"), exc)
