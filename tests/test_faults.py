@@ -11,6 +11,7 @@ Run alone: `./run test -m faults`.
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Callable
 from typing import Any
@@ -312,3 +313,91 @@ def _committed(broker: Broker, group: str, topic: str) -> int:
         return sum(max(tp.offset, 0) for tp in consumer.committed(parts, timeout=10))
     finally:
         consumer.close()
+
+
+# ---- two coordinators: the standby finishes what the leader started -------------------
+
+def _with_standby_url(j: Job) -> str:
+    """Rewrite the job's config with two coordinator URLs; returns the standby's listen."""
+    import tomllib
+
+    from orchestrator.devkit.embedded import free_port
+    from orchestrator.wire.config import dump_config, load_config
+
+    listen = f"127.0.0.1:{free_port()}"
+    raw = tomllib.loads(j.path.read_text())
+    raw["coordinator"]["url"] = [j.config.coordinator.urls[0], f"http://{listen}"]
+    j.path.write_text(dump_config(raw))
+    j.config = load_config(j.path)
+    return listen
+
+
+def _start_standby(j: Job, listen: str) -> Any:
+    standby = j.daemons("coordinator-standby", "coordinator", "-c", j.path, "--listen", listen)
+    wait_for(lambda: "standby: job" in standby.log() or not standby.running(), 30,
+             "the second coordinator standing by")
+    assert standby.running(), standby.log()
+    return standby
+
+
+def _leader_killed(j: Job, standby: Any) -> None:
+    assert j.coordinator is not None
+    j.coordinator.kill()
+    wait_for(lambda: "leads job" in standby.log(), 30, "the standby leading")
+
+
+@pytest.mark.parametrize("phase", ["catching_up", "activating"])
+def test_standby_coordinator_finishes_the_scale_out(job, broker, phase) -> None:
+    """The leader is SIGKILLed and never restarted; the standby takes the stream over
+    and completes the handoffs in flight."""
+    if phase == "catching_up":
+        j = job(catch_up={"acceptable_lag": 10}, **PATIENT)
+        listen = _with_standby_url(j)
+        feeder = _backlog_scale_out(j, broker)
+        frozen = ["p3"]
+        j.signal(frozen, signal.SIGSTOP)
+    else:
+        j = job(coordinator={"release_timeout_ms": 60000, "processor_timeout_ms": 60000,
+                             "activate_timeout_ms": 60000})
+        listen = _with_standby_url(j)
+        feeder = _hold_activating(j, broker)
+        frozen = ["p3"]
+    standby = _start_standby(j, listen)
+    try:
+        assert j.handoffs(phase), j.status()["handoffs"]
+        _leader_killed(j, standby)
+        assert j.handoffs(phase), j.status()["handoffs"]      # the client followed
+    finally:
+        j.signal(frozen, signal.SIGCONT)
+    _verify(f"leader SIGKILL in {phase}, standby finishes", j, feeder, broker,
+            ("p1", "p2", "p3"))
+    assert j.holding().get("p3")
+    assert standby.running()
+
+
+def test_a_deposed_leader_cannot_write_and_stands_by(job, broker) -> None:
+    """SIGSTOP the leader past the takeover: the standby leads; SIGCONT: the old leader's
+    next write is fenced, it becomes a standby pointing at the new leader."""
+    import httpx
+
+    j = job(**PATIENT)
+    listen = _with_standby_url(j)
+    feeder = _two(j, broker)
+    standby = _start_standby(j, listen)
+    assert j.coordinator is not None
+    old = j.coordinator
+    os.kill(old.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: "leads job" in standby.log(), 30, "the standby leading")
+        j.start_processor("p3")           # a scale-out under the new leader
+    finally:
+        os.kill(old.pid, signal.SIGCONT)
+    wait_for(lambda: "deposed" in old.log(), 30, "the old leader stepping down")
+    assert old.running(), old.log()[-3000:]
+    first_url = j.config.coordinator.urls[0]
+    answer = httpx.get(f"{first_url}/status", timeout=10)
+    assert answer.status_code == 503 and answer.json()["leader"] == f"http://{listen}", \
+        answer.text
+    _verify("leader SIGSTOP past takeover, then SIGCONT", j, feeder, broker,
+            ("p1", "p2", "p3"))
+    assert "leads job" not in old.log().split("deposed", 1)[1]

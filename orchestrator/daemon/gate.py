@@ -1,6 +1,9 @@
 """The coordinator's front door: the leader's API while it leads, a standby's answers
 otherwise.
 
+A leader whose lease lapsed (no stream write for three quarters of `takeover_ms`: it
+was frozen, or cut off from the broker) answers like a standby without a leader until
+its next write succeeds, so a deposed leader never answers from a stale state.
 A standby answers every control request with 503, `"standby": true` and the leader's
 URL (clients with several `coordinator.url`s go there next), serves its own
 `/metrics` (`baton_coordinator_leader` 0), and answers the pinned
@@ -41,16 +44,22 @@ class Gate:
     def __init__(self, job: str, registry: CollectorRegistry, tls: TlsSettings) -> None:
         self.app: _App | None = None
         self.leader_url: str | None = None
+        # whether the leader's lease holds (a recent stream write); set with `app`
+        self.confirmed: Callable[[], bool] = lambda: True
         self._job, self._registry, self._tls = job, registry, tls
 
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
         app = self.app
-        if app is not None:
-            await app(scope, receive, send)
-            return
         if scope["type"] != "http":
             return
         path = scope.get("path", "")
+        if app is not None and (path == "/metrics" or self.confirmed()):
+            await app(scope, receive, send)
+            return
+        if app is not None:     # frozen or cut off past its lease: it may be deposed
+            await self._refuse(send, "this coordinator's leadership is unconfirmed (no "
+                               "stream write within its lease); try the others")
+            return
         if path == "/metrics":
             await _respond(send, 200, render(self._registry), CONTENT_TYPE)
         elif path == "/containerHeartbeat" and self.leader_url:
@@ -58,11 +67,11 @@ class Gate:
         else:
             await self._refuse(send)
 
-    async def _refuse(self, send: _Send) -> None:
+    async def _refuse(self, send: _Send, why: str | None = None) -> None:
         where = (f"the leader is at {self.leader_url}" if self.leader_url
                  else "no leader is known yet (one takes over within coordinator.takeover_ms)")
-        body = {"detail": f"standby coordinator of job {self._job}: {where}",
-                "standby": True, "leader": self.leader_url}
+        body = {"detail": f"standby coordinator of job {self._job}: {why or where}",
+                "standby": True, "leader": None if why else self.leader_url}
         await _respond(send, 503, json.dumps(body).encode(), "application/json")
 
     async def _relay(self, scope: _Scope, send: _Send, leader: str) -> None:

@@ -250,6 +250,8 @@ class _Daemon:
         self.gate.app = create_app(lead.service, self.credentials, self.registry,
                                    bind_ids=bool(self.config.coordinator.tls_client_ca_file))
         self.gate.leader_url = self.url
+        lease_s = 0.75 * self.takeover_s
+        self.gate.confirmed = lambda: self.clock.monotonic() - lead.service.last_write < lease_s
         self.metrics.set_leader(True)
         log.info("coordinator %s leads job %s", self.url, self.config.job.name)
 
