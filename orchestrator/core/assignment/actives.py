@@ -31,6 +31,8 @@ def _plan_class(view: _View, names: Sequence[str], scale: _Scale, stateful: bool
     where they landed (on the least lagging processor) instead of moving them again.
     """
     owner = {t: view.holder[t] for t in names if t in view.holder}
+    if stateful:
+        _caught_up_over_restoring(view, owner)
     load = [0] * len(view.procs)
     for i in owner.values():
         load[i] += 1
@@ -48,6 +50,22 @@ def _plan_class(view: _View, names: Sequence[str], scale: _Scale, stateful: bool
     else:
         _move_freely(owner, excess, deficit)
     return plan
+
+
+
+def _caught_up_over_restoring(view: _View, owner: dict[str, int]) -> None:
+    """KIP-441: an owner that reports a lag above `acceptable_lag` on its own task (it
+    is restoring) gives the task to the least lagging processor that is caught up on
+    it, such as a hot standby: the task runs again sooner than the owner would."""
+    acceptable = view.config.acceptable_lag
+    for name, i in owner.items():
+        own = view.procs[i].lags.get(name)
+        if own is None or is_caught_up(own, acceptable):
+            continue
+        ready = [(lag, j) for j, lag in view.lags.get(name, ())
+                 if j != i and is_caught_up(lag, acceptable)]
+        if ready:
+            owner[name] = min(ready)[1]
 
 
 

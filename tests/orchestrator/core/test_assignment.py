@@ -691,3 +691,31 @@ def test_exclusions_are_respected_for_warmups_and_standbys(data: st.DataObject) 
     for task, pid in result.owners().items():
         assert task not in bans[pid] or before.get(task) == pid or all(
             task in b for b in bans.values()), (task, pid)
+
+
+def test_a_caught_up_standby_beats_a_restoring_owner() -> None:
+    """KIP-441: the owner reports lag 500 on its own task, p2 holds a standby at lag 0,
+    acceptable_lag is 100: the task moves to p2 now; p1 warms a task up to rebalance."""
+    before = [proc("p1", ["t00"], lags={"t00": 500}), proc("p2", ["t01"], standby=["t00"],
+                                                          lags={"t00": 0})]
+    result = assign(tasks(2), before, AssignmentConfig(acceptable_lag=100, num_standbys=1))
+    assert result.owners()["t00"] == "p2"
+    assert len(roles(result, "warmup")["p1"]) == 1 and result.follow_up
+
+
+def test_a_restoring_owner_keeps_its_task_when_nobody_is_caught_up() -> None:
+    before = [proc("p1", ["t00"], lags={"t00": 500}), proc("p2", lags={"t00": 300})]
+    result = assign(tasks(1), before, AssignmentConfig(acceptable_lag=100))
+    assert result.owners() == {"t00": "p1"}
+
+
+def test_assign_cli_moves_a_task_off_a_restoring_owner(tmp_path: Path) -> None:
+    data = {"tasks": [{"name": "t0"}, {"name": "t1"}],
+            "processors": [{"id": "p1", "active": ["t0"], "lags": {"t0": 500}},
+                           {"id": "p2", "active": ["t1"], "lags": {"t0": 0}}],
+            "config": {"acceptable_lag": 100}}
+    run = CliRunner().invoke(assign_command, ["--scenario", str(write(tmp_path, data)),
+                                              "--json"])
+    assert run.exit_code == 0, run.output
+    owners = {p["id"]: p["active"] for p in json.loads(run.output)["processors"]}
+    assert "t0" in owners["p2"], owners
