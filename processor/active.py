@@ -121,9 +121,43 @@ class ActiveTask:
         self.pause_ms: float | None = None
         # told about each record process() failed on, with what on_error did (metrics)
         self.on_process_error: Callable[[str, OnError], None] = lambda task, outcome: None
+        # a fencing error was seen (its later calls then fail with a bare fatal error)
+        self.fenced = False
 
     def process(self, messages: Sequence[Message]) -> None:
-        """Run process() over one poll batch's records of this task, inside a transaction."""
+        """Run process() over one poll batch's records of this task, inside a transaction.
+
+        Raises:
+            TaskFenced: a newer owner took the transactional id (a produce can be the
+                first call to learn it: librdkafka then answers with a fatal error).
+            ProducerFatal: the producer failed fatally otherwise.
+            TransactionAborted: the open transaction had to be aborted.
+            TaskFailed: process() raised under on_error = "fail".
+        """
+        try:
+            self._process(messages)
+        except KafkaException as exc:
+            raise self._producer_failure(exc) from exc
+
+    def _producer_failure(self, exc: KafkaException) -> Exception:
+        """What a producer error met while processing means for the task."""
+        if is_fatal(exc) and not self.fenced:
+            self.abort()        # its error names the fatal cause: fenced or not
+        if _is_fenced(exc) or (self.fenced and is_fatal(exc)):
+            self.store.abort()
+            self.pending = dict(self.committed)
+            self.in_transaction = False
+            return TaskFenced(f"task {self.name!r}: producer fenced by a newer owner: {exc}")
+        if is_fatal(exc):
+            self.store.abort()
+            self.pending = dict(self.committed)
+            self.in_transaction = False
+            return ProducerFatal(f"task {self.name!r}: the producer failed fatally ({exc}); "
+                                 f"the task restarts from its committed offsets")
+        self.abort()
+        return TransactionAborted(f"task {self.name!r}: transaction aborted: {exc}")
+
+    def _process(self, messages: Sequence[Message]) -> None:
         if not self.in_transaction:
             self._losses = self.producer.losses()
             self.producer.begin_transaction()
@@ -311,6 +345,7 @@ class ActiveTask:
             try:
                 self.producer.abort_transaction(_TXN_TIMEOUT_S)
             except KafkaException as exc:
+                self.fenced = self.fenced or _is_fenced(exc)
                 log.warning("task %r: abort_transaction failed: %s", self.name, exc)
 
     def close(self) -> None:
