@@ -4,6 +4,8 @@ schemathesis fuzz of the whole OpenAPI description."""
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -35,6 +37,7 @@ def credentials(operator: str = TOKEN, processor: str | None = None,
                 grace_s: float = 60.0, clock: Any = None) -> Credentials:
     """Credentials over 0600 token files in a fresh directory."""
     folder = Path(tempfile.mkdtemp(prefix="baton-tokens-"))
+    atexit.register(shutil.rmtree, folder, True)
     paths = []
     for name, token in (("operator", operator), ("processor", processor)):
         if token is None:
