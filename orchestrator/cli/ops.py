@@ -42,9 +42,11 @@ def _fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
-def _load(path: str) -> Config:
+def _load(path: str, read_secrets: bool = False) -> Config:
+    """The config; only the coordinator reads [kafka] secrets, the other commands talk
+    to it over HTTP (see `load_config`)."""
     try:
-        return load_config(path)
+        return load_config(path, read_secrets)
     except ConfigError as exc:
         _fail(str(exc), 2)
 
@@ -78,11 +80,11 @@ def _print_json(data: Any) -> None:
 @_config_option
 def coordinator_command(config_path: str) -> None:
     """Run the coordinator daemon (SIGTERM: clean exit 0)."""
-    config = _load(config_path)
+    config = _load(config_path, read_secrets=True)
     from orchestrator.daemon.main import run_coordinator
     from orchestrator.wire.logs import setup_logging
 
-    setup_logging("coordinator")
+    setup_logging("coordinator", secrets=config.secret_values())
     sys.exit(run_coordinator(config))
 
 

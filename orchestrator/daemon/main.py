@@ -163,6 +163,7 @@ class _Daemon:
         self.http.start()
         log.info("coordinator of job %s listening on %s (pid %d)", self.config.job.name,
                  self.config.coordinator.listen, os.getpid())
+        log.info("kafka settings (secrets redacted): %s", self.config.shown_kafka_settings())
         code = 0
         offsets, keepalive = Deadline(self.clock), Deadline(self.clock)
         offsets.arm(0)
