@@ -3,6 +3,8 @@ or JSON lines with BATON_LOG_FORMAT=json (for log shippers).
 
 Every line passes a mask of the config's secret values last (`secrets`): whatever a
 message, a librdkafka line or a traceback quotes, a secret leaves as `[redacted]`.
+Uncaught exceptions are logged too rather than printed past the mask (librdkafka's
+"Invalid value ... for configuration property ..." quotes the value).
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import Collection
+from types import TracebackType
 
 from orchestrator.wire.secrets import mask
 
@@ -65,7 +69,23 @@ def setup_logging(component: str, level: str | None = None,
     handler.setFormatter(
         _JsonFormatter(masked) if os.environ.get("BATON_LOG_FORMAT") == "json" else
         _TextFormatter(f"%(asctime)s %(levelname)s {component} %(name)s: %(message)s", masked))
+    sys.excepthook = _log_uncaught
+    threading.excepthook = _log_uncaught_in_thread
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level or os.environ.get("BATON_LOG_LEVEL", "INFO"))
     logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def _log_uncaught(kind: type[BaseException], value: BaseException,
+                  traceback: TracebackType | None) -> None:
+    logging.getLogger("baton").critical("uncaught exception", exc_info=(kind, value, traceback))
+
+
+def _log_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit or args.exc_value is None:
+        return
+    name = args.thread.name if args.thread is not None else "?"
+    logging.getLogger("baton").critical("uncaught exception in thread %s", name,
+                                        exc_info=(args.exc_type, args.exc_value,
+                                                  args.exc_traceback))

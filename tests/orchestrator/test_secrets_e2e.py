@@ -10,11 +10,15 @@ dump line proves it was set. The job processes records exactly once meanwhile.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
+from orchestrator.devkit.embedded import free_port
 from orchestrator.wire.secrets import REDACTED
 from tests.conftest import Feeder, wait_for, wait_for_coordinator
 from tests.orchestrator.test_e2e import finish, processor_config
@@ -22,6 +26,7 @@ from tests.orchestrator.test_e2e import finish, processor_config
 pytestmark = pytest.mark.integration
 
 DEBUG = {"BATON_LOG_LEVEL": "DEBUG"}
+DAEMONS = [["coordinator"], ["processor", "--id", "p1"]]
 
 
 def test_secrets_reach_librdkafka_and_never_the_logs(job, broker, tmp_path: Path,
@@ -60,24 +65,41 @@ def test_secrets_reach_librdkafka_and_never_the_logs(job, broker, tmp_path: Path
         assert f"'client.id': '{REDACTED}'" in log
 
 
-@pytest.mark.parametrize("daemon", [["coordinator"], ["processor", "--id", "p1"]])
+def _baton(tmp_path: Path, daemon: list[str], kafka: str,
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a daemon on a config of its own with `kafka` (TOML lines) in [kafka]."""
+    path = tmp_path / "job.toml"
+    path.write_text('[job]\nname = "x"\nclass = "processor.examples:RunningSum"\n'
+                    'inputs = ["in"]\noutput = "out"\n'
+                    f'[coordinator]\nlisten = "127.0.0.1:{free_port()}"\n'
+                    f'[kafka]\nbootstrap_servers = "127.0.0.1:1"\n{kafka}\n')
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", daemon[0], "-c",
+                           str(path), *daemon[1:]], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[2],
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("daemon", DAEMONS)
 def test_daemons_exit_2_naming_key_and_file(tmp_path: Path, daemon: list[str]) -> None:
     """A secret file others may read stops both daemons before anything starts."""
-    import subprocess
-    import sys
-
     secret_file = tmp_path / "kafka.password"
     secret_file.write_text("hunter2-do-not-print\n")
     secret_file.chmod(0o644)
-    path = tmp_path / "job.toml"
-    path.write_text('[job]\nname = "x"\nclass = "processor.examples:RunningSum"\n'
-                    'inputs = ["in"]\noutput = "out"\n[kafka]\n'
-                    'bootstrap_servers = "127.0.0.1:1"\n'
-                    'sasl.password = { file = "kafka.password" }\n')
-    result = subprocess.run([sys.executable, "-m", "orchestrator.cli", daemon[0], "-c",
-                             str(path), *daemon[1:]], capture_output=True, text=True,
-                            timeout=120, cwd=Path(__file__).resolve().parents[2])
+    result = _baton(tmp_path, daemon, 'sasl.password = { file = "kafka.password" }')
     assert result.returncode == 2, result.stderr
-    assert f"{path}: kafka.sasl.password: secret file {secret_file}" in result.stderr
+    assert (f"{tmp_path / 'job.toml'}: kafka.sasl.password: secret file {secret_file}"
+            in result.stderr)
     assert "mode 0644" in result.stderr
     assert "hunter2" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("daemon", DAEMONS)
+def test_a_secret_librdkafka_refuses_is_not_echoed(tmp_path: Path, daemon: list[str]) -> None:
+    """librdkafka quotes a value it refuses; the daemon's crash log masks it."""
+    result = _baton(tmp_path, daemon, 'security.protocol = { env = "BATON_TEST_PROTOCOL" }',
+                    {"BATON_TEST_PROTOCOL": "not-a-protocol-s3cr3t"})
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert 'Invalid value "[redacted]" for configuration property "security.protocol"' \
+        in output, output[-3000:]
+    assert "s3cr3t" not in output

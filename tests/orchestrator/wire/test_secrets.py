@@ -7,6 +7,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -295,6 +297,8 @@ def test_log_lines_never_carry_a_secret(monkeypatch: pytest.MonkeyPatch, fmt: st
     secret = 'pa"ss\\wörd'
     stream = io.StringIO()
     monkeypatch.setattr("sys.stderr", stream)
+    monkeypatch.setattr("sys.excepthook", sys.excepthook)         # setup_logging sets them
+    monkeypatch.setattr("threading.excepthook", threading.excepthook)
     monkeypatch.setenv("BATON_LOG_FORMAT", fmt)
     root = logging.getLogger()
     saved = root.handlers[:], root.level
