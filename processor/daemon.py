@@ -90,6 +90,7 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
                         config.file(config.processor.tls_key_file)))
     log.info("processor %s (execution %s) starting; coordinator %s", processor_id, execution_id,
              config.coordinator.url)
+    log.info("kafka settings (secrets redacted): %s", config.shown_kafka_settings())
     monitor.start()
     poll_s = config.processor.commit_interval_ms / 1000
     draining = False

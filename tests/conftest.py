@@ -257,9 +257,11 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str,
 
 
 class Daemon:
-    """One `baton ...` daemon subprocess with its own log file; stopped by its test."""
+    """One `baton ...` daemon subprocess with its own log file; stopped by its test.
+    `env` adds to (or overrides) the environment, BATON_LOG_LEVEL=INFO included."""
 
-    def __init__(self, name: str, args: list[str], log: Path) -> None:
+    def __init__(self, name: str, args: list[str], log: Path,
+                 env: dict[str, str] | None = None) -> None:
         import subprocess
         import sys
 
@@ -269,7 +271,7 @@ class Daemon:
                 [sys.executable, "-m", "orchestrator.cli", *args], stdout=out,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 cwd=Path(__file__).resolve().parents[1],
-                env={**os.environ, "BATON_LOG_LEVEL": "INFO"})
+                env={**os.environ, "BATON_LOG_LEVEL": "INFO", **(env or {})})
 
     @property
     def pid(self) -> int:
@@ -306,15 +308,16 @@ class Daemon:
 
 @pytest.fixture
 def daemons(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
-    """A factory: `daemons(name, "processor", "-c", file, "--id", "p1")` starts one.
+    """A factory: `daemons(name, "processor", "-c", file, "--id", "p1")` starts one
+    (`env={...}`: extra environment variables).
 
     Every daemon still running at teardown is killed (by its PID), so a failing test
     never leaves processes behind; the last lines of each log are printed on failure.
     """
     started: list[Daemon] = []
 
-    def start(name: str, *args: str) -> Daemon:
-        daemon = Daemon(name, [str(a) for a in args], tmp_path / f"{name}.log")
+    def start(name: str, *args: str, env: dict[str, str] | None = None) -> Daemon:
+        daemon = Daemon(name, [str(a) for a in args], tmp_path / f"{name}.log", env)
         started.append(daemon)
         return daemon
 

@@ -44,7 +44,7 @@ def audit_command(config_path: str, as_json: bool) -> None:
     try:
         report = audit(spark_session(config.spark.master, "baton-audit"), config)
     except (AuditError, SparkError) as exc:
-        _fail(f"audit could not run: {exc}", as_json)
+        _fail(config.mask(f"audit could not run: {exc}"), as_json)  # Kafka errors may quote one
     if as_json:
         click.echo(json.dumps(report.to_json()))
     else:

@@ -42,9 +42,11 @@ def _fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
-def _load(path: str) -> Config:
+def _load(path: str, read_secrets: bool = False) -> Config:
+    """The config; only the coordinator reads [kafka] secrets, the other commands talk
+    to it over HTTP (see `load_config`)."""
     try:
-        return load_config(path)
+        return load_config(path, read_secrets)
     except ConfigError as exc:
         _fail(str(exc), 2)
 
@@ -83,7 +85,7 @@ def _print_json(data: Any) -> None:
               help="Overrides coordinator.listen (a second coordinator of a job is a standby).")
 def coordinator_command(config_path: str, listen: str | None) -> None:
     """Run the coordinator daemon, leader or standby (SIGTERM: clean exit 0)."""
-    config = _load(config_path)
+    config = _load(config_path, read_secrets=True)
     if listen is not None:
         if not re.fullmatch(r"[^:\s]+:\d+", listen):
             _fail(f"--listen {listen!r}: expected HOST:PORT", 2)
@@ -92,7 +94,7 @@ def coordinator_command(config_path: str, listen: str | None) -> None:
     from orchestrator.daemon.main import run_coordinator
     from orchestrator.wire.logs import setup_logging
 
-    setup_logging("coordinator")
+    setup_logging("coordinator", secrets=config.secret_values())
     sys.exit(run_coordinator(config))
 
 

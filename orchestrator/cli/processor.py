@@ -35,7 +35,7 @@ def processor_command(config_path: Path, processor_id: str, state_dir: Path | No
     if state_dir is not None:
         config = config.model_copy(update={"processor": config.processor.model_copy(
             update={"state_dir": str(state_dir.resolve())})})
-    setup_logging(f"processor[{processor_id}]")
+    setup_logging(f"processor[{processor_id}]", secrets=config.secret_values())
     from processor.daemon import run_processor
     from processor.job import JobLoadError, load_job
 

@@ -178,6 +178,7 @@ class _Daemon:
         self.http.start()
         log.info("coordinator of job %s listening on %s (pid %d), %s", self.config.job.name,
                  self.config.coordinator.listen, os.getpid(), self.url)
+        log.info("kafka settings (secrets redacted): %s", self.config.shown_kafka_settings())
         try:
             self._first_turn()
             while not self.stop.is_set():

@@ -1,11 +1,12 @@
 """The contract both daemons share.
 
-Protocol, config, token, clock, partition names, partitioners and lineage (S2), the
-coordinator client, logging setup. (Job loading is `processor.job.load_job`: it checks
-for `processor.Job`, which the orchestrator must not import below its CLI.)
+Protocol, config, token, `[kafka]` secrets, clock, partition names, partitioners and
+lineage (S2), the coordinator client, logging setup. (Job loading is
+`processor.job.load_job`: it checks for `processor.Job`, which the orchestrator must not
+import below its CLI.)
 """
 
 __all__ = [
     "client", "clock", "config", "lineage", "logs", "partitioners", "partitions",
-    "protocol", "token",
+    "protocol", "secrets", "token",
 ]

@@ -2,12 +2,16 @@
 
 Every error names the file and the dotted key, so an operator can fix it without
 reading code; daemons load the config before touching anything and exit 2 on error.
+`[kafka]` values may come from a 0600 file or the environment, and are redacted
+wherever settings are shown (`orchestrator.wire.secrets`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +25,7 @@ from pydantic import (
 )
 
 from orchestrator.wire.partitioners import PartitionerName
+from orchestrator.wire.secrets import SecretError, mask, redact, resolve, secret_values
 
 __all__ = [
     "CatchUpConfig",
@@ -143,18 +148,15 @@ class SparkConfig(_Section):
 
 class Config(_Section):
     job: JobConfig
-    kafka: dict[str, Any] = Field(default_factory=dict)
+    # resolved values, secrets included: never in repr (see orchestrator.wire.secrets)
+    kafka: dict[str, Any] = Field(default_factory=dict, repr=False)
     coordinator: CoordinatorConfig = CoordinatorConfig()
     processor: ProcessorConfig = ProcessorConfig()
     catch_up: CatchUpConfig = CatchUpConfig()
     spark: SparkConfig = SparkConfig()
     path: Path = Path("<memory>")
-
-    @field_validator("kafka", mode="before")
-    @classmethod
-    def _flatten(cls, kafka: Any) -> Any:
-        """Unquoted dotted librdkafka keys parse as nested TOML tables: flatten them."""
-        return _flatten(kafka) if isinstance(kafka, dict) else kafka
+    # the [kafka] keys whose values came from a file or the environment
+    secret_keys: frozenset[str] = frozenset()
 
     @field_validator("kafka")
     @classmethod
@@ -167,12 +169,24 @@ class Config(_Section):
         return kafka
 
     def kafka_settings(self, **extra: Any) -> dict[str, Any]:
-        """librdkafka settings: [kafka] as is, with `bootstrap_servers` spelled its way."""
-        settings = dict(_CLIENT_DEFAULTS)
-        settings.update({k.replace("_", ".") if k == "bootstrap_servers" else k: v
-                         for k, v in self.kafka.items()})
-        settings.update(extra)
-        return settings
+        """librdkafka settings: [kafka] as is, with `bootstrap_servers` spelled its way.
+
+        Secrets included: for clients only. Anything shown uses `shown_kafka_settings`.
+        """
+        return {**_CLIENT_DEFAULTS, **_librdkafka_names(self.kafka), **extra}
+
+    def shown_kafka_settings(self) -> dict[str, Any]:
+        """`kafka_settings()` with every secret value redacted: what logs may show."""
+        return {**_CLIENT_DEFAULTS,
+                **_librdkafka_names(redact(self.kafka, self.secret_keys))}
+
+    def mask(self, text: str) -> str:
+        """`text` (an error, a log line) with every secret [kafka] value redacted."""
+        return mask(text, self.secret_values())
+
+    def secret_values(self) -> list[str]:
+        """The secret [kafka] values themselves (see orchestrator.wire.secrets)."""
+        return secret_values(self.kafka, self.secret_keys)
 
     @model_validator(mode="after")
     def _tls(self) -> Config:
@@ -225,14 +239,8 @@ class Config(_Section):
 _CLIENT_DEFAULTS: dict[str, Any] = {"metadata.recovery.strategy": "none"}
 
 
-def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in table.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
+def _librdkafka_names(kafka: Mapping[str, Any]) -> dict[str, Any]:
+    return {k.replace("_", ".") if k == "bootstrap_servers" else k: v for k, v in kafka.items()}
 
 
 def dump_config(raw: dict[str, Any]) -> str:
@@ -250,6 +258,9 @@ def _toml_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}"
+                                for k, v in value.items()) + " }"
     if isinstance(value, int | float):
         return repr(value)
     return json.dumps(str(value))
@@ -261,8 +272,15 @@ def _relative_to(config_path: Path, value: str) -> Path:
     return path if path.is_absolute() else config_path.parent / path
 
 
-def load_config(path: str | Path) -> Config:
+def load_config(path: str | Path, read_secrets: bool = True) -> Config:
     """Read and validate a TOML config file.
+
+    Args:
+        path: the file.
+        read_secrets: False: `[kafka]` values given by `{ file }` / `{ env }` are
+            checked for shape only and left redacted, for commands that never create a
+            Kafka client (an operator's shell has neither the daemon's environment nor,
+            often, access to its secret files).
 
     Raises:
         ConfigError: naming the file and the key at fault.
@@ -276,15 +294,24 @@ def load_config(path: str | Path) -> Config:
         raise ConfigError(f"{path}: cannot read config file: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    return parse_config(raw, path)
+    return parse_config(raw, path, read_secrets=read_secrets)
 
 
-def parse_config(raw: dict[str, Any], path: Path = Path("<memory>")) -> Config:
-    """Validate an already-parsed config mapping (tests and the demo build these)."""
-    if "path" in raw:
-        raise ConfigError(f"{path}: path: unknown top-level key")
+def parse_config(raw: dict[str, Any], path: Path = Path("<memory>"),
+                 environ: Mapping[str, str] | None = None, read_secrets: bool = True
+                 ) -> Config:
+    """Validate an already-parsed config mapping (tests and the demo build these).
+
+    `[kafka]` values given as `{ file = ... }` or `{ env = ... }` are read here, from
+    `environ` (default: the process environment); see `load_config` for `read_secrets`.
+    """
+    for derived in ("path", "secret_keys"):
+        if derived in raw:
+            raise ConfigError(f"{path}: {derived}: unknown top-level key")
+    kafka = _resolve_kafka(raw, path, os.environ if environ is None else environ,
+                           read_secrets)
     try:
-        return Config.model_validate({**raw, "path": path.resolve()})
+        return Config.model_validate({**raw, **kafka, "path": path.resolve()})
     except ValidationError as exc:
         first = exc.errors()[0]
         extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
@@ -293,3 +320,16 @@ def parse_config(raw: dict[str, Any], path: Path = Path("<memory>")) -> Config:
             raise ConfigError(f"{path}: {message}{extra}") from None
         key = ".".join(str(part) for part in first["loc"])
         raise ConfigError(f"{path}: {key}: {first['msg']}{extra}") from None
+
+
+def _resolve_kafka(raw: dict[str, Any], path: Path, environ: Mapping[str, str], read: bool
+                   ) -> dict[str, Any]:
+    """[kafka] flattened and its secrets read, as Config fields (none if it is no table)."""
+    if not isinstance(raw.get("kafka"), dict):
+        return {}
+    try:
+        resolved = resolve(raw["kafka"], lambda value: _relative_to(path.resolve(), value),
+                           environ, read)
+    except SecretError as exc:
+        raise ConfigError(f"{path}: kafka.{exc.key}: {exc}") from None
+    return {"kafka": resolved.settings, "secret_keys": resolved.secret_keys}

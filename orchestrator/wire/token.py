@@ -11,7 +11,7 @@ import secrets
 import stat
 from pathlib import Path
 
-__all__ = ["TokenError", "load_or_create_token", "read_token"]
+__all__ = ["TokenError", "is_private", "load_or_create_token", "read_token"]
 
 # 32 random bytes, URL-safe: unguessable and easy to pass in a header.
 _TOKEN_BYTES = 32
@@ -20,6 +20,12 @@ _PRIVATE = 0o600
 
 class TokenError(RuntimeError):
     """The token file is missing, unreadable, empty or too open; the message names it."""
+
+
+def is_private(mode: int) -> bool:
+    """A secret file's rule (token, `[kafka]` secrets): 0600 or stricter, no group or
+    other bits at all."""
+    return not mode & (stat.S_IRWXG | stat.S_IRWXO)
 
 
 def load_or_create_token(path: Path) -> str:
@@ -62,7 +68,7 @@ def read_token(path: Path) -> str:
     """
     try:
         mode = path.stat().st_mode
-        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        if not is_private(mode):
             raise TokenError(
                 f"token file {path} is accessible by group/others (mode "
                 f"{stat.S_IMODE(mode):04o}); run 'chmod 600 {path}', or delete it to get a "

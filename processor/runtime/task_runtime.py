@@ -426,8 +426,10 @@ class TaskRuntime:
 
     def reports(self) -> list[TaskReport]:
         self._sizes.refresh(self.active, self.replicas)
+        # a failed task's reason ends up in `baton status`: a Kafka error may quote a secret
+        failed = {task: self.config.mask(reason) for task, reason in self.failed.items()}
         return task_reports(self.active, self.replicas, self.activations.pending,
-                            self.released, self.failed, self.consumers.consumed_through)
+                            self.released, failed, self.consumers.consumed_through)
 
     def handoff_imminent(self) -> bool:
         """A warmup has caught up (its activation is next) or an activation is running:

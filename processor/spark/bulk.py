@@ -10,6 +10,15 @@ mid-partition is only as good as the broker's aborted-transaction index: noida-d
 reports transactions that ended before the fetch offset, and the client then drops the
 rest of that producer's records. Reads from a range's start are safe everywhere.
 
+*Secrets.* Those consumers need the `[kafka]` settings, secrets included (SASL
+passwords, key PEMs; see `orchestrator.wire.secrets`). They travel only inside the
+pickled read functions Spark ships with each task (`functools.partial` arguments):
+never as Spark configuration, reader options, job descriptions or RDD names, so the
+Spark UI, event logs and plans do not show them. On a cluster that payload crosses the
+network to the executors: enable `spark.authenticate` and `spark.network.crypto.enabled`
+there. Errors that come back are masked (`Config.mask`, the daemons' logging) before
+they are logged or shown.
+
 *Fold.* `process()` is not associative, so a key's records must meet in offset order.
 Two plans, chosen per call (`plan="auto"`):
 

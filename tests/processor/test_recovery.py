@@ -88,8 +88,8 @@ class Fragile(Job):
 
 @pytest.fixture
 def poisoned(broker, job_config):
-    def make(on_error: str) -> tuple[Any, TaskRuntime]:
-        raw = job_config(partitions=1, processor={"on_error": on_error})
+    def make(on_error: str, kafka: dict[str, Any] | None = None) -> tuple[Any, TaskRuntime]:
+        raw = job_config(partitions=1, processor={"on_error": on_error}, kafka=kafka or {})
         config = parse_config(raw)
         topic = config.job.inputs[0]
         producer = broker.producer()
@@ -125,6 +125,19 @@ def test_on_error_fail_stops_at_committed_offsets(broker, poisoned) -> None:
     assert len(values) <= 10
     group = f"baton.{config.job.name}"
     assert _committed_total(broker, group, config.job.inputs[0], 1) == len(values)
+
+
+def test_failed_reason_reported_without_secrets(broker, poisoned) -> None:
+    """The reason goes to the coordinator (and `baton status`): secret values masked."""
+    _, runtime = poisoned("fail", kafka={"sasl.password": "poison"})   # plaintext ignores it
+    try:
+        wait_for(lambda: "Partition 0" in runtime.failed, 60, "the task to fail",
+                 lambda: runtime.poll(0.05))
+        report = [r for r in runtime.reports() if r.task == "Partition 0"][0]
+        assert report.error is not None and "[redacted] record" in report.error
+        assert "poison" not in report.error
+    finally:
+        runtime.close(commit=True)
 
 
 def test_on_error_skip_skips_only_the_poison_record(broker, poisoned) -> None:
