@@ -207,8 +207,12 @@ class _Daemon:
             StartupError: leading failed for a reason a retry will not fix.
         """
         self.tail = StreamTail(self.config.kafka_settings(), self.config.job.name)
-        self.tail.catch_up(self.takeover_s)
-        if self.tail.leader() is not None:
+        try:
+            self.tail.catch_up(self.takeover_s)
+        except StreamError as exc:
+            raise StartupError(f"cannot start the coordinator of job "
+                               f"{self.config.job.name!r}: {exc}") from exc
+        if self.tail.leader() is not None or not self.tail.at_end:
             self._last_life = self.clock.monotonic()
             self.gate.leader_url = self._leader_url()
             log.info("standby: job %s is led by %s", self.config.job.name, self.gate.leader_url)
@@ -227,7 +231,7 @@ class _Daemon:
         if alive is not False:          # life, or no evidence (the broker is away)
             self._last_life = now
         self.gate.leader_url = self._leader_url()
-        resigned = alive is not None and self.tail.leader() is None
+        resigned = alive is not None and self.tail.at_end and self.tail.leader() is None
         if resigned or now - self._last_life >= self.takeover_s:
             log.warning("the leader of job %s %s; taking over", self.config.job.name,
                         "resigned" if resigned else
@@ -274,6 +278,11 @@ class _Daemon:
         self.tail = StreamTail(self.config.kafka_settings(), self.config.job.name)
         self._last_life = self.clock.monotonic()
         self.gate.leader_url = None
+        try:
+            self.tail.catch_up(self.takeover_s)
+        except StreamError as exc:
+            log.warning("standby: cannot read the stream yet: %s", exc)
+        self.gate.leader_url = self._leader_url()
 
     def _leader_url(self) -> str | None:
         leader = self.tail.leader() if self.tail is not None else None

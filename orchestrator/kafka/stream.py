@@ -228,6 +228,8 @@ class StreamTail:
         self._consumer.assign([TopicPartition(self.topic, 0, 0)])
         self._high = -1
         self.records = 0
+        # everything up to the end seen at the last poll was read: the state is current
+        self.at_end = False
 
     def poll(self) -> bool | None:
         """Apply what arrived. True: the leader showed life (records, or the end of the
@@ -249,6 +251,7 @@ class StreamTail:
             return None
         moved = high != self._high
         self._high = high
+        self.at_end = self._consumer.position([self._tp])[0].offset >= high
         return seen > 0 or moved
 
     def catch_up(self, timeout_s: float) -> None:
@@ -263,11 +266,10 @@ class StreamTail:
         except KafkaException as exc:
             raise StreamError(f"cannot read {self.topic}: {exc.args[0].str()}") from exc
         deadline = time.monotonic() + timeout_s
-        while high > 0 and time.monotonic() < deadline:
+        self.at_end = high <= 0
+        while not self.at_end and time.monotonic() < deadline:
             self.poll()
-            position = self._consumer.position([self._tp])[0].offset
-            if position >= high:
-                return
+            self.at_end = self._consumer.position([self._tp])[0].offset >= high
 
     def leader(self) -> dict[str, Any] | None:
         """The newest leader record (its URL), None after a clean resignation."""
