@@ -5,7 +5,10 @@ token file (refuse one others can read), listening socket (a second coordinator 
 the same address fails here, before it fences anyone), the coordinator-stream topic,
 the stream itself (init_transactions fences any previous coordinator, then the
 stream is read to its end and the core rebuilt, handoffs in flight resumed), the
-first grouping on a fresh job, the HTTP server thread, then the main loop.
+first grouping on a fresh job, with catch_up.source = "changelog" the changelog
+mapping and topic (orchestrator/core/changelog.py: created when missing, grown for
+new tasks, refused with exit 2 when not compacted or short of partitions), the HTTP
+server thread, then the main loop.
 
 The main thread owns the loop: a tick every `_TICK_S` (timeouts, assignment),
 offsets every `_OFFSETS_S`, the partition monitor every `monitor_interval_ms`, and a
@@ -31,6 +34,7 @@ from confluent_kafka import KafkaException
 from prometheus_client import CollectorRegistry
 
 from metrics import CoordinatorMetrics
+from orchestrator.core.changelog import plan_changelog_topic
 from orchestrator.core.coordinator import Coordinator, CoreConfig
 from orchestrator.core.grouping import GroupingError
 from orchestrator.core.model import JobModel
@@ -42,6 +46,7 @@ from orchestrator.daemon.service import CoordinatorService
 from orchestrator.daemon.tls import PeerNameProtocol, server_context
 from orchestrator.kafka.stream import CoordinatorStream, FencedError, StreamError
 from orchestrator.kafka.topics import TopicAdmin, TopicsError
+from orchestrator.wire.changelog import changelog_topic
 from orchestrator.wire.clock import Clock, Deadline, SystemClock
 from orchestrator.wire.config import Config
 from orchestrator.wire.token import TokenError
@@ -147,10 +152,19 @@ class _Daemon:
                                      acceptable_lag=config.catch_up.acceptable_lag)
         try:
             core = self._core(metrics)
+            if config.catch_up.source == "changelog":
+                self._changelog(core)
+            elif core.model.changelog:
+                core.adopt_model(core.model.without_changelog())
+                log.warning("catch_up.source = \"input\": the changelog mapping is retired; "
+                            "back on the changelog source the tasks get fresh partitions")
         except (TopicsError, StreamError, KafkaException, GroupingError) as exc:
             self.close()
             raise StartupError(f"cannot start the coordinator of job {config.job.name!r}: "
                                f"{exc}") from exc
+        except StartupError:
+            self.close()
+            raise
         url = config.coordinator.url.rstrip("/")
         self.service = CoordinatorService(
             core, self.stream.write, self.admin, config.job.inputs,
@@ -193,6 +207,32 @@ class _Daemon:
         log.info("new job %s: %d task(s) from %s (%s grouping)", self.config.job.name,
                  len(model.tasks), counts, self.config.job.grouping)
         return Coordinator(core_config, self.clock, model, metrics)
+
+    def _changelog(self, core: Coordinator) -> None:
+        """Give every task a changelog partition and make the topic fit the mapping.
+
+        Raises:
+            StartupError: (exit 2) the topic is not compacted or lacks partitions.
+            TopicsError: the broker refused to describe, create or grow it.
+        """
+        topic = changelog_topic(self.config.job.name)
+        model = core.model.with_changelog()
+        shape = self.admin.describe(topic, ["cleanup.policy"])
+        plan = plan_changelog_topic(topic, None if shape is None else shape.partitions,
+                                    None if shape is None else shape.config.get("cleanup.policy"),
+                                    model.changelog, core.model.changelog_written())
+        if plan.problem is not None:
+            raise StartupError(f"{plan.problem} (catch_up.source = \"changelog\" in "
+                               f"{self.config.path})", 2)
+        if plan.create:
+            self.admin.ensure_topic(topic, plan.create, {"cleanup.policy": "compact"},
+                                    what="the changelog")
+        if plan.grow_to:
+            self.admin.create_partitions(topic, plan.grow_to)
+        if model is not core.model:
+            core.adopt_model(model)
+            log.info("changelog %s: task -> partition %s (generation %d)", topic,
+                     model.changelog, model.generation)
 
     def run(self) -> int:
         self.http.start()

@@ -6,6 +6,6 @@ for `processor.Job`, which the orchestrator must not import below its CLI.)
 """
 
 __all__ = [
-    "client", "clock", "config", "lineage", "logs", "partitioners", "partitions",
+    "changelog", "client", "clock", "config", "lineage", "logs", "partitioners", "partitions",
     "protocol", "token",
 ]
