@@ -37,6 +37,7 @@ from store.base import Change, Offsets
 from store.codec import (
     BYTES_TAG,
     DATA_END,
+    META_PREFIX,
     OFFSET_END,
     OFFSET_PREFIX,
     STR_TAG,
@@ -286,6 +287,11 @@ class TaskStore(MutableMapping[Key, Any]):
                  else str_tag + key.encode(), entry_bytes(entry))  # type: ignore[union-attr]
                 for key, entry in self._overlay.items()]
 
+    def snapshot(self) -> Iterator[Change]:
+        """The whole state (open transaction included) as changelog records, in key
+        order: what a changelog that never saw this store's history must start with."""
+        yield from self._merged()
+
     def apply_changes(self, changes: Iterable[Change], offsets: Offsets) -> None:
         """Write changelog records and the applied `offsets` in one atomic WriteBatch.
 
@@ -320,6 +326,19 @@ class TaskStore(MutableMapping[Key, Any]):
             put(raw_key, raw)
         if batch.len():
             self._write(batch)
+
+    def clear(self) -> None:
+        """Delete every key and applied offset in one atomic write (uncommitted writes
+        too): the store is a cache, about to be rebuilt from a changelog.
+
+        Raises:
+            StoreError: the store is closed or RocksDB refused the write.
+        """
+        self._check_open()
+        self.abort()
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        batch.delete_range(META_PREFIX, DATA_END)
+        self._write(batch)
 
     def abort(self) -> None:
         """Drop every uncommitted write."""

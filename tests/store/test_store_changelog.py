@@ -107,3 +107,31 @@ def test_offset_records_round_trip() -> None:
     assert changelog_offset(b"\x02in:12", b"345") is None
     with pytest.raises(ValueError, match="topic:N"):
         changelog_offset_record("no-partition", 1)
+
+
+def test_snapshot_is_the_whole_state_as_changelog_records(store_factory: StoreFactory) -> None:
+    owner, replica = store_factory("owner"), store_factory("replica")
+    owner["a"] = 1
+    owner[b"b"] = {"x": [1]}
+    owner["c"] = 3
+    owner.commit({"in:0": 5})
+    del owner["c"]
+    owner["d"] = "open"          # the open transaction counts
+    replica.apply_changes(owner.snapshot(), {"cl:0": 1})
+    assert dict(replica.items()) == {"a": 1, b"b": {"x": [1]}, "d": "open"}
+    assert replica.applied_offsets() == {"cl:0": 1}      # offsets are not state
+
+
+def test_clear_drops_state_and_offsets(store_factory: StoreFactory) -> None:
+    store = store_factory()
+    store["a"] = 1
+    store.commit({"in:0": 3, "cl:0": 9})
+    store["b"] = 2
+    store.clear()
+    assert dict(store.items()) == {} and store.applied_offsets() == {}
+    store.close()
+    reopened = store_factory()
+    assert dict(reopened.items()) == {} and reopened.applied_offsets() == {}
+    reopened["z"] = 1
+    reopened.commit({"in:0": 1})
+    assert reopened["z"] == 1
