@@ -7,6 +7,10 @@ the store may lag the committed offsets by one transaction after a crash (recove
 replays the gap without output) but never leads them. The per-task transactional id
 is what fences a zombie owner after a handoff.
 
+With catch_up.source = "changelog" the transaction also carries the task's state
+changes and input offsets to its changelog partition (processor/changelog.py), and the
+store commits its changelog position with them.
+
 A transaction during which the producer lost its brokers is not trusted: before the
 commit it is aborted, over every partition the task writes to, and redone; during the
 commit, the group's committed offsets are read back, and a broker that came back
@@ -28,6 +32,7 @@ from orchestrator.kafka.retry import is_fatal, kafka_error
 from orchestrator.kafka.watched_producer import WatchedProducer
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.partitions import format_partition
+from processor.changelog import ChangelogWriter
 from processor.job import Job, Record
 from processor.replica import new_record
 from store import Store
@@ -97,7 +102,8 @@ class ActiveTask:
                  on_error: OnError, group_metadata: Callable[[], Any],
                  committed: dict[str, int],
                  broker_committed: Callable[[list[str]], dict[str, int]],
-                 *, clock: Clock | None = None) -> None:
+                 *, clock: Clock | None = None,
+                 changelog: ChangelogWriter | None = None) -> None:
         self.name = name
         self.partitions = list(partitions)
         self.job = job
@@ -110,6 +116,7 @@ class ActiveTask:
         self._group_metadata = group_metadata
         self._broker_committed = broker_committed
         self._clock = clock or SystemClock()
+        self.changelog = changelog            # catch_up.source = "changelog" only
         self._losses = 0                      # the producer's broker losses at begin
         self.committed = dict(committed)      # T1: the offsets of the last committed txn
         self.pending = dict(committed)        # positions including the open transaction
@@ -208,6 +215,8 @@ class ActiveTask:
         offsets = {p: o for p, o in self.pending.items() if o != self.committed.get(p)}
         try:
             if offsets:
+                if self.changelog is not None:
+                    self.changelog.write(self.producer, self.store, offsets, self.committed)
                 # every output delivered before the offsets: a broker that restarts
                 # during the commit then cannot end up holding only part of them
                 self.producer.flush(_TXN_TIMEOUT_S)
@@ -222,7 +231,10 @@ class ActiveTask:
         self.in_transaction = False
         if offsets and self.producer.losses() != losses:
             self._verify_committed(offsets)
-        self.store.commit(offsets)
+        if self.changelog is not None:
+            self.store.commit({**offsets, **self.changelog.committed()})
+        else:
+            self.store.commit(offsets)
         self.committed.update(offsets)
         committed, self.processed = self.processed, 0
         self.records_total += committed
@@ -284,6 +296,9 @@ class ActiveTask:
             meta = producer.list_topics(topic, _TXN_TIMEOUT_S).topics[topic]
             for partition in meta.partitions:
                 producer.produce(topic, b"", None, partition, headers=_VOID)
+        if self.changelog is not None:      # its own partition: the others are not its
+            target = self.changelog.target
+            producer.produce(target.topic, b"", None, target.number, headers=_VOID)
         producer.flush(_TXN_TIMEOUT_S)
         producer.abort_transaction(_TXN_TIMEOUT_S)
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from metrics import ProcessorMetrics
 from orchestrator.wire.config import Config
-from processor.replica import KeyFilter, Replica
+from processor.replica import KeyFilter, Replay
 
 if TYPE_CHECKING:       # the Spark path (and pyspark) loads only when a warmup needs it
     from processor.spark.bulk import BulkResult
@@ -70,8 +70,8 @@ class BulkPath:
         return bulk_catch_up(spark, self._config.job.class_, self._config.kafka_settings(),
                              ranges, "input", task, key_filter=key_filter)
 
-    def progress(self, replicas: Mapping[str, Replica],
-                 resume: Callable[[Replica], None]) -> None:
+    def progress(self, replicas: Mapping[str, Replay],
+                 resume: Callable[[Replay], None]) -> None:
         """Ingest finished bulk catch-ups (one atomic step); a failure falls back to the
         consumer path from where the store is, with a warning and a metric.
 

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaException, Message
 
 from metrics import NullProcessorMetrics, ProcessorMetrics
 from orchestrator.wire.clock import Clock, SystemClock
@@ -27,8 +27,10 @@ from orchestrator.wire.config import Config
 from orchestrator.wire.partitions import split_partition
 from orchestrator.wire.protocol import HeartbeatReply, TaskReport
 from processor.active import ActiveTask, ProducerFatal, TaskFailed, TaskFenced, TransactionAborted
+from processor.changelog import ChangelogTarget, ChangelogWriter
+from processor.changelog_replica import ChangelogError, ChangelogReplica
 from processor.job import Job, load_job
-from processor.replica import KeyFilter, Replica, ReplicaRole
+from processor.replica import KeyFilter, Replay, Replica, ReplicaRole
 from processor.runtime.activation import Activations, StoreAheadError
 from processor.runtime.bulk_path import BulkPath
 from processor.runtime.children import SplitChildren
@@ -49,7 +51,7 @@ _REPLAY_BATCH_BESIDE_ACTIVE = 1000
 _IDLE_WHILE_ACTIVATING_S = 0.01
 # what a change of one task may raise and still leave the other tasks running
 _TASK_ERRORS = (StoreError, StoreAheadError, KafkaException, OSError, TaskFenced,
-                ProducerFatal, TaskFailed)
+                ProducerFatal, TaskFailed, ChangelogError)
 
 
 class TaskRuntime:
@@ -79,10 +81,11 @@ class TaskRuntime:
         self.group = f"baton.{config.job.name}"
         self.consumers = Consumers(config, self.group, self.clock)
         self.active: dict[str, ActiveTask] = {}
-        self.replicas: dict[str, Replica] = {}
+        self.replicas: dict[str, Replay] = {}
         self.released: dict[str, dict[str, int]] = {}
         self.failed: dict[str, str] = {}
         self.model: dict[str, list[str]] = {}
+        self.changelog: dict[str, int] = {}    # task -> changelog partition (the model's)
         self.generation: int | None = None     # of the model held (sent with heartbeats)
         self.children = SplitChildren(config.job.partitioner)
         self._awaiting: dict[str, str] = {}   # split child -> its parent, still activating
@@ -114,6 +117,7 @@ class TaskRuntime:
         if not reply.same_model:
             self.model = {t: list(ps) for t, ps in reply.tasks.items()}
             self.consumers.barriers = dict(reply.barriers)
+            self.changelog = dict(reply.changelog)
             self.generation = reply.generation
         pending = self.children.pending if reply.same_model else reply.pending
         for child in reply.embedded:        # back inside its parent: a later leave counts
@@ -155,8 +159,54 @@ class TaskRuntime:
                               self.config.job.partitioner, topic_counts(self.model))
 
     def replay_partitions(self, task: str) -> list[str]:
-        """The partitions a replica of `task` reads, in order (S2)."""
+        """The partitions a replica of `task` reads, in order (S2; with the changelog
+        source its changelog partition, none while the model maps it nowhere)."""
+        if self._on_changelog:
+            number = self.changelog.get(task)
+            return [] if number is None else [ChangelogTarget.of(self.config.job.name,
+                                                                 number).name]
         return self.sources_of(task).partitions
+
+    @property
+    def _on_changelog(self) -> bool:
+        return self.config.catch_up.source == "changelog"
+
+    def _changelog_target(self, task: str) -> ChangelogTarget:
+        """`task`'s changelog partition.
+
+        Raises:
+            ChangelogError: the model the coordinator sent maps it nowhere.
+        """
+        number = self.changelog.get(task)
+        if number is None:
+            raise ChangelogError(
+                f"task {task!r}: catch_up.source = \"changelog\" in {self.config.path}, but "
+                f"the coordinator's job model (generation {self.generation}) gives it no "
+                f"changelog partition: run the coordinator with the same catch_up.source")
+        return ChangelogTarget.of(self.config.job.name, number)
+
+    def _changelog_replica(self, task: str, store: Store, role: ReplicaRole
+                           ) -> ChangelogReplica:
+        """A replica of `task` applying its changelog partition from the store's position
+        (a store that never followed it: from the partition's start), with the
+        partition's committed end as its cap.
+
+        Raises:
+            ChangelogError: no partition for the task, or the store is past the end.
+        """
+        target = self._changelog_target(task)
+        low, end = self.consumers.bounds(target.name)
+        position = store.applied_offsets().get(target.name)
+        if position is not None and position > end:
+            raise ChangelogError(
+                f"task {task!r}: store {store.path} has applied {target.name} up to "
+                f"{position}, past its committed end {end}: was the changelog topic "
+                f"recreated? Move the store away to rebuild it from the changelog")
+        position = low if position is None else max(position, low)
+        fetch_from = low if self.config.catch_up.changelog_read_from == "beginning" \
+            else position
+        return ChangelogReplica(task, target.name, self.partitions_of(task), store, role,
+                                position, end, fetch_from, clock=self.clock)
 
     def _replica(self, task: str, store: Store, role: ReplicaRole,
                  committed: Mapping[str, int]) -> Replica:
@@ -218,18 +268,47 @@ class TaskRuntime:
     def _after_fence(self, task: str) -> None:
         self.activations.verify_fenced(task, self.partitions_of(task))
         self.released.pop(task, None)
+        if not self._on_changelog:
+            self._replay_input(task)
+            return
+        # the previous owner is fenced: the changelog's committed end is final
+        replay = self.activations.replay(task, functools.partial(self._changelog_replica,
+                                                                 task))
+        if replay.caught_up():
+            self._replay_input(task)
+            return
+        log.info("task %r: applying %d changelog records before going active", task,
+                 replay.lag())
+        self.replicas[task] = replay
+        self.consumers.assign_replay(replay)
+
+    def _replay_input(self, task: str) -> None:
+        """Replay the input T2 -> T1 silently (with the changelog source, after the
+        changelog: its input offsets are T1 already, unless it began after the store's
+        history), then go active."""
         sources = self.sources_of(task).partitions
         replay = self.activations.replay(task, functools.partial(
             self._replica, task, committed=self.consumers.committed(sources)))
         if replay.caught_up():
             self._go_active(replay)
             return
-        log.info("task %r: replaying %d records before going active", task, replay.lag())
+        if self._on_changelog:
+            log.warning("task %r: the changelog does not reach the committed input offsets: "
+                        "replaying %d input records through process() (did the job switch "
+                        "to the changelog source?)", task, replay.lag())
+        else:
+            log.info("task %r: replaying %d records before going active", task, replay.lag())
         self.replicas[task] = replay
         self.consumers.assign_replay(replay)
 
     def _go_active(self, replay: Replica) -> None:
-        active = self.activations.go_active(replay, self.partitions_of(replay.name))
+        changelog = None
+        if self._on_changelog:
+            target = self._changelog_target(replay.name)
+            changelog = ChangelogWriter(
+                target, snapshot_due=target.name not in replay.store.applied_offsets())
+        active = self.activations.go_active(replay, self.partitions_of(replay.name),
+                                            changelog)
         self.active[active.name] = active
         self.consumers.add_active(active)
         log.info("task %r: active from %s", active.name, active.committed)
@@ -261,6 +340,16 @@ class TaskRuntime:
 
     def start_replica(self, task: str, role: ReplicaRole) -> None:
         store = self._open_store(task)
+        if self._on_changelog:
+            try:
+                changelog = self._changelog_replica(task, store, role)
+            except BaseException:
+                store.close()
+                raise
+            self.replicas[task] = changelog
+            self.activations.prepare_producer(task)
+            self.consumers.assign_replay(changelog)
+            return          # hook: a Spark bulk path over the changelog would start here
         applied = store.applied_offsets()
         partitions = self.sources_of(task).partitions
         replica = self._replica(task, store, role, self.consumers.committed(partitions))
@@ -409,18 +498,33 @@ class TaskRuntime:
         messages = self.consumers.replay.consume(batch, timeout)
         owner = {p: r.name for r in self.replicas.values() for p in r.partitions}
         batches = by_task(messages, owner.get, self.consumers.log_error)
-        for task, replica in list(self.replicas.items()):
-            before = replica.applied_total
-            capped = replica.apply(batches.get(task, ()))
-            if replica.applied_total > before:
-                self.metrics.record_catch_up(task, "consumer", replica.applied_total - before)
-            replica.commit()
-            self.consumers.pause_at_caps(capped)
-            if replica.role == "activating" and replica.caught_up():
-                del self.replicas[task]
-                self.consumers.unassign_replay(replica.partitions)
-                self._go_active(replica)
+        read = self.consumers.read_through([r.partitions[0] for r in self.replicas.values()
+                                            if isinstance(r, ChangelogReplica)])
+        for task in list(self.replicas):
+            self.guard(task, functools.partial(self._apply_replica,
+                                               messages=batches.get(task, []), read=read))
         return len(messages)
+
+    def _apply_replica(self, task: str, messages: list[Message], read: Mapping[str, int]
+                       ) -> None:
+        """Apply one replica's share of a poll batch and commit it (state and T2)."""
+        replica = self.replicas[task]
+        before = replica.applied_total
+        capped = replica.apply(messages)
+        if replica.applied_total > before:
+            self.metrics.record_catch_up(task, "consumer", replica.applied_total - before,
+                                         replica.source)
+        if isinstance(replica, ChangelogReplica) and replica.partition in read:
+            replica.settle(read[replica.partition])
+        replica.commit()
+        self.consumers.pause_at_caps(capped)
+        if replica.role == "activating" and replica.caught_up():
+            del self.replicas[task]
+            self.consumers.unassign_replay(replica.partitions)
+            if isinstance(replica, Replica):
+                self._go_active(replica)
+            else:
+                self._replay_input(task)        # the changelog is applied: the input's turn
 
     # ---- reports and shutdown ----------------------------------------------------------
 
