@@ -80,6 +80,16 @@ def encode_output(value: bytes | str | None) -> bytes | None:
     return str(value).encode("utf-8")
 
 
+def _callback_error(exc: SystemError) -> KafkaException:
+    """The KafkaException behind a SystemError from a delivery callback: confluent-kafka
+    runs a pending delivery callback (the changelog's) while a fatal error (a fence) is
+    already raised, and the callback's return then surfaces as a SystemError whose cause
+    is that error. Anything else is re-raised."""
+    if isinstance(exc.__cause__, KafkaException):
+        return exc.__cause__
+    raise exc
+
+
 def _is_fenced(exc: KafkaException) -> bool:
     """A newer owner took the transactional id: this producer must never write again."""
     err = kafka_error(exc)
@@ -228,6 +238,8 @@ class ActiveTask:
             self._commit_transaction()
         except (KafkaException, BrokerLost) as exc:
             self._after_failed_commit(exc)
+        except SystemError as exc:
+            self._after_failed_commit(_callback_error(exc))
         self.in_transaction = False
         if offsets and self.producer.losses() != losses:
             self._verify_committed(offsets)

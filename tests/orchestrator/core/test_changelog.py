@@ -190,3 +190,11 @@ def test_a_retired_mapping_is_never_reused() -> None:
     assert again.changelog == {"Partition 0": 2, "Partition 1": 3}
     assert again.without_changelog().with_changelog().changelog == {"Partition 0": 4,
                                                                       "Partition 1": 5}
+
+
+def test_status_names_the_source_and_each_tasks_partition() -> None:
+    h = _changelog_harness()
+    shown = status(h.core)
+    assert shown["catch_up_source"] == "changelog"
+    assert [t["changelog_partition"] for t in shown["tasks"]] == [0, 1, 2, 3]
+    assert "changelog_partition" not in status(Harness().core)["tasks"][0]
