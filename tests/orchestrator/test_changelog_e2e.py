@@ -10,13 +10,16 @@ the sums prove nothing was lost or applied twice.
 - the coordinator creates `baton.<job>.changelog` (compacted, one partition per task)
   and refuses one that is not compacted or lacks partitions (exit 2, naming it);
 - scale out 2 -> 3 under traffic;
-- an owner SIGKILLed under traffic (a transaction is open: its changelog records are
-  aborted by the next owner's fence) and restarted at once: its new execution
-  recovers its tasks from stores a transaction behind, through the changelog.
+- owners SIGKILLed under traffic: one restarted at once (its new execution recovers
+  its tasks from stores a transaction behind, through the changelog), a zombie owner
+  dying with changelog records in an open transaction (aborted by the next owner's
+  fence, never applied), one lost for good;
+- a frozen owner declared dead and fenced mid-transaction.
 """
 
 from __future__ import annotations
 
+import functools
 import signal
 import subprocess
 import sys
@@ -27,6 +30,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from orchestrator.wire.changelog import changelog_topic
+from store import changelog_offset_record, encode_changelog
 from tests.conftest import Daemon, Feeder, identified_check, wait_for
 from tests.orchestrator.test_e2e import PARTITIONS, ROOT, Job
 
@@ -109,17 +113,77 @@ def test_scale_out_keeps_every_keys_id(changelog_job, broker) -> None:
     assert result.sums.keys == 40
 
 
-def test_owner_killed_under_traffic_and_restarted(changelog_job, broker) -> None:
-    """SIGKILL p1 with transactions open (its changelog records in them are aborted by
-    the fence), restart it at once (its new execution recovers its tasks from its
-    stores through the changelog), then scale out to p3 and kill p2 too."""
-    j = changelog_job(coordinator={"processor_timeout_ms": 3000, "release_timeout_ms": 4000})
-    feeder = _start_two(j, broker, rate=800.0)
-    wait_for(lambda: feeder.sent > 3000, 30, "traffic")
-    j.processors["p1"].kill()
-    del j.processors["p1"]
-    j.start_processor("p1")
-    wait_for(lambda: feeder.sent > 6000, 60, "traffic after the restart")
+def _aborted_records(broker: Any, topic: str) -> int:
+    """Records some transaction wrote and then aborted (read uncommitted, not read
+    committed, below the committed read's end)."""
+    committed = {(m.partition(), m.offset()) for m in broker.read_all(topic)}
+    ends: dict[int, int] = {}
+    for partition, offset in committed:
+        ends[partition] = max(ends.get(partition, -1), offset)
+    return sum(1 for m in broker.read_all(topic, committed_only=False)
+               if m.key() is not None and (m.partition(), m.offset()) not in committed
+               and m.offset() < ends.get(m.partition(), -1))
+
+
+def _active_on(j: Job, pid: str) -> int:
+    """How many tasks `pid` reports active (activated, not only listed)."""
+    mine = [p for p in j.status()["processors"] if p["id"] == pid and p["alive"]]
+    return sum(role == "active" for p in mine for role in p["reported"].values())
+
+
+def _zombie_writes_a_poisoned_changelog(j: Job, broker: Any, task: str) -> bytes:
+    """Act as a zombie owner of `task`: take its transactional id (which fences its
+    owner), write a poisoned id for one of its keys and a far-off input offset to its
+    changelog partition, deliver them, and die with the transaction open. The next
+    owner's fence aborts it. Returns the poisoned key."""
+    from confluent_kafka import Producer
+
+    from orchestrator.wire.partitioners import home_partition
+
+    status = j.status()
+    number = next(t["changelog_partition"] for t in status["tasks"] if t["name"] == task)
+    partition = int(next(t["partitions"] for t in status["tasks"]
+                         if t["name"] == task)[0].rsplit(":", 1)[1])
+    key = next(k for k in (f"k{i}".encode() for i in range(40))
+               if home_partition("consistent_random", k, PARTITIONS) == partition)
+    zombie = Producer(broker.settings(**{
+        "transactional.id": f"baton.{j.config.job.name}.{task}"}))
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    topic = changelog_topic(j.config.job.name)
+    for raw_key, raw in [encode_changelog(key, ["POISON", 10**9]),
+                         changelog_offset_record(f"{j.config.job.inputs[0]}:{partition}",
+                                                 10**9)]:
+        zombie.produce(topic, raw, raw_key, number)
+    assert zombie.flush(30) == 0
+    return key                   # dropped without commit or abort: a zombie's death
+
+
+def test_owners_killed_under_traffic(changelog_job, broker) -> None:
+    """SIGKILL p1 under traffic and restart it at once, twice (an open transaction is
+    aborted by its new execution's fence, which then recovers its tasks from stores a
+    transaction behind, through the changelog); a zombie owner of one of p1's tasks
+    dies with changelog records in an open transaction (a poisoned id); p3 joins; p2 is
+    SIGKILLed for good. Every key keeps one id, no output shows the poison, the sums
+    are exact: no aborted changelog record was applied."""
+    j = changelog_job(coordinator={"processor_timeout_ms": 3000, "release_timeout_ms": 4000,
+                                   "failure_backoff_ms": 1000})
+    feeder = _start_two(j, broker, rate=1500.0)
+    topic = changelog_topic(j.config.job.name)
+    for kill in (1, 2):
+        wait_for(functools.partial(lambda n: feeder.sent > 2000 * n, kill), 30,
+                 f"traffic before kill {kill}")
+        j.processors["p1"].kill()
+        del j.processors["p1"]
+        j.start_processor("p1")
+        wait_for(lambda: _active_on(j, "p1") == 2, 60, "p1 back with its tasks")
+    sent = feeder.sent
+    wait_for(lambda: feeder.sent > sent + 2000, 30, "traffic after the restart")
+    task = j.holding()["p1"][0]
+    poisoned = _zombie_writes_a_poisoned_changelog(j, broker, task)
+    wait_for(lambda: any(task in held for held in j.holding().values())
+             and _aborted_records(broker, topic) >= 2, 90,
+             f"{task} active again, the zombie's changelog aborted")
     j.start_processor("p3")
     wait_for(lambda: bool(j.holding().get("p3")), 90, "p3 holds tasks")
     j.processors["p2"].kill()
@@ -128,9 +192,14 @@ def test_owner_killed_under_traffic_and_restarted(changelog_job, broker) -> None
     waited = j.baton_wait()
     assert waited.returncode == 0, waited.stderr
     assert sorted(j.holding()) == ["p1", "p3"]
-    wait_for(lambda: feeder.sent > 12000, 60, "traffic after the second kill")
+    sent = feeder.sent
+    wait_for(lambda: feeder.sent > sent + 3000, 60, "traffic after the second kill")
     j.check_running()
     _finish(j, feeder, broker)
+    outputs = [m.value() for m in broker.read_all(j.config.job.output) if m.key() == poisoned]
+    assert outputs and not any(b"POISON" in v for v in outputs)
+    print(f"aborted: {_aborted_records(broker, j.config.job.output)} outputs, "
+          f"{_aborted_records(broker, topic)} changelog records")
 
 
 def _coordinator_refuses(j: Job, daemons: Callable[..., Daemon]) -> str:
