@@ -243,7 +243,7 @@ class ActiveTask:
         self.in_transaction = False
         if offsets and self.producer.losses() != losses:
             self._verify_committed(offsets)
-        if self.changelog is not None:
+        if self.changelog is not None and offsets:   # its records went into this one
             self.store.commit({**offsets, **self.changelog.committed()})
         else:
             self.store.commit(offsets)

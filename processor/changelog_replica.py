@@ -68,6 +68,7 @@ class ChangelogReplica(Replay):
         self.partition = partition
         self._fetch_from = min(fetch_from, position)
         applied = store.applied_offsets()
+        self._own = frozenset(inputs)
         self.inputs = {p: applied[p] for p in inputs if p in applied}
         self._pending: list[Change] = []
         # never followed this partition, yet holds state: cleared at the first record
@@ -103,7 +104,7 @@ class ChangelogReplica(Replay):
             except ValueError as exc:
                 raise ChangelogError(f"task {self.name!r}: {self.partition} offset {offset}: "
                                      f"{exc}") from exc
-            if carried is not None:
+            if carried is not None and carried[0] in self._own:
                 inputs[carried[0]] = carried[1]
             pending.append((key, value))
             position = offset + 1
