@@ -200,3 +200,112 @@ def test_a_crashed_owner_whose_store_lags_applies_the_changelog(broker, job_conf
     assert result.ok, result
     assert sum(total for _, total in state.values()) == 1200
     assert uuid.UUID(hex=next(iter(state.values()))[0])
+
+
+def _reply_roles(model: dict[str, list[str]], **roles: list[str]) -> HeartbeatReply:
+    return HeartbeatReply(alive=True, tasks=model,
+                          changelog={t: n for n, t in enumerate(model)},
+                          assignment=RoleListing(**roles))
+
+
+def test_a_standby_takes_over_from_a_dead_owner(broker, job_config, tmp_path) -> None:
+    """A standby follows the changelog; its owner dies with a transaction open; the
+    standby activates (fencing it) and carries on with every key's id."""
+    raw = _config(job_config, broker, 1)
+    config = parse_config(raw)
+    model = _model(config.job.inputs[0], 1)
+    owner, standby = _runtime(raw, tmp_path, "p1"), _runtime(raw, tmp_path, "p2")
+    feeder = Feeder(broker, config.job.inputs[0], keys=15, rate=1500).start()
+
+    def both() -> None:
+        owner.poll(0.05)
+        standby.poll(0.05)
+
+    try:
+        owner.apply(_reply_roles(model, active=["Partition 0"]))
+        standby.apply(_reply_roles(model, standby=["Partition 0"]))
+        replica = standby.replicas["Partition 0"]
+        assert isinstance(replica, ChangelogReplica) and replica.role == "standby"
+        wait_for(lambda: replica.applied_total > 500 and replica.lag() < 50, 60,
+                 "the standby to follow", both)
+        # the owner processes a batch and writes its changelog records, then dies
+        # before the commit: the standby's fence aborts them
+        active = owner.active["Partition 0"]
+        wait_for(lambda: active.processed > 0, 30, "a batch in an open transaction",
+                 lambda: active.process([m for m in owner.consumers.active.consume(500, 0.2)
+                                         if not m.error()]))
+        offsets = {p: o for p, o in active.pending.items() if o != active.committed.get(p)}
+        assert active.changelog is not None
+        assert active.changelog.write(active.producer, active.store, offsets,
+                                      active.committed) > 0
+        assert active.producer.flush(30) == 0
+        owner.close(commit=False)
+        standby.apply(_reply_roles(model, active=["Partition 0"]))
+        wait_for(lambda: "Partition 0" in standby.active, 60, "the failover",
+                 lambda: standby.poll(0.05))
+        sent = feeder.stop()
+        wait_for(lambda: _consumed([standby], sent), 120, "all input",
+                 lambda: standby.poll(0.05))
+    finally:
+        feeder.stop()
+        owner.close(commit=False)
+        standby.close(commit=True)
+    result = identified_check(broker, config)
+    assert result.sums.records_in == sent
+    assert result.ok, result
+
+
+def test_switching_from_input_to_changelog_snapshots_the_store(broker, job_config,
+                                                               tmp_path) -> None:
+    """A task run on the input source (its ids drawn by process()) switches to the
+    changelog: its owner's first transaction writes the whole store, so a warmup
+    elsewhere gets every id from the changelog alone."""
+    raw = _config(job_config, broker, 1)
+    config = parse_config(raw)
+    model = _model(config.job.inputs[0], 1)
+    on_input = {**raw, "catch_up": {**raw["catch_up"], "source": "input"}}
+    producer = broker.producer()
+
+    def feed(count: int) -> None:
+        for i in range(count):
+            producer.produce(config.job.inputs[0], key=f"k{i % 9}".encode(), value=b"3")
+        producer.flush(30)
+
+    feed(300)
+    before = _runtime(on_input, tmp_path, "p1")
+    try:
+        before.apply(_reply(model, active=["Partition 0"]))
+        wait_for(lambda: _consumed([before], 300), 60, "the input-source owner",
+                 lambda: before.poll(0.05))
+    finally:
+        before.close(commit=True)
+    owner, warmup = _runtime(raw, tmp_path, "p1"), _runtime(raw, tmp_path, "p2")
+
+    def both() -> None:
+        owner.poll(0.05)
+        warmup.poll(0.05)
+
+    try:
+        owner.apply(_reply(model, active=["Partition 0"]))
+        wait_for(lambda: "Partition 0" in owner.active, 60, "the owner on the changelog",
+                 lambda: owner.poll(0.05))
+        assert owner.active["Partition 0"].changelog.snapshot_due
+        feed(50)
+        wait_for(lambda: _consumed([owner], 350), 60, "its first changelog transaction",
+                 lambda: owner.poll(0.05))
+        assert not owner.active["Partition 0"].changelog.snapshot_due
+        warmup.apply(_reply(model, warmup=["Partition 0"]))
+        wait_for(lambda: warmup.replicas["Partition 0"].applied_total >= 9
+                 and warmup.replicas["Partition 0"].lag() == 0, 60, "the warmup", both)
+        owner.release("Partition 0")
+        owner.apply(_reply(model))
+        warmup.apply(_reply(model, active=["Partition 0"]))
+        wait_for(lambda: "Partition 0" in warmup.active, 60, "the handoff", both)
+        feed(90)
+        wait_for(lambda: _consumed([warmup], 440), 60, "the new owner", both)
+    finally:
+        owner.close(commit=True)
+        warmup.close(commit=True)
+    result = identified_check(broker, config)
+    assert result.ok, result
+    assert result.sums.records_in == 440
