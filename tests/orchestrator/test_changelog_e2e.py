@@ -98,6 +98,13 @@ def test_scale_out_keeps_every_keys_id(changelog_job, broker) -> None:
     assert status["catch_up_source"] == "changelog"
     assert sorted(t["changelog_partition"] for t in status["tasks"]) == list(range(PARTITIONS))
     wait_for(lambda: feeder.sent > 2000, 30, "some traffic")
+    assert j.coordinator is not None
+    j.coordinator.kill()                 # the mapping comes back from the stream as it was
+    j.start_coordinator()
+    again = j.status()
+    assert again["generation"] == status["generation"]
+    assert [t["changelog_partition"] for t in again["tasks"]] == \
+        [t["changelog_partition"] for t in status["tasks"]]
     j.start_processor("p3")
     waited = j.baton_wait()
     assert waited.returncode == 0, waited.stderr
