@@ -9,7 +9,8 @@ producers and stores; the heartbeat thread only exchanges snapshots with it.
 The runtime holds the book of tasks (active, replicas, released, failed) and the
 loop (`poll()`); its collaborators each own one concept: `Consumers` (assignment,
 caps, expansion barriers), `Activations` (fence, replay, go active), `BulkPath`
-(Spark catch-up), `reconcile` (a reply -> changes), `task_reports` and `StoreSizes`.
+(Spark catch-up), `ChangelogSource` (catch_up.source = "changelog": the mapping, its
+replicas and writers), `reconcile` (a reply -> changes), `task_reports` and `StoreSizes`.
 """
 
 from __future__ import annotations
@@ -24,15 +25,14 @@ from confluent_kafka import Consumer, KafkaException, Message
 from metrics import NullProcessorMetrics, ProcessorMetrics
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.config import Config
-from orchestrator.wire.partitions import split_partition
 from orchestrator.wire.protocol import HeartbeatReply, TaskReport
 from processor.active import ActiveTask, ProducerFatal, TaskFailed, TaskFenced, TransactionAborted
-from processor.changelog import ChangelogTarget, ChangelogWriter
 from processor.changelog_replica import ChangelogError, ChangelogReplica
 from processor.job import Job, load_job
-from processor.replica import KeyFilter, Replay, Replica, ReplicaRole
+from processor.replica import Replay, Replica, ReplicaRole
 from processor.runtime.activation import Activations, StoreAheadError
-from processor.runtime.bulk_path import BulkPath
+from processor.runtime.bulk_path import BulkPath, bulk_plan
+from processor.runtime.changelog_source import ChangelogSource
 from processor.runtime.children import SplitChildren
 from processor.runtime.consumers import Consumers, by_task
 from processor.runtime.dead_letters import ensure_dead_letter_topic
@@ -85,13 +85,13 @@ class TaskRuntime:
         self.released: dict[str, dict[str, int]] = {}
         self.failed: dict[str, str] = {}
         self.model: dict[str, list[str]] = {}
-        self.changelog: dict[str, int] = {}    # task -> changelog partition (the model's)
         self.generation: int | None = None     # of the model held (sent with heartbeats)
         self.children = SplitChildren(config.job.partitioner)
         self._awaiting: dict[str, str] = {}   # split child -> its parent, still activating
         self.activations = Activations(config, self.group, self.job, self.consumers,
                                        self.metrics, self.clock)
         self.bulk = BulkPath(config, self.metrics)
+        self.changelog = ChangelogSource(config, self.consumers, self.clock)
 
     @property
     def active_consumer(self) -> Consumer:
@@ -117,7 +117,7 @@ class TaskRuntime:
         if not reply.same_model:
             self.model = {t: list(ps) for t, ps in reply.tasks.items()}
             self.consumers.barriers = dict(reply.barriers)
-            self.changelog = dict(reply.changelog)
+            self.changelog.update(reply.changelog, reply.generation)
             self.generation = reply.generation
         pending = self.children.pending if reply.same_model else reply.pending
         for child in reply.embedded:        # back inside its parent: a later leave counts
@@ -161,52 +161,9 @@ class TaskRuntime:
     def replay_partitions(self, task: str) -> list[str]:
         """The partitions a replica of `task` reads, in order (S2; with the changelog
         source its changelog partition, none while the model maps it nowhere)."""
-        if self._on_changelog:
-            number = self.changelog.get(task)
-            return [] if number is None else [ChangelogTarget.of(self.config.job.name,
-                                                                 number).name]
+        if self.changelog.enabled:
+            return self.changelog.partitions(task)
         return self.sources_of(task).partitions
-
-    @property
-    def _on_changelog(self) -> bool:
-        return self.config.catch_up.source == "changelog"
-
-    def _changelog_target(self, task: str) -> ChangelogTarget:
-        """`task`'s changelog partition.
-
-        Raises:
-            ChangelogError: the model the coordinator sent maps it nowhere.
-        """
-        number = self.changelog.get(task)
-        if number is None:
-            raise ChangelogError(
-                f"task {task!r}: catch_up.source = \"changelog\" in {self.config.path}, but "
-                f"the coordinator's job model (generation {self.generation}) gives it no "
-                f"changelog partition: run the coordinator with the same catch_up.source")
-        return ChangelogTarget.of(self.config.job.name, number)
-
-    def _changelog_replica(self, task: str, store: Store, role: ReplicaRole
-                           ) -> ChangelogReplica:
-        """A replica of `task` applying its changelog partition from the store's position
-        (a store that never followed it: from the partition's start), with the
-        partition's committed end as its cap.
-
-        Raises:
-            ChangelogError: no partition for the task, or the store is past the end.
-        """
-        target = self._changelog_target(task)
-        low, end = self.consumers.bounds(target.name)
-        position = store.applied_offsets().get(target.name)
-        if position is not None and position > end:
-            raise ChangelogError(
-                f"task {task!r}: store {store.path} has applied {target.name} up to "
-                f"{position}, past its committed end {end}: was the changelog topic "
-                f"recreated? Move the store away to rebuild it from the changelog")
-        position = low if position is None else max(position, low)
-        fetch_from = low if self.config.catch_up.changelog_read_from == "beginning" \
-            else position
-        return ChangelogReplica(task, target.name, self.partitions_of(task), store, role,
-                                position, end, fetch_from, clock=self.clock)
 
     def _replica(self, task: str, store: Store, role: ReplicaRole,
                  committed: Mapping[str, int]) -> Replica:
@@ -268,12 +225,12 @@ class TaskRuntime:
     def _after_fence(self, task: str) -> None:
         self.activations.verify_fenced(task, self.partitions_of(task))
         self.released.pop(task, None)
-        if not self._on_changelog:
+        if not self.changelog.enabled:
             self._replay_input(task)
             return
         # the previous owner is fenced: the changelog's committed end is final
-        replay = self.activations.replay(task, functools.partial(self._changelog_replica,
-                                                                 task))
+        replay = self.activations.replay(task, functools.partial(
+            self.changelog.replica, task, self.partitions_of(task)))
         if replay.caught_up():
             self._replay_input(task)
             return
@@ -292,7 +249,7 @@ class TaskRuntime:
         if replay.caught_up():
             self._go_active(replay)
             return
-        if self._on_changelog:
+        if self.changelog.enabled:
             log.warning("task %r: the changelog does not reach the committed input offsets: "
                         "replaying %d input records through process() (did the job switch "
                         "to the changelog source?)", task, replay.lag())
@@ -302,11 +259,8 @@ class TaskRuntime:
         self.consumers.assign_replay(replay)
 
     def _go_active(self, replay: Replica) -> None:
-        changelog = None
-        if self._on_changelog:
-            target = self._changelog_target(replay.name)
-            changelog = ChangelogWriter(
-                target, snapshot_due=target.name not in replay.store.applied_offsets())
+        changelog = (self.changelog.writer(replay.name, replay.store)
+                     if self.changelog.enabled else None)
         active = self.activations.go_active(replay, self.partitions_of(replay.name),
                                             changelog)
         self.active[active.name] = active
@@ -340,9 +294,10 @@ class TaskRuntime:
 
     def start_replica(self, task: str, role: ReplicaRole) -> None:
         store = self._open_store(task)
-        if self._on_changelog:
+        if self.changelog.enabled:
             try:
-                changelog = self._changelog_replica(task, store, role)
+                changelog = self.changelog.replica(task, self.partitions_of(task), store,
+                                                   role)
             except BaseException:
                 store.close()
                 raise
@@ -355,7 +310,7 @@ class TaskRuntime:
         replica = self._replica(task, store, role, self.consumers.committed(partitions))
         self.replicas[task] = replica
         self.activations.prepare_producer(task)
-        bulk = self._bulk_plan(replica) if not applied else None
+        bulk = bulk_plan(replica, self.config.catch_up.bulk_threshold) if not applied else None
         if bulk is not None:
             ranges, key_filter = bulk
             log.info("task %r: %d records to catch up: bulk path on Spark (%s)%s", task,
@@ -364,22 +319,6 @@ class TaskRuntime:
             self.bulk.start(task, ranges, key_filter)
             return          # the consumer takes the tail once the bulk result is ingested
         self.consumers.assign_replay(replica)
-
-    def _bulk_plan(self, replica: Replica
-                   ) -> tuple[dict[str, tuple[int, int]], KeyFilter | None] | None:
-        """The ranges (and key filter) Spark should replay for a fresh replica, if its
-        backlog is worth it. A split child's bulk part is its ancestors (one topic, one
-        filter); its own partitions follow through the consumer once they are read."""
-        if self.config.catch_up.source != "input":
-            return None
-        ancestors = [p for p in replica.partitions if p in replica.filters]
-        if len({split_partition(a)[0] for a in ancestors}) > 1:
-            return None     # filters of several topics: the consumer path sorts them
-        chosen = ancestors or replica.partitions
-        ranges = {p: (replica.positions[p], replica.caps[p]) for p in chosen}
-        if sum(hi - lo for lo, hi in ranges.values()) <= self.config.catch_up.bulk_threshold:
-            return None
-        return ranges, replica.filters[ancestors[0]] if ancestors else None
 
     def drop(self, task: str) -> None:
         """Forget a replica (its store stays on disk for a later return)."""
