@@ -140,7 +140,24 @@ class ActiveTask:
         self.on_process_error: Callable[[str, OnError], None] = lambda task, outcome: None
 
     def process(self, messages: Sequence[Message]) -> None:
-        """Run process() over one poll batch's records of this task, inside a transaction."""
+        """Run process() over one poll batch's records of this task, inside a transaction.
+
+        Raises:
+            TaskFenced: the producer failed fatally (a newer owner fenced it) while the
+                batch was produced: the transaction is void, the task stops.
+        """
+        try:
+            self._process(messages)
+        except KafkaException as exc:
+            err = kafka_error(exc)
+            if err is None or not (_is_fenced(exc) or err.fatal()
+                                   or err.code() == KafkaError._FATAL):
+                raise
+            raise TaskFenced(f"task {self.name!r}: the producer failed fatally while "
+                             f"producing (fenced by a newer owner, most likely); its open "
+                             f"transaction is void: {exc}") from exc
+
+    def _process(self, messages: Sequence[Message]) -> None:
         if not self.in_transaction:
             self._losses = self.producer.losses()
             self.producer.begin_transaction()
