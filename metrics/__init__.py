@@ -39,6 +39,7 @@ from metrics._server import CONTENT_TYPE, MetricsServer, render, serve_metrics
 from metrics._vocab import (
     HANDOFF_PHASES,
     CatchUpPath,
+    CatchUpSource,
     HandoffOutcome,
     HandoffPhase,
     HeartbeatOutcome,
@@ -55,6 +56,7 @@ __all__ = [
     "METRIC_NAMES",
     "PROCESSOR_METRIC_NAMES",
     "CatchUpPath",
+    "CatchUpSource",
     "CoordinatorMetrics",
     "HandoffOutcome",
     "HandoffPhase",

@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from metrics._vocab import (
     CATCH_UP_PATHS,
+    CATCH_UP_SOURCES,
     HEARTBEAT_OUTCOMES,
     PROCESS_ERROR_OUTCOMES,
     PROCESSOR_STEPS,
@@ -29,6 +30,7 @@ from metrics._vocab import (
     STEP_BUCKETS,
     TRANSACTION_OUTCOMES,
     CatchUpPath,
+    CatchUpSource,
     HeartbeatOutcome,
     ProcessErrorOutcome,
     ProcessorStep,
@@ -86,8 +88,9 @@ class ProcessorMetrics:
             "active tasks.", [*base, "task"], registry=registry)
         self._catch_up = Counter(
             "baton_catchup_records_total", "Records applied to a task's store without "
-            "output (warmup, standby, activation replay), by path.",
-            [*base, "task", "path"], registry=registry)
+            "output (warmup, standby, activation replay), by path (consumer | spark) and "
+            "source (input: replayed through process(); changelog: applied as they are).",
+            [*base, "task", "path", "source"], registry=registry)
         self._transactions = Counter(
             "baton_transactions_total", "Kafka transactions of active tasks, by outcome.",
             [*base, "task", "outcome"], registry=registry)
@@ -137,11 +140,14 @@ class ProcessorMetrics:
         """`count` input records of active `task` were processed with output."""
         self._processed.labels(job=self.job, processor=self.processor, task=task).inc(count)
 
-    def record_catch_up(self, task: str, path: CatchUpPath, count: int) -> None:
-        """`count` records were applied to `task`'s store without output, via `path`."""
+    def record_catch_up(self, task: str, path: CatchUpPath, count: int,
+                        source: CatchUpSource = "input") -> None:
+        """`count` records of `source` were applied to `task`'s store without output,
+        via `path`."""
         check_label(path, CATCH_UP_PATHS, "path")
+        check_label(source, CATCH_UP_SOURCES, "source")
         self._catch_up.labels(job=self.job, processor=self.processor, task=task,
-                              path=path).inc(count)
+                              path=path, source=source).inc(count)
 
     def record_transaction(self, task: str, outcome: TransactionOutcome) -> None:
         """Active `task`'s Kafka transaction ended with `outcome`."""
@@ -185,7 +191,8 @@ class ProcessorMetrics:
         _remove(self._processed, me)
         _remove(self._fallbacks, me)
         for path in CATCH_UP_PATHS:
-            _remove(self._catch_up, (*me, path))
+            for source in CATCH_UP_SOURCES:
+                _remove(self._catch_up, (*me, path, source))
         for outcome in TRANSACTION_OUTCOMES:
             _remove(self._transactions, (*me, outcome))
         for error in PROCESS_ERROR_OUTCOMES:
@@ -209,7 +216,8 @@ class NullProcessorMetrics(ProcessorMetrics):
     def record_processed(self, task: str, count: int = 1) -> None:
         pass
 
-    def record_catch_up(self, task: str, path: CatchUpPath, count: int) -> None:
+    def record_catch_up(self, task: str, path: CatchUpPath, count: int,
+                        source: CatchUpSource = "input") -> None:
         pass
 
     def record_transaction(self, task: str, outcome: TransactionOutcome) -> None:

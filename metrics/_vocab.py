@@ -14,6 +14,7 @@ from typing import Literal
 __all__ = [
     "CATCH_UP_PATHS",
     "CATCH_UP_ROLES",
+    "CATCH_UP_SOURCES",
     "HANDOFF_OUTCOMES",
     "HANDOFF_PHASES",
     "HEARTBEAT_OUTCOMES",
@@ -26,6 +27,7 @@ __all__ = [
     "STEP_BUCKETS",
     "TRANSACTION_OUTCOMES",
     "CatchUpPath",
+    "CatchUpSource",
     "HandoffOutcome",
     "HandoffPhase",
     "HeartbeatOutcome",
@@ -52,6 +54,11 @@ PROCESSOR_STATES: tuple[ProcessorState, ...] = ("alive", "draining", "dead")
 # Where catch-up records were applied: the processor's own consumer, or Spark bulk.
 CatchUpPath = Literal["consumer", "spark"]
 CATCH_UP_PATHS: tuple[CatchUpPath, ...] = ("consumer", "spark")
+
+# What catch-up records were: input records replayed through process(), or changelog
+# records applied as they are (catch_up.source).
+CatchUpSource = Literal["input", "changelog"]
+CATCH_UP_SOURCES: tuple[CatchUpSource, ...] = ("input", "changelog")
 
 # How a task's Kafka transaction ended. `fenced`: another producer took the
 # transactional id (a handoff fenced this one, a zombie).

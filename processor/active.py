@@ -7,6 +7,10 @@ the store may lag the committed offsets by one transaction after a crash (recove
 replays the gap without output) but never leads them. The per-task transactional id
 is what fences a zombie owner after a handoff.
 
+With catch_up.source = "changelog" the transaction also carries the task's state
+changes and input offsets to its changelog partition (processor/changelog.py), and the
+store commits its changelog position with them.
+
 A transaction during which the producer lost its brokers is not trusted: before the
 commit it is aborted, over every partition the task writes to, and redone; during the
 commit, the group's committed offsets are read back, and a broker that came back
@@ -28,6 +32,7 @@ from orchestrator.kafka.retry import is_fatal, kafka_error
 from orchestrator.kafka.watched_producer import WatchedProducer
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.partitions import format_partition
+from processor.changelog import ChangelogWriter
 from processor.job import Job, Record
 from processor.replica import new_record
 from store import Store
@@ -75,6 +80,16 @@ def encode_output(value: bytes | str | None) -> bytes | None:
     return str(value).encode("utf-8")
 
 
+def _callback_error(exc: SystemError) -> KafkaException:
+    """The KafkaException behind a SystemError from a delivery callback: confluent-kafka
+    runs a pending delivery callback (the changelog's) while a fatal error (a fence) is
+    already raised, and the callback's return then surfaces as a SystemError whose cause
+    is that error. Anything else is re-raised."""
+    if isinstance(exc.__cause__, KafkaException):
+        return exc.__cause__
+    raise exc
+
+
 def _is_fenced(exc: KafkaException) -> bool:
     """A newer owner took the transactional id: this producer must never write again."""
     err = kafka_error(exc)
@@ -97,7 +112,8 @@ class ActiveTask:
                  on_error: OnError, group_metadata: Callable[[], Any],
                  committed: dict[str, int],
                  broker_committed: Callable[[list[str]], dict[str, int]],
-                 *, clock: Clock | None = None) -> None:
+                 *, clock: Clock | None = None,
+                 changelog: ChangelogWriter | None = None) -> None:
         self.name = name
         self.partitions = list(partitions)
         self.job = job
@@ -110,6 +126,7 @@ class ActiveTask:
         self._group_metadata = group_metadata
         self._broker_committed = broker_committed
         self._clock = clock or SystemClock()
+        self.changelog = changelog            # catch_up.source = "changelog" only
         self._losses = 0                      # the producer's broker losses at begin
         self.committed = dict(committed)      # T1: the offsets of the last committed txn
         self.pending = dict(committed)        # positions including the open transaction
@@ -128,11 +145,11 @@ class ActiveTask:
         """Run process() over one poll batch's records of this task, inside a transaction.
 
         Raises:
-            TaskFenced: a newer owner took the transactional id (a produce can be the
-                first call to learn it: librdkafka then answers with a fatal error).
-            ProducerFatal: the producer failed fatally otherwise.
-            TransactionAborted: the open transaction had to be aborted.
-            TaskFailed: process() raised under on_error = "fail".
+            TaskFenced: the producer failed fatally while the batch was produced (a
+                newer owner fenced it: a produce after that answers a bare fatal error);
+                the transaction is void, the task stops.
+            TaskFailed: process() raised under on_error = "fail", or an output could
+                not be produced (e.g. too large): the task stops at its committed offsets.
         """
         try:
             self._process(messages)
@@ -140,22 +157,19 @@ class ActiveTask:
             raise self._producer_failure(exc) from exc
 
     def _producer_failure(self, exc: KafkaException) -> Exception:
-        """What a producer error met while processing means for the task."""
-        if is_fatal(exc) and not self.fenced:
-            self.abort()        # its error names the fatal cause: fenced or not
-        if _is_fenced(exc) or (self.fenced and is_fatal(exc)):
-            self.store.abort()
-            self.pending = dict(self.committed)
-            self.in_transaction = False
-            return TaskFenced(f"task {self.name!r}: producer fenced by a newer owner: {exc}")
-        if is_fatal(exc):
-            self.store.abort()
-            self.pending = dict(self.committed)
-            self.in_transaction = False
-            return ProducerFatal(f"task {self.name!r}: the producer failed fatally ({exc}); "
-                                 f"the task restarts from its committed offsets")
+        """What a producer error met while processing means for the task. A fatal one
+        is taken for a fence: restarting it could fence the task's real new owner."""
+        err = kafka_error(exc)
+        fatal = err is not None and (_is_fenced(exc) or err.fatal()
+                                     or err.code() == KafkaError._FATAL)
+        self.fenced = self.fenced or fatal
         self.abort()
-        return TransactionAborted(f"task {self.name!r}: transaction aborted: {exc}")
+        if fatal:
+            return TaskFenced(f"task {self.name!r}: the producer failed fatally while "
+                              f"producing (fenced by a newer owner, most likely); its open "
+                              f"transaction is void: {exc}")
+        return TaskFailed(f"task {self.name!r}: producing its output failed: {exc}; the "
+                          f"task stopped at its committed offsets")
 
     def _process(self, messages: Sequence[Message]) -> None:
         if not self.in_transaction:
@@ -242,6 +256,8 @@ class ActiveTask:
         offsets = {p: o for p, o in self.pending.items() if o != self.committed.get(p)}
         try:
             if offsets:
+                if self.changelog is not None:
+                    self.changelog.write(self.producer, self.store, offsets, self.committed)
                 # every output delivered before the offsets: a broker that restarts
                 # during the commit then cannot end up holding only part of them
                 self.producer.flush(_TXN_TIMEOUT_S)
@@ -253,10 +269,15 @@ class ActiveTask:
             self._commit_transaction()
         except (KafkaException, BrokerLost) as exc:
             self._after_failed_commit(exc)
+        except SystemError as exc:
+            self._after_failed_commit(_callback_error(exc))
         self.in_transaction = False
         if offsets and self.producer.losses() != losses:
             self._verify_committed(offsets)
-        self.store.commit(offsets)
+        if self.changelog is not None and offsets:   # its records went into this one
+            self.store.commit({**offsets, **self.changelog.committed()})
+        else:
+            self.store.commit(offsets)
         self.committed.update(offsets)
         committed, self.processed = self.processed, 0
         self.records_total += committed
@@ -318,6 +339,9 @@ class ActiveTask:
             meta = producer.list_topics(topic, _TXN_TIMEOUT_S).topics[topic]
             for partition in meta.partitions:
                 producer.produce(topic, b"", None, partition, headers=_VOID)
+        if self.changelog is not None:      # its own partition: the others are not its
+            target = self.changelog.target
+            producer.produce(target.topic, b"", None, target.number, headers=_VOID)
         producer.flush(_TXN_TIMEOUT_S)
         producer.abort_transaction(_TXN_TIMEOUT_S)
 

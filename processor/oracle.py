@@ -1,5 +1,6 @@
-"""The exactly-once oracle for the running-sum job: per key, the output sequence must
-equal the running sums of that key's inputs in order (no gap, no duplicate)."""
+"""The exactly-once oracles of the example jobs: per key, the output sequence must
+equal the running sums of that key's inputs in order (no gap, no duplicate); for
+`IdentifiedSum`, with one id per key throughout (its state moved intact)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["OracleResult", "check_running_sums"]
+__all__ = ["IdentifiedResult", "OracleResult", "check_identified_sums", "check_running_sums"]
 
 
 @dataclass(frozen=True)
@@ -61,3 +62,36 @@ def check_running_sums(inputs: Iterable[tuple[bytes, bytes]],
             examples.append(f"key {key!r}: expected {want[:8]}... got {got[:8]}...")
     return OracleResult(records_in, records_out, lost, duplicated, wrong,
                         len(expected), examples)
+
+
+@dataclass(frozen=True)
+class IdentifiedResult:
+    """The running-sum verdict on the sums, and the keys whose id changed."""
+
+    sums: OracleResult
+    keys_with_several_ids: int
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.sums.ok and self.keys_with_several_ids == 0
+
+
+def check_identified_sums(inputs: Iterable[tuple[bytes, bytes]],
+                          outputs: Iterable[tuple[bytes, bytes]]) -> IdentifiedResult:
+    """`IdentifiedSum`'s oracle: outputs "<id>:<sum>" are running sums (as
+    `check_running_sums` counts them) and each key keeps one id throughout.
+
+    A key with two ids had its state rebuilt by replaying its input (or lost it): the
+    new owner drew a new id where the old one had drawn its own.
+    """
+    sums: list[tuple[bytes, bytes]] = []
+    ids: dict[bytes, list[str]] = defaultdict(list)
+    for key, value in outputs:
+        ident, _, total = value.decode().rpartition(":")
+        sums.append((key, total.encode()))
+        if ident not in ids[key]:
+            ids[key].append(ident)
+    several = {k: v for k, v in ids.items() if len(v) > 1}
+    examples = [f"key {k!r}: ids {v[:4]}" for k, v in sorted(several.items())[:5]]
+    return IdentifiedResult(check_running_sums(inputs, sums), len(several), examples)

@@ -1,5 +1,8 @@
 """A replica rebuilds a task's state by replaying its input through `process()`.
 
+(`Replay` is what every replay shares; with catch_up.source = "changelog" the
+replay is a `ChangelogReplica` instead, processor/changelog_replica.py.)
+
 Three uses, one mechanism: a **warmup** (a future owner catching up), a **standby**
 (kept warm indefinitely) and the catch-up an owner does while **activating** (replay
 T2 -> final T1 before producing output). A replica never applies a record at or past
@@ -29,7 +32,7 @@ from orchestrator.wire.partitions import format_partition
 from processor.job import Job, Record
 from store import Store
 
-__all__ = ["KeyFilter", "Replica", "ReplicaRole", "new_record"]
+__all__ = ["CatchUpSource", "KeyFilter", "Replay", "Replica", "ReplicaRole", "new_record"]
 
 log = logging.getLogger("baton.processor.replica")
 
@@ -75,19 +78,26 @@ new_record = _record_factory()
 _drain: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 
 
-class Replica:
-    """Replay state of one task: positions (T2), caps (T1), progress counters."""
+CatchUpSource = Literal["input", "changelog"]
 
-    def __init__(self, name: str, partitions: Sequence[str], job: Job, store: Store,
-                 role: ReplicaRole, positions: Mapping[str, int], caps: Mapping[str, int],
-                 filters: Mapping[str, KeyFilter] | None = None,
-                 gates: Mapping[str, Sequence[str]] | None = None, *,
+
+class Replay:
+    """What every replay of a task's state shares: where it is (T2, `positions`), where
+    it must stop (T1 or the changelog's end, `caps`), progress counters and the store.
+
+    Subclasses read their own source: `Replica` the input through process(),
+    `ChangelogReplica` (processor/changelog_replica.py) the task's changelog.
+    """
+
+    source: CatchUpSource = "input"
+
+    def __init__(self, name: str, partitions: Sequence[str], store: Store, role: ReplicaRole,
+                 positions: Mapping[str, int], caps: Mapping[str, int], *,
                  clock: Clock | None = None) -> None:
         self.name = name
         self.partitions = list(partitions)
-        self.filters = dict(filters or {})    # ancestor partition -> keep this key?
-        self.gates = {p: list(g) for p, g in (gates or {}).items()}  # own -> its ancestors
-        self.job = job
+        self.filters: dict[str, KeyFilter] = {}   # ancestor partition -> keep this key?
+        self.gates: dict[str, list[str]] = {}     # own partition -> its ancestors
         self.store = store
         self.role: ReplicaRole = role
         self.positions = dict(positions)      # T2: next offset to apply, per partition
@@ -102,15 +112,59 @@ class Replica:
         return sum(max(0, self.caps.get(p, 0) - self.positions.get(p, 0)) for p in self.partitions)
 
     def cap(self, partition: str) -> int:
+        """Where `partition` must stop now."""
+        return self.caps.get(partition, 0)
+
+    def caught_up(self) -> bool:
+        return self.lag() == 0
+
+    def start_offset(self, partition: str) -> int:
+        """Where the replay consumer starts fetching `partition`."""
+        return self.positions[partition]
+
+    def reported_positions(self) -> dict[str, int]:
+        """The input positions the coordinator hears (T2 of the input partitions)."""
+        return dict(self.positions)
+
+    def apply(self, messages: Sequence[Message]) -> set[str]:
+        """Apply a batch; return the partitions that reached their cap (to pause)."""
+        raise NotImplementedError
+
+    def commit(self) -> None:
+        """State and T2 in one WriteBatch."""
+        if self.dirty:
+            self.store.commit(self.positions)
+            self.dirty = False
+
+    def update_rate(self) -> float:
+        now = self._clock.monotonic()
+        then, count = self._rate_mark
+        if now - then >= 1.0:
+            self.rate = (self.applied_total - count) / (now - then)
+            self._rate_mark = (now, self.applied_total)
+        return self.rate
+
+
+class Replica(Replay):
+    """Replay of a task's input through process() (catch_up.source = "input")."""
+
+    def __init__(self, name: str, partitions: Sequence[str], job: Job, store: Store,
+                 role: ReplicaRole, positions: Mapping[str, int], caps: Mapping[str, int],
+                 filters: Mapping[str, KeyFilter] | None = None,
+                 gates: Mapping[str, Sequence[str]] | None = None, *,
+                 clock: Clock | None = None) -> None:
+        super().__init__(name, partitions, store, role, positions, caps, clock=clock)
+        self.filters = dict(filters or {})
+        self.gates = {p: list(g) for p, g in (gates or {}).items()}
+        self.job = job
+
+    def cap(self, partition: str) -> int:
         """Where `partition` must stop now: its cap, or its position while one of its
         ancestors still has records to apply."""
         gate = self.gates.get(partition)
         if gate and any(self.positions.get(a, 0) < self.caps.get(a, 0) for a in gate):
             return min(self.positions.get(partition, 0), self.caps.get(partition, 0))
         return self.caps.get(partition, 0)
-
-    def caught_up(self) -> bool:
-        return self.lag() == 0
 
     def apply(self, messages: Sequence[Message]) -> set[str]:
         """Apply a batch; return the partitions that reached their cap (to pause)."""
@@ -157,17 +211,3 @@ class Replica:
                 self.dirty = True
         return capped | {p for p in self.partitions
                          if self.positions.get(p, 0) >= self.cap(p)}
-
-    def commit(self) -> None:
-        """State and T2 in one WriteBatch."""
-        if self.dirty:
-            self.store.commit(self.positions)
-            self.dirty = False
-
-    def update_rate(self) -> float:
-        now = self._clock.monotonic()
-        then, count = self._rate_mark
-        if now - then >= 1.0:
-            self.rate = (self.applied_total - count) / (now - then)
-            self._rate_mark = (now, self.applied_total)
-        return self.rate

@@ -3,9 +3,12 @@ applied offsets committed atomically with the data, and SST bulk ingest."""
 
 from __future__ import annotations
 
-from store.base import Offsets, Store
+from store.base import Change, Offsets, Store
 from store.codec import (
     Key,
+    changelog_offset,
+    changelog_offset_record,
+    check_changelog_key,
     decode_changelog,
     decode_key,
     decode_value,
@@ -19,6 +22,7 @@ from store.rocksdb import TaskStore
 from store.sst import write_sst
 
 __all__ = [
+    "Change",
     "Key",
     "Offsets",
     "Store",
@@ -26,6 +30,9 @@ __all__ = [
     "StoreError",
     "StoreLockedError",
     "TaskStore",
+    "changelog_offset",
+    "changelog_offset_record",
+    "check_changelog_key",
     "decode_changelog",
     "decode_key",
     "decode_value",

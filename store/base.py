@@ -5,6 +5,9 @@ it: writes go to an overlay that reads see; `commit(offsets)` makes the overlay 
 applied offsets durable in one atomic write; `abort()` drops the overlay. Per-record
 undo (`begin_record` / `rollback_record`) serves the processor's on_error policies.
 Applied offsets are Kafka-style: per "topic:N", the NEXT offset to apply.
+`changes()` is the open transaction's writes as changelog records (last value per key);
+`apply_changes(records, offsets)` writes such records, read back from the changelog,
+together with offsets in one WriteBatch (a replica's changelog position).
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from typing import Any, Protocol
 
 from store.codec import Key
 
-__all__ = ["Key", "Offsets", "Store"]
+__all__ = ["Change", "Key", "Offsets", "Store"]
 
 Offsets = Mapping[str, int]
+# one changelog record: (encoded key, encoded value or None for a delete)
+Change = tuple[bytes, bytes | None]
 
 
 class Store(Protocol):
@@ -56,6 +61,12 @@ class Store(Protocol):
     def commit(self, offsets: Offsets) -> None: ...
     def abort(self) -> None: ...
     def applied_offsets(self) -> dict[str, int]: ...
+
+    # The changelog (catch_up.source = "changelog").
+    def changes(self) -> list[Change]: ...
+    def apply_changes(self, changes: Iterable[Change], offsets: Offsets) -> None: ...
+    def snapshot(self) -> Iterator[Change]: ...
+    def clear(self) -> None: ...
 
     # Bulk ingest.
     def ingest(self, sst_paths: Sequence[str | os.PathLike[str]], *,

@@ -6,6 +6,12 @@ Layout of the key space (ordered bytewise, so iteration order is by encoded key)
     b"\\x01" + key        a bytes key, as is
     b"\\x02" + key.utf8   a str key
 
+A changelog record (catch_up.source = "changelog") is a store entry as is: its key is
+an encoded key of this layout and its value the encoded value (None: a delete). Besides
+the state writes of a transaction, the changelog carries the input offsets that
+transaction committed, as applied-offset entries (`changelog_offset_record`), so a store
+rebuilt from the changelog holds state and input offsets that belong together.
+
 The one-byte type tag makes b"a" and "a" distinct keys that each come back as their
 own type. Values are JSON (orjson); integers beyond 64 bits, which orjson refuses, fall
 back to the stdlib encoder behind a tag byte that is never valid JSON, so the fast path
@@ -37,6 +43,9 @@ __all__ = [
     "decode_offset_item",
     "encode_changelog",
     "decode_changelog",
+    "changelog_offset_record",
+    "changelog_offset",
+    "check_changelog_key",
 ]
 
 Key = bytes | str
@@ -159,3 +168,42 @@ def decode_changelog(raw_key: bytes | None, raw_value: bytes | None
     if raw_key is None:
         raise ValueError("a changelog record has no key; changelog keys are state keys")
     return decode_key(raw_key), raw_value
+
+
+def changelog_offset_record(partition: str, offset: int) -> tuple[bytes, bytes]:
+    """The changelog record of an input offset a transaction committed: the store's own
+    applied-offset entry, so applying it is writing it.
+
+    Raises:
+        ValueError: a malformed partition name or offset.
+    """
+    return encode_offsets({partition: offset})[0]
+
+
+def changelog_offset(raw_key: bytes, raw_value: bytes | None) -> tuple[str, int] | None:
+    """("topic:N", next offset) of an offset record, or None for a state record.
+
+    Raises:
+        ValueError: an offset record without a valid value.
+    """
+    if not raw_key.startswith(OFFSET_PREFIX):
+        return None
+    if raw_value is None or not raw_value.isdigit():
+        raise ValueError(f"changelog offset record {raw_key!r} has no valid offset: "
+                         f"{raw_value!r}")
+    return decode_offset_item(raw_key, raw_value)
+
+
+def check_changelog_key(raw_key: bytes | None) -> bytes:
+    """`raw_key` if a changelog record may carry it: a state key or an applied offset.
+
+    Raises:
+        ValueError: no key, or a key of neither kind (not written by a Baton task).
+    """
+    if raw_key is None:
+        raise ValueError("a changelog record has no key; changelog keys are state keys")
+    tag = raw_key[:1]
+    if tag == BYTES_TAG or tag == STR_TAG or raw_key.startswith(OFFSET_PREFIX):
+        return raw_key
+    raise ValueError(f"not a changelog key (tag {tag!r}): {raw_key[:64]!r}; was this "
+                     f"partition written by something other than a Baton task?")

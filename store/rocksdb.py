@@ -33,14 +33,17 @@ import orjson
 import rocksdict
 
 from store._overlay import ABSENT, DELETED, add_to_batch, entry_bytes, freeze, merge, undo
-from store.base import Offsets
+from store.base import Change, Offsets
 from store.codec import (
     BYTES_TAG,
     DATA_END,
+    META_PREFIX,
     OFFSET_END,
     OFFSET_PREFIX,
     STR_TAG,
     Key,
+    changelog_offset,
+    check_changelog_key,
     decode_key,
     decode_offset_item,
     decode_value,
@@ -274,6 +277,68 @@ class TaskStore(MutableMapping[Key, Any]):
         except Exception as exc:
             raise StoreError(self._path, f"commit to task store {self._path} failed: {exc}"
                              ) from exc
+
+    def changes(self) -> list[Change]:
+        """The open transaction's writes, one per key: the last value written, encoded
+        as the store keeps it (None: deleted). A changelog batch: whatever a record
+        wrote and then overwrote or deleted inside the transaction is not in it."""
+        bytes_tag, str_tag = BYTES_TAG, STR_TAG
+        return [(bytes_tag + key if key.__class__ is bytes
+                 else str_tag + key.encode(), entry_bytes(entry))  # type: ignore[union-attr]
+                for key, entry in self._overlay.items()]
+
+    def snapshot(self) -> Iterator[Change]:
+        """The whole state (open transaction included) as changelog records, in key
+        order: what a changelog that never saw this store's history must start with."""
+        yield from self._merged()
+
+    def apply_changes(self, changes: Iterable[Change], offsets: Offsets) -> None:
+        """Write changelog records and the applied `offsets` in one atomic WriteBatch.
+
+        Args:
+            changes: (encoded key, encoded value or None for a delete), as `changes()`
+                gives them; applied in order, so a later record of a key wins.
+            offsets: "topic:N" -> next offset, written after `changes` (for a replica:
+                the changelog position T2).
+
+        Raises:
+            ValueError: a record whose key is neither a state key nor an applied offset,
+                or an offset record without a valid offset (nothing is written).
+            StoreError: uncommitted writes are pending, the store is closed, or RocksDB
+                refused the write.
+        """
+        self._check_open()
+        if self._overlay:
+            raise StoreError(self._path, (
+                f"cannot apply changelog records to task store {self._path} with "
+                f"{len(self._overlay)} uncommitted writes: commit or abort them first"))
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        put, delete, prefix = batch.put, batch.delete, OFFSET_PREFIX
+        for raw_key, raw in changes:
+            check_changelog_key(raw_key)
+            if raw_key.startswith(prefix):
+                changelog_offset(raw_key, raw)     # raises on a malformed offset
+            if raw is None:
+                delete(raw_key)
+            else:
+                put(raw_key, raw)
+        for raw_key, raw in encode_offsets(offsets):
+            put(raw_key, raw)
+        if batch.len():
+            self._write(batch)
+
+    def clear(self) -> None:
+        """Delete every key and applied offset in one atomic write (uncommitted writes
+        too): the store is a cache, about to be rebuilt from a changelog.
+
+        Raises:
+            StoreError: the store is closed or RocksDB refused the write.
+        """
+        self._check_open()
+        self.abort()
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        batch.delete_range(META_PREFIX, DATA_END)
+        self._write(batch)
 
     def abort(self) -> None:
         """Drop every uncommitted write."""

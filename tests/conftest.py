@@ -13,7 +13,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from orchestrator.devkit.embedded import EMBEDDED_CLIENT_SETTINGS, EmbeddedBroker
+from orchestrator.devkit.embedded import (
+    EMBEDDED_CATCH_UP_SETTINGS,
+    EMBEDDED_CLIENT_SETTINGS,
+    EmbeddedBroker,
+)
 
 
 class Broker:
@@ -31,6 +35,10 @@ class Broker:
     def kafka_table(self) -> dict[str, Any]:
         """The [kafka] table of a Baton config for this broker."""
         return {"bootstrap_servers": self.bootstrap, **self.extra}
+
+    def catch_up_table(self) -> dict[str, Any]:
+        """The [catch_up] settings this broker needs (the embedded one's quirks)."""
+        return dict(EMBEDDED_CATCH_UP_SETTINGS) if self.embedded is not None else {}
 
     def create_topic(self, name: str, partitions: int) -> str:
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
@@ -127,6 +135,7 @@ def job_config(broker: Broker, tmp_path: Path, unique: Callable[[str], str]
             "kafka": broker.kafka_table(),
             "processor": {"state_dir": str(tmp_path / "state")},
             "coordinator": {"token_file": str(tmp_path / "coordinator.token")},
+            "catch_up": broker.catch_up_table(),
         }
         for section, values in sections.items():
             raw.setdefault(section, {}).update(values)
@@ -236,6 +245,16 @@ def oracle_check(broker: Broker, config: Any) -> Any:
               for m in broker.read_all(topic)]
     outputs = [(m.key(), m.value()) for m in broker.read_all(config.job.output)]
     return check_running_sums(inputs, outputs)
+
+
+def identified_check(broker: Broker, config: Any) -> Any:
+    """Read input and output topics and run IdentifiedSum's oracle (one id per key)."""
+    from processor.oracle import check_identified_sums
+
+    inputs = [(m.key(), m.value()) for topic in config.job.inputs
+              for m in broker.read_all(topic)]
+    outputs = [(m.key(), m.value()) for m in broker.read_all(config.job.output)]
+    return check_identified_sums(inputs, outputs)
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str,

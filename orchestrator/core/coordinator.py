@@ -238,7 +238,7 @@ class Coordinator:
             alive=True, generation=self.model.generation, tasks=self.model.tasks,
             barriers={c: Barrier(parent=p, offset=o) for c, (p, o) in self.model.barriers.items()},
             embedded=self.embedded(), pending=dict(self.model.pending),
-            assignment=self.roles.peek(processor.id).wire(),
+            changelog=dict(self.model.changelog), assignment=self.roles.peek(processor.id).wire(),
             stop=self._drained(processor.id))
 
     def _leave(self, processor: Processor) -> HeartbeatReply:
@@ -322,6 +322,13 @@ class Coordinator:
         if self.metrics is not None:
             self.metrics.set_generation(self.model.generation)
         self._reconcile()
+
+    def adopt_model(self, model: JobModel) -> None:
+        """A model the daemon derived at start (the changelog mapping): it is the one in
+        force now, sent to every processor whose generation is older."""
+        self.model = model
+        if self.metrics is not None:
+            self.metrics.set_generation(self.model.generation)
 
     def _went_live(self, child: str) -> None:
         """A split child's first activation was sent: from now on it is a task of its own."""
@@ -465,6 +472,10 @@ class Coordinator:
         report = self.report(pid, task)
         if report is None or report.role not in ("warmup", "standby", "activating"):
             return None
+        if self.config.catch_up_source == "changelog":
+            # changelog records between the replica's position and the partition's
+            # committed end: only the processor reading it knows both
+            return report.lag
         t1 = self.t1(task)
         if any(v is None for v in t1.values()):
             return None  # T1 unknown: never call a replica caught up on a guess

@@ -1,9 +1,10 @@
 """The job model: the grouping in force, its generation, and the expansion barriers.
 
 The model changes at first start (group the inputs), on partition expansion, on a
-split (`plan_split`) and when a split child first goes live; each change bumps the
-generation. It is persisted whole under the key "model" of the
-coordinator stream. Pure data and functions: the partition counts and end offsets
+split (`plan_split`), when a split child first goes live, and when the changelog
+mapping gains tasks or is retired (`with_changelog`, `without_changelog`); each change
+bumps the generation. It is persisted whole under the key "model" of the coordinator
+stream. Pure data and functions: the partition counts and end offsets
 come from the daemon's admin I/O.
 """
 
@@ -13,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from orchestrator.core.changelog import changelog_partitions
 from orchestrator.core.grouping import Grouping, expand, expansion_parents, group
 from orchestrator.core.split import Split, plan_split
 
@@ -45,12 +47,18 @@ class JobModel:
             once the parent is consumed up to the offset recorded at expansion.
         pending: split child task -> its parent task, until the child first goes live;
             meanwhile the parent's owner keeps consuming the child's partitions.
+        changelog: task -> its partition of `baton.<job>.changelog`; empty until the
+            job first runs with catch_up.source = "changelog" (orchestrator/core/changelog.py).
+        changelog_retired: changelog partitions below this were used by a mapping the
+            job retired (it ran on the input source since): never handed out again.
     """
 
     generation: int
     grouping: Grouping
     barriers: dict[str, tuple[str, int]] = field(default_factory=dict)
     pending: dict[str, str] = field(default_factory=dict)
+    changelog: dict[str, int] = field(default_factory=dict)
+    changelog_retired: int = 0
 
     @classmethod
     def first(cls, inputs: Sequence[tuple[str, int]], scheme: str) -> JobModel:
@@ -111,8 +119,32 @@ class JobModel:
         if not splits:
             return self, ()
         pending = {**self.pending, **{s.child: self._root(s.parent) for s in splits}}
+        changelog = (changelog_partitions([t.name for t in grouping.tasks], self.changelog)
+                     if self.changelog else {})
         return replace(self, generation=self.generation + 1, grouping=grouping,
-                       pending=pending), splits
+                       pending=pending, changelog=changelog), splits
+
+    def with_changelog(self) -> JobModel:
+        """The model with a changelog partition for every task (itself when every task
+        has one already): see orchestrator/core/changelog.py."""
+        changelog = changelog_partitions(list(self.tasks), self.changelog,
+                                         self.changelog_retired)
+        if changelog == self.changelog:
+            return self
+        return replace(self, generation=self.generation + 1, changelog=changelog)
+
+    def changelog_written(self) -> int:
+        """How many changelog partitions the job has written to (mapped or retired)."""
+        return max(max(self.changelog.values(), default=-1) + 1, self.changelog_retired)
+
+    def without_changelog(self) -> JobModel:
+        """The model with its changelog mapping retired (the job runs on the input
+        source: the partitions stop following the state); itself when it has none."""
+        if not self.changelog:
+            return self
+        retired = max(self.changelog.values()) + 1
+        return replace(self, generation=self.generation + 1, changelog={},
+                       changelog_retired=max(retired, self.changelog_retired))
 
     def _root(self, task: str) -> str:
         """A pending child split again hands its keys on from its own live ancestor."""
@@ -157,10 +189,15 @@ class JobModel:
         return cached
 
     def to_record(self) -> dict[str, Any]:
-        return {"generation": self.generation, "grouping": self.grouping.to_json(),
-                "barriers": {c: {"parent": p, "offset": o}
-                             for c, (p, o) in sorted(self.barriers.items())},
-                "pending": dict(sorted(self.pending.items()))}
+        record = {"generation": self.generation, "grouping": self.grouping.to_json(),
+                  "barriers": {c: {"parent": p, "offset": o}
+                               for c, (p, o) in sorted(self.barriers.items())},
+                  "pending": dict(sorted(self.pending.items()))}
+        if self.changelog:     # absent for a job that never used the changelog source
+            record["changelog"] = dict(sorted(self.changelog.items()))
+        if self.changelog_retired:
+            record["changelog_retired"] = self.changelog_retired
+        return record
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> JobModel:
@@ -172,5 +209,6 @@ class JobModel:
         barriers = {str(c): (str(b["parent"]), int(b["offset"]))
                     for c, b in dict(record.get("barriers", {})).items()}
         pending = {str(c): str(p) for c, p in dict(record.get("pending", {})).items()}
+        changelog = {str(t): int(n) for t, n in dict(record.get("changelog", {})).items()}
         return cls(int(record["generation"]), Grouping.from_json(record["grouping"]), barriers,
-                   pending)
+                   pending, changelog, int(record.get("changelog_retired", 0)))

@@ -35,12 +35,15 @@ def status(core: Coordinator) -> dict[str, Any]:
         "generation": core.model.generation,
         "balanced": not waiting,
         "pending": waiting,
+        "catch_up_source": core.config.catch_up_source,
         "processors": [_processor(core, p.id) for p in core.processors],
         "tasks": [{"name": task, "partitions": parts, "active": core.holder(task),
                    "lag": _input_lag(core, task),
                    "failed": core.failures.describe(task, now),
                    **({"split_from": core.model.pending[task]}
-                      if task in core.model.pending else {})}
+                      if task in core.model.pending else {}),
+                   **({"changelog_partition": core.model.changelog[task]}
+                      if task in core.model.changelog else {})}
                   for task, parts in core.model.tasks.items()],
         "handoffs": [{"task": h.task, "from": h.source, "to": h.target,
                       "phase": h.phase.value, "lag": core.lag(h.task, h.target),

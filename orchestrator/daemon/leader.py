@@ -3,9 +3,12 @@
 Taking over: `CoordinatorStream.open()` fences every earlier writer (Kafka's
 transactional id: a deposed leader's next write fails), then reads the stream to its
 end; the core is rebuilt from it with the handoffs in flight, or, on a fresh job, the
-inputs are grouped. From then on each turn ticks the core, refreshes offsets, polls
-the partition monitor and writes the "leader" record every `keepalive_s`: that record
-is what standbys watch, and a leader that was fenced learns it at that write.
+inputs are grouped. With catch_up.source = "changelog" the changelog mapping and topic
+follow (orchestrator/core/changelog.py: created when missing, grown for new tasks,
+refused when not compacted or short of partitions). From then on each turn ticks the
+core, refreshes offsets, polls the partition monitor and writes the "leader" record
+every `keepalive_s`: that record is what standbys watch, and a leader that was fenced
+learns it at that write.
 """
 
 from __future__ import annotations
@@ -19,16 +22,18 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from metrics import CoordinatorMetrics
+from orchestrator.core.changelog import plan_changelog_topic
 from orchestrator.core.coordinator import Coordinator, CoreConfig
 from orchestrator.core.model import JobModel
 from orchestrator.daemon.monitor import PartitionMonitor
 from orchestrator.daemon.service import CoordinatorService
 from orchestrator.kafka.stream import CoordinatorStream, FencedError, StreamError
 from orchestrator.kafka.topics import TopicAdmin, TopicsError
+from orchestrator.wire.changelog import changelog_topic
 from orchestrator.wire.clock import Clock, Deadline
 from orchestrator.wire.config import Config
 
-__all__ = ["Leadership"]
+__all__ = ["ChangelogTopicError", "Leadership"]
 
 log = logging.getLogger("baton.coordinator")
 
@@ -58,6 +63,12 @@ class Leadership:
         self.stream = CoordinatorStream(config.kafka_settings(), config.job.name)
         try:
             core = self._core(admin, metrics)
+            if config.catch_up.source == "changelog":
+                _changelog(config, admin, core)
+            elif core.model.changelog:
+                core.adopt_model(core.model.without_changelog())
+                log.warning("catch_up.source = \"input\": the changelog mapping is retired; "
+                            "back on the changelog source the tasks get fresh partitions")
             self.service = CoordinatorService(
                 core, self.stream.write, admin, config.job.inputs,
                 {"coordinator": {"url": url, "metrics_url": f"{url}/metrics",
@@ -122,6 +133,38 @@ class Leadership:
 
     def close(self) -> None:
         self.stream.close()
+
+
+class ChangelogTopicError(ValueError):
+    """The changelog topic does not fit the mapping (not compacted, too few
+    partitions): a configuration problem, the message names the topic."""
+
+
+def _changelog(config: Config, admin: TopicAdmin, core: Coordinator) -> None:
+    """Give every task a changelog partition and make the topic fit the mapping.
+
+    Raises:
+        ChangelogTopicError: the topic is not compacted or lacks partitions.
+        TopicsError: the broker refused to describe, create or grow it.
+    """
+    topic = changelog_topic(config.job.name)
+    model = core.model.with_changelog()
+    shape = admin.describe(topic, ["cleanup.policy"])
+    plan = plan_changelog_topic(topic, None if shape is None else shape.partitions,
+                                None if shape is None else shape.config.get("cleanup.policy"),
+                                model.changelog, core.model.changelog_written())
+    if plan.problem is not None:
+        raise ChangelogTopicError(f"{plan.problem} (catch_up.source = \"changelog\" in "
+                                  f"{config.path})")
+    if plan.create:
+        admin.ensure_topic(topic, plan.create, {"cleanup.policy": "compact"},
+                           what="the changelog")
+    if plan.grow_to:
+        admin.create_partitions(topic, plan.grow_to)
+    if model is not core.model:
+        core.adopt_model(model)
+        log.info("changelog %s: task -> partition %s (generation %d)", topic,
+                 model.changelog, model.generation)
 
 
 def _guard(step: Callable[[], Any]) -> None:

@@ -40,7 +40,7 @@ from orchestrator.core.grouping import GroupingError
 from orchestrator.daemon.api import create_app
 from orchestrator.daemon.credentials import Credentials
 from orchestrator.daemon.gate import Gate
-from orchestrator.daemon.leader import Leadership
+from orchestrator.daemon.leader import ChangelogTopicError, Leadership
 from orchestrator.daemon.limits import BodyLimit
 from orchestrator.daemon.tls import PeerNameProtocol, server_context
 from orchestrator.kafka.stream import FencedError, StreamError, StreamTail, stream_topic
@@ -219,6 +219,8 @@ class _Daemon:
             return
         try:
             self._take_over()
+        except ChangelogTopicError as exc:
+            raise StartupError(str(exc), 2) from exc
         except (TopicsError, GroupingError) as exc:
             raise StartupError(f"cannot start the coordinator of job "
                                f"{self.config.job.name!r}: {exc}") from exc
@@ -238,6 +240,8 @@ class _Daemon:
                         f"wrote nothing for {now - self._last_life:.1f} s")
             try:
                 self._take_over()
+            except ChangelogTopicError as exc:
+                raise StartupError(str(exc), 2) from exc
             except (FencedError, StreamError, TopicsError, KafkaException,
                     GroupingError) as exc:
                 log.error("take-over failed (will retry): %s", exc)

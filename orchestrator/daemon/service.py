@@ -202,10 +202,12 @@ class CoordinatorService:
         """
         if self.core.config.catch_up_source != "input":
             raise SplitError(
-                f"catch_up.source = {self.core.config.catch_up_source!r}: a split child "
-                "rebuilds its state by replaying its parent's input partitions through "
-                "process(), which the changelog source does not allow yet; split with "
-                "catch_up.source = \"input\" (the default), then switch back")
+                f"catch_up.source = {self.core.config.catch_up_source!r}: a split child's "
+                "state is in its parent's changelog partition, mixed with the keys the "
+                "parent keeps, and Baton does not rebuild a child from it (yet); split "
+                "with catch_up.source = \"input\" (the default: the child replays its "
+                "parent's input through process()), then switch back: the children get "
+                "changelog partitions of their own at the next coordinator start")
         with self._lock:
             model, splits = self.core.model.plan_split()
             if splits and not dry_run:

@@ -35,7 +35,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from orchestrator.devkit.embedded import EmbeddedBroker, free_port
+from orchestrator.devkit.embedded import EMBEDDED_CATCH_UP_SETTINGS, EmbeddedBroker, free_port
 from orchestrator.wire.client import CoordinatorClient
 from orchestrator.wire.config import dump_config, load_config
 from orchestrator.wire.token import read_token
@@ -167,7 +167,7 @@ def _make_config(workdir: Path, bootstrap: str, topics: tuple[str, str]) -> Path
                         "release_timeout_ms": 10000, "monitor_interval_ms": 1000},
         "processor": {"state_dir": str(workdir / "state"), "heartbeat_interval_ms": 100,
                       "coordinator_grace_ms": 15000, "commit_interval_ms": 100},
-        "catch_up": {"acceptable_lag": 300, "max_warmups": 4},
+        "catch_up": {"acceptable_lag": 300, "max_warmups": 4, **EMBEDDED_CATCH_UP_SETTINGS},
     }
     path = workdir / "demo.toml"
     path.write_text(dump_config(raw))

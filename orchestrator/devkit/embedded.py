@@ -3,10 +3,15 @@
 Only this module knows noida-db's quirks: it answers a fetch with the whole backlog
 whatever the size limits say (clients need `receive.message.max.bytes` raised), it
 keeps data in memory and persists it only on a clean stop (SIGINT/SIGTERM), and it
-does not compact. On SIGTERM it saves first and keeps answering for a few tens of
-milliseconds, acknowledging writes it then loses (measured: ~30 transactions), so a
-clean stop here first stops its Kafka service through its own control command, which
-closes the listener and then saves. Baton's own logic never depends on any of this.
+does not compact. A read_committed fetch that starts past an aborted transaction's
+marker returns nothing more from that producer (it lists every aborted transaction of
+the partition, finished ones included, and librdkafka then waits for their markers
+forever), so changelog reads start from the partition's beginning here
+(`catch_up.changelog_read_from = "beginning"`). On SIGTERM it saves first and keeps
+answering for a few tens of milliseconds, acknowledging writes it then loses
+(measured: ~30 transactions), so a clean stop here first stops its Kafka service
+through its own control command, which closes the listener and then saves. Baton's
+own logic never depends on any of this.
 """
 
 from __future__ import annotations
@@ -24,11 +29,16 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-__all__ = ["EMBEDDED_CLIENT_SETTINGS", "EmbeddedBroker", "EmbeddedBrokerError", "free_port"]
+__all__ = ["EMBEDDED_CATCH_UP_SETTINGS", "EMBEDDED_CLIENT_SETTINGS", "EmbeddedBroker",
+           "EmbeddedBrokerError", "free_port"]
 
 # noida-db sends whole backlogs regardless of fetch.max.bytes; librdkafka loops on
 # "Invalid response size" unless it may receive that much.
 EMBEDDED_CLIENT_SETTINGS: dict[str, Any] = {"receive.message.max.bytes": 1_000_000_000}
+# the [catch_up] settings noida-db needs: a read_committed fetch must not start past an
+# aborted transaction (see the module docstring); measured in tests/processor/runtime/
+# test_changelog_runtime.py
+EMBEDDED_CATCH_UP_SETTINGS: dict[str, Any] = {"changelog_read_from": "beginning"}
 _START_TIMEOUT_S = 30.0
 _STOP_GRACE_S = 10.0
 _SERVICE_STOP_TIMEOUT_S = 30.0

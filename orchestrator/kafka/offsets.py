@@ -15,7 +15,8 @@ from tenacity import retry
 from orchestrator.kafka.retry import KAFKA_RETRY
 from orchestrator.wire.partitions import format_partition, split_partition
 
-__all__ = ["committed_offsets", "committed_once", "to_topic_partitions", "watermarks"]
+__all__ = ["committed_offsets", "committed_once", "end_offsets_once", "to_topic_partitions",
+           "watermarks"]
 
 _LOOKUP_TIMEOUT_S = 10.0
 _KAFKA_RETRY = retry(retry=KAFKA_RETRY["retry"], stop=KAFKA_RETRY["stop"],
@@ -68,3 +69,19 @@ def committed_once(consumer: Consumer, partitions: Iterable[str],
             raise KafkaException(tp.error)
         result[name] = tp.offset if tp.offset >= 0 else watermarks(consumer, name)[0]
     return result
+
+
+def end_offsets_once(consumer: Consumer, partitions: Iterable[str],
+                     timeout: float) -> dict[str, int]:
+    """Each partition's end, one attempt each; a read_committed consumer gets the last
+    stable offset (the end of what has committed), not the high watermark.
+
+    Raises:
+        KafkaException: a lookup failed (callers that poll simply try again later).
+    """
+    ends: dict[str, int] = {}
+    for name in partitions:
+        _, high = consumer.get_watermark_offsets(TopicPartition(*split_partition(name)),
+                                                 timeout=timeout, cached=False)
+        ends[name] = int(high)
+    return ends

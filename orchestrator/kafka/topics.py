@@ -17,7 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+    ResourceType,
+)
 from tenacity import (
     Retrying,
     retry_if_exception,
@@ -32,6 +38,7 @@ from orchestrator.wire.partitions import format_partition, parse_partition
 
 __all__ = [
     "ADMIN_RETRY",
+    "TopicShape",
     "Watermarks",
     "TopicAdmin",
     "TopicsError",
@@ -62,6 +69,14 @@ class Watermarks:
 
     low: int
     high: int
+
+
+@dataclass(frozen=True)
+class TopicShape:
+    """What a topic is: its partition count and the topic configs asked for."""
+
+    partitions: int
+    config: dict[str, str]
 
 
 def _retrying() -> Retrying:
@@ -169,6 +184,35 @@ class TopicAdmin:
         log.info("created %s %s (%d partition%s%s)", what, topic, partitions,
                  "" if partitions == 1 else "s", f", {settings}" if settings else "")
         return True
+
+    def describe(self, topic: str, keys: Sequence[str]) -> TopicShape | None:
+        """`topic`'s partition count and the values of its configs `keys`; None when
+        the topic does not exist.
+
+        Raises:
+            TopicsError: the broker refused to describe it (an authorization failure).
+        """
+        self._serve_logs()
+        for attempt in _retrying():
+            with attempt:
+                meta = self._admin.list_topics(timeout=_REQUEST_TIMEOUT_S)
+        found = meta.topics.get(topic)
+        if found is None or found.error is not None:
+            return None
+        resource = ConfigResource(ResourceType.TOPIC, topic)
+        try:
+            for attempt in _retrying():
+                with attempt:
+                    configs = self._admin.describe_configs([resource])[resource].result(
+                        _REQUEST_TIMEOUT_S)
+        except KafkaException as exc:
+            raise TopicsError(f"cannot read the configuration of topic {topic!r}: "
+                              f"{exc.args[0].str()}; grant this client DescribeConfigs on "
+                              f"it and start again") from exc
+        finally:
+            self._serve_logs()
+        return TopicShape(len(found.partitions),
+                          {k: str(configs[k].value) for k in keys if k in configs})
 
     def _serve_logs(self) -> None:
         """Hand the admin client's queued librdkafka log lines to Python logging (they

@@ -7,6 +7,6 @@ import below its CLI.)
 """
 
 __all__ = [
-    "client", "clock", "config", "lineage", "logs", "partitioners", "partitions",
-    "protocol", "secrets", "token",
+    "changelog", "client", "clock", "config", "lineage", "logs", "partitioners",
+    "partitions", "protocol", "secrets", "token",
 ]

@@ -135,6 +135,10 @@ class ProcessorConfig(_Section):
 
 class CatchUpConfig(_Section):
     source: Literal["input", "changelog"] = "input"
+    # where a changelog read starts: "store" (the store's changelog position) or
+    # "beginning" (the partition's start, skipping what the store has: for brokers whose
+    # read_committed fetch cannot start after an aborted transaction, as noida-db)
+    changelog_read_from: Literal["store", "beginning"] = "store"
     acceptable_lag: int = Field(default=1000, ge=0)
     max_warmups: int = Field(default=2, ge=1)
     num_standbys: int = Field(default=0, ge=0)

@@ -12,7 +12,9 @@ a lost or repeated message never leaves the two sides disagreeing for long.
 - An active task missing from `assignment.active` is released: stop fetching,
   commit the open transaction, report it as `released` with the final T1.
 - `warmup`/`standby` tasks replay S2 through `process()` without output, never past
-  the owner's committed offsets, and report T2.
+  the owner's committed offsets, and report T2; with catch_up.source = "changelog"
+  they apply the task's changelog partition instead, report the input offsets it
+  carried as positions and their lag in changelog records.
 - Anything else the processor holds is dropped (store kept on disk).
 """
 
@@ -91,12 +93,15 @@ class HeartbeatReply(_Message):
     # every split child not live yet -> its parent (embedded, or being handed over); a
     # parent's owner drops a child's keys from its store once the child left this map
     pending: dict[str, str] = Field(default_factory=dict)
+    # catch_up.source = "changelog": task -> its partition of baton.<job>.changelog
+    # (orchestrator/wire/changelog.py); sent with the model, empty otherwise
+    changelog: dict[str, int] = Field(default_factory=dict)
     assignment: RoleListing = Field(default_factory=RoleListing)
     # drain finished: exit 0 once every task is released
     stop: bool = False
     # with alive false: the coordinator has no record of this processor id at all (it
     # lost its stream): register again instead of stopping
     unknown: bool = False
-    # the request named the current generation: `tasks`, `barriers` and `pending` are
-    # left out (empty), the processor keeps the model it has
+    # the request named the current generation: `tasks`, `barriers`, `pending` and
+    # `changelog` are left out (empty), the processor keeps the model it has
     same_model: bool = False

@@ -7,6 +7,7 @@ One module per concept, behind this surface:
 - `activation`: fence the previous owner, replay T2 -> T1, go active;
 - `consumers`: the two assign()-based consumers, replica caps, expansion barriers;
 - `bulk_path`: the Spark bulk catch-up of a warmup's backlog;
+- `changelog_source`: the changelog mapping, changelog replicas and writers;
 - `reports`: the task reports of each heartbeat, store sizes for the scrape.
 """
 

@@ -9,7 +9,10 @@ Three steps, each started by the runtime's loop:
    the coordinator connection is not part of the handoff pause.
 2. *check and replay* (`verify_fenced`, `replay`): the store must not lead the
    committed offsets (T1); the task then replays T2 -> T1 silently, as a replica in
-   the `activating` role.
+   the `activating` role. With catch_up.source = "changelog" it first applies its
+   changelog partition to the committed end (final now: the previous owner is fenced),
+   which brings the store's input offsets to T1 as well; an input replay covers any
+   rest (a changelog that began after the store's history: a switch of source).
 3. *go active* (`go_active`): once caught up, the replica's store and the fenced
    producer become an `ActiveTask` that processes with output from T1.
 """
@@ -20,7 +23,7 @@ import logging
 from collections.abc import Callable, Container, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from metrics import ProcessorMetrics
 from orchestrator.kafka.logs import client_logging
@@ -28,8 +31,9 @@ from orchestrator.kafka.watched_producer import WatchedProducer
 from orchestrator.wire.clock import Clock
 from orchestrator.wire.config import Config
 from processor.active import ActiveTask
+from processor.changelog import ChangelogWriter
 from processor.job import Job
-from processor.replica import Replica, ReplicaRole
+from processor.replica import Replay, Replica, ReplicaRole
 from processor.runtime.consumers import Consumers
 from processor.runtime.dead_letters import dlq_topic
 from store import Store
@@ -45,6 +49,9 @@ _INIT_TXN_TIMEOUT_S = 30.0
 _PRODUCER_DEFAULTS: dict[str, Any] = {"retry.backoff.ms": 10, "retry.backoff.max.ms": 100,
                                       "queue.buffering.max.messages": 500_000,
                                       "linger.ms": 5}
+
+
+_R = TypeVar("_R", bound=Replay)
 
 
 class StoreAheadError(Exception):
@@ -146,16 +153,19 @@ class Activations:
                 f"Move the store away to rebuild it from the input")
         return committed, applied
 
-    def replay(self, task: str, build: Callable[[Store, ReplicaRole], Replica]) -> Replica:
-        """The silent replay T2 -> T1 (over S2) that precedes processing with output."""
+    def replay(self, task: str, build: Callable[[Store, ReplicaRole], _R]) -> _R:
+        """The silent replay that precedes processing with output: T2 -> T1 over S2, or
+        the changelog to its committed end (then the input from T2, usually nothing)."""
         activation = self.pending[task]
         replay = build(activation.store, "activating")
         activation.replaying = True
         return replay
 
-    def go_active(self, replay: Replica, partitions: Sequence[str]) -> ActiveTask:
+    def go_active(self, replay: Replica, partitions: Sequence[str],
+                  changelog: ChangelogWriter | None = None) -> ActiveTask:
         """The caught-up replay's store and the fenced producer, processing `partitions`
-        (a split child's ancestors stay behind) from T1."""
+        (a split child's ancestors stay behind) from T1, writing its state changes to
+        `changelog` (catch_up.source = "changelog")."""
         activation = self.pending.pop(replay.name)
         replay.commit()
         config = self._config
@@ -164,7 +174,8 @@ class Activations:
                             config.processor.on_error,
                             self._consumers.active.consumer_group_metadata,
                             {p: replay.caps[p] for p in partitions},
-                            self._consumers.committed, clock=self._clock)
+                            self._consumers.committed, clock=self._clock,
+                            changelog=changelog)
         active.activated_at = activation.started
         active.on_process_error = self._metrics.record_process_error
         return active

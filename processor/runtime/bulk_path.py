@@ -17,14 +17,31 @@ from typing import TYPE_CHECKING
 
 from metrics import ProcessorMetrics
 from orchestrator.wire.config import Config
-from processor.replica import KeyFilter, Replica
+from orchestrator.wire.partitions import split_partition
+from processor.replica import KeyFilter, Replay, Replica
 
 if TYPE_CHECKING:       # the Spark path (and pyspark) loads only when a warmup needs it
     from processor.spark.bulk import BulkResult
 
-__all__ = ["BulkPath"]
+__all__ = ["BulkPath", "bulk_plan"]
 
 log = logging.getLogger("baton.processor.runtime")
+
+
+def bulk_plan(replica: Replica, threshold: int
+              ) -> tuple[dict[str, tuple[int, int]], KeyFilter | None] | None:
+    """The ranges (and key filter) Spark should replay for a fresh input replica, if its
+    backlog exceeds `threshold` records. A split child's bulk part is its ancestors (one
+    topic, one filter); its own partitions follow through the consumer once they are
+    read. (A changelog replica never gets here: its bulk path is not built yet.)"""
+    ancestors = [p for p in replica.partitions if p in replica.filters]
+    if len({split_partition(a)[0] for a in ancestors}) > 1:
+        return None     # filters of several topics: the consumer path sorts them
+    chosen = ancestors or replica.partitions
+    ranges = {p: (replica.positions[p], replica.caps[p]) for p in chosen}
+    if sum(hi - lo for lo, hi in ranges.values()) <= threshold:
+        return None
+    return ranges, replica.filters[ancestors[0]] if ancestors else None
 
 
 class BulkPath:
@@ -70,8 +87,8 @@ class BulkPath:
         return bulk_catch_up(spark, self._config.job.class_, self._config.kafka_settings(),
                              ranges, "input", task, key_filter=key_filter)
 
-    def progress(self, replicas: Mapping[str, Replica],
-                 resume: Callable[[Replica], None]) -> None:
+    def progress(self, replicas: Mapping[str, Replay],
+                 resume: Callable[[Replay], None]) -> None:
         """Ingest finished bulk catch-ups (one atomic step); a failure falls back to the
         consumer path from where the store is, with a warning and a metric.
 

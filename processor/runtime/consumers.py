@@ -8,7 +8,8 @@ standbys, activations). This module owns everything about them:
   replay consumer's;
 - caps: a warmup or standby never applies at or past the owner's committed offset
   (T1), so its partitions pause at the cap and resume when a refresh of the owner's
-  committed offsets moves the cap on;
+  committed offsets moves the cap on; a changelog replica is never capped (all it
+  reads has committed), its cap is the partition's committed end, for its lag;
 - expansion barriers: a new partition waits until its parent is consumed up to the
   offset recorded at expansion, so a key's records are never processed out of order.
 """
@@ -21,13 +22,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from orchestrator.kafka.logs import client_logging
-from orchestrator.kafka.offsets import committed_offsets, committed_once, watermarks
+from orchestrator.kafka.offsets import (
+    committed_offsets,
+    committed_once,
+    end_offsets_once,
+    watermarks,
+)
 from orchestrator.wire.clock import Clock, Deadline
 from orchestrator.wire.config import Config
 from orchestrator.wire.partitions import split_partition
 from orchestrator.wire.protocol import Barrier
 from processor.active import ActiveTask
-from processor.replica import Replica
+from processor.replica import Replay
 
 __all__ = ["Consumers", "by_task", "topic_partition"]
 
@@ -104,11 +110,25 @@ class Consumers:
         """The first offset the broker still holds on `partition`."""
         return watermarks(self.replay, partition)[0]
 
+    def bounds(self, partition: str) -> tuple[int, int]:
+        """`partition`'s first offset and its committed end (the last stable offset:
+        the replay consumer reads committed records only)."""
+        return watermarks(self.replay, partition)
+
+    def read_through(self, partitions: Sequence[str]) -> dict[str, int]:
+        """How far the replay consumer has read each partition (past transaction
+        markers and aborted records); partitions it has not read yet are left out."""
+        if not partitions:
+            return {}
+        return {f"{tp.topic}:{tp.partition}": tp.offset
+                for tp in self.replay.position([_tp(p) for p in partitions])
+                if tp.offset >= 0}
+
     # ---- replays ---------------------------------------------------------------------
 
-    def assign_replay(self, replica: Replica) -> None:
+    def assign_replay(self, replica: Replay) -> None:
         self.replay.incremental_assign(
-            [_tp(p, replica.positions[p]) for p in replica.partitions])
+            [_tp(p, replica.start_offset(p)) for p in replica.partitions])
 
     def unassign_replay(self, partitions: Sequence[str]) -> None:
         # librdkafka keeps a partition's pause across incremental_unassign/assign: resume
@@ -120,16 +140,19 @@ class Consumers:
         if partitions:
             self.replay.incremental_unassign([_tp(p) for p in partitions])
 
-    def refresh_caps(self, replicas: Iterable[Replica],
+    def refresh_caps(self, replicas: Iterable[Replay],
                      ancestor_ends: Callable[[str], Mapping[str, int]]) -> None:
         """Warmups and standbys follow the owner's committed offsets as they advance
-        (a split child's ancestors no further than their barriers)."""
+        (a split child's ancestors no further than their barriers); changelog
+        replicas, the changelog's committed end."""
         if not self._caps_due.expired():
             return
         self._caps_due.arm(_CAP_REFRESH_S)
         replicas = list(replicas)
         self._resume_gated(replicas)
         following = [r for r in replicas if r.role != "activating"]
+        self._refresh_ends([r for r in following if r.source == "changelog"])
+        following = [r for r in following if r.source == "input"]
         partitions = [p for r in following for p in r.partitions]
         if not partitions:
             return
@@ -143,13 +166,26 @@ class Consumers:
             replica.caps = {p: min(caps[p], ends.get(p, caps[p])) for p in replica.partitions}
             self._resume(replica, replica.partitions)
 
-    def _resume_gated(self, replicas: Iterable[Replica]) -> None:
+    def _refresh_ends(self, replicas: Sequence[Replay]) -> None:
+        """A changelog replica's cap: its partition's committed end, for its lag."""
+        if not replicas:
+            return
+        try:
+            ends = end_offsets_once(self.replay, [p for r in replicas for p in r.partitions],
+                                    _CAP_LOOKUP_TIMEOUT_S)
+        except KafkaException as exc:       # keep the old ends; the next refresh retries
+            log.debug("changelog ends not refreshed: %s", exc)
+            return
+        for replica in replicas:
+            replica.caps = {p: ends[p] for p in replica.partitions}
+
+    def _resume_gated(self, replicas: Iterable[Replay]) -> None:
         """A split child's own partition, paused while its ancestors were read, goes on
         (activating replays too: their caps are fixed, their gates are not)."""
         for replica in replicas:
             self._resume(replica, replica.gates)
 
-    def _resume(self, replica: Replica, partitions: Iterable[str]) -> None:
+    def _resume(self, replica: Replay, partitions: Iterable[str]) -> None:
         """Fetch again, from the replica's position, the paused partitions it may read."""
         resume = [p for p in partitions
                   if p in self._paused and replica.positions[p] < replica.cap(p)]

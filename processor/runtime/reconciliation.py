@@ -28,7 +28,7 @@ from confluent_kafka import KafkaException
 
 from orchestrator.wire.protocol import RoleListing
 from processor.active import ActiveTask
-from processor.replica import Replica, ReplicaRole
+from processor.replica import Replay, ReplicaRole
 
 __all__ = ["Reconcilable", "reconcile", "replica_roles"]
 
@@ -45,7 +45,7 @@ class Reconcilable(Protocol):
     @property
     def active(self) -> Mapping[str, ActiveTask]: ...
     @property
-    def replicas(self) -> Mapping[str, Replica]: ...
+    def replicas(self) -> Mapping[str, Replay]: ...
 
     def activating(self, task: str) -> bool: ...
     def replay_partitions(self, task: str) -> list[str]: ...

@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Mapping
 from orchestrator.wire.clock import Clock, Deadline
 from orchestrator.wire.protocol import TaskReport
 from processor.active import ActiveTask
-from processor.replica import Replica
+from processor.replica import Replay
 from store import Store
 
 __all__ = ["StoreSizes", "task_reports"]
@@ -23,7 +23,7 @@ _SIZES_REFRESH_S = 1.0        # approximate_bytes reads RocksDB properties: not 
 _ERROR_CHARS = 4000           # a failed task's reason, cut to keep heartbeats small
 
 
-def task_reports(active: Mapping[str, ActiveTask], replicas: Mapping[str, Replica],
+def task_reports(active: Mapping[str, ActiveTask], replicas: Mapping[str, Replay],
                  activating: Collection[str], released: Mapping[str, Mapping[str, int]],
                  failed: Mapping[str, str],
                  t1: Callable[[ActiveTask], dict[str, int]] | None = None
@@ -32,7 +32,9 @@ def task_reports(active: Mapping[str, ActiveTask], replicas: Mapping[str, Replic
 
     Args:
         active: the active tasks (reported with T1 and the handoff pause).
-        replicas: warmups, standbys and replaying activations (T2, lag, rate).
+        replicas: warmups, standbys and replaying activations (T2, lag, rate; a
+            changelog replica: the input offsets its changelog carried, and its lag in
+            changelog records).
         activating: tasks still fencing (a replaying one is reported as a replica).
         released: final T1 of tasks released and not taken back.
         failed: the reason each failed task stopped.
@@ -42,7 +44,7 @@ def task_reports(active: Mapping[str, ActiveTask], replicas: Mapping[str, Replic
                       pause_ms=a.pause_ms) for t, a in active.items()]
     for task, replica in replicas.items():
         out.append(TaskReport(task=task, role=replica.role,
-                              positions=dict(replica.positions), lag=replica.lag(),
+                              positions=replica.reported_positions(), lag=replica.lag(),
                               rate=replica.update_rate()))
     out.extend(TaskReport(task=t, role="activating") for t in activating
                if t not in replicas)
@@ -65,7 +67,7 @@ class StoreSizes:
         self.bytes: dict[str, int] = {}
         self._due = Deadline.after(clock, 0.0)
 
-    def refresh(self, active: Mapping[str, ActiveTask], replicas: Mapping[str, Replica]
+    def refresh(self, active: Mapping[str, ActiveTask], replicas: Mapping[str, Replay]
                 ) -> None:
         """Re-read the stores' sizes, at most once a second."""
         if not self._due.expired():

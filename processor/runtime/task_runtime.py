@@ -9,7 +9,8 @@ producers and stores; the heartbeat thread only exchanges snapshots with it.
 The runtime holds the book of tasks (active, replicas, released, failed) and the
 loop (`poll()`); its collaborators each own one concept: `Consumers` (assignment,
 caps, expansion barriers), `Activations` (fence, replay, go active), `BulkPath`
-(Spark catch-up), `reconcile` (a reply -> changes), `task_reports` and `StoreSizes`.
+(Spark catch-up), `ChangelogSource` (catch_up.source = "changelog": the mapping, its
+replicas and writers), `reconcile` (a reply -> changes), `task_reports` and `StoreSizes`.
 """
 
 from __future__ import annotations
@@ -19,18 +20,19 @@ import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaException, Message
 
 from metrics import NullProcessorMetrics, ProcessorMetrics
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.config import Config
-from orchestrator.wire.partitions import split_partition
 from orchestrator.wire.protocol import HeartbeatReply, TaskReport
 from processor.active import ActiveTask, ProducerFatal, TaskFailed, TaskFenced, TransactionAborted
+from processor.changelog_replica import ChangelogError, ChangelogReplica
 from processor.job import Job, load_job
-from processor.replica import KeyFilter, Replica, ReplicaRole
+from processor.replica import Replay, Replica, ReplicaRole
 from processor.runtime.activation import Activations, StoreAheadError
-from processor.runtime.bulk_path import BulkPath
+from processor.runtime.bulk_path import BulkPath, bulk_plan
+from processor.runtime.changelog_source import ChangelogSource
 from processor.runtime.children import SplitChildren
 from processor.runtime.consumers import Consumers, by_task
 from processor.runtime.dead_letters import ensure_dead_letter_topic
@@ -49,7 +51,7 @@ _REPLAY_BATCH_BESIDE_ACTIVE = 1000
 _IDLE_WHILE_ACTIVATING_S = 0.01
 # what a change of one task may raise and still leave the other tasks running
 _TASK_ERRORS = (StoreError, StoreAheadError, KafkaException, OSError, TaskFenced,
-                ProducerFatal, TaskFailed)
+                ProducerFatal, TaskFailed, ChangelogError)
 
 
 class TaskRuntime:
@@ -79,7 +81,7 @@ class TaskRuntime:
         self.group = f"baton.{config.job.name}"
         self.consumers = Consumers(config, self.group, self.clock)
         self.active: dict[str, ActiveTask] = {}
-        self.replicas: dict[str, Replica] = {}
+        self.replicas: dict[str, Replay] = {}
         self.released: dict[str, dict[str, int]] = {}
         self.failed: dict[str, str] = {}
         self.model: dict[str, list[str]] = {}
@@ -89,6 +91,7 @@ class TaskRuntime:
         self.activations = Activations(config, self.group, self.job, self.consumers,
                                        self.metrics, self.clock)
         self.bulk = BulkPath(config, self.metrics)
+        self.changelog = ChangelogSource(config, self.consumers, self.clock)
 
     @property
     def active_consumer(self) -> Consumer:
@@ -114,6 +117,7 @@ class TaskRuntime:
         if not reply.same_model:
             self.model = {t: list(ps) for t, ps in reply.tasks.items()}
             self.consumers.barriers = dict(reply.barriers)
+            self.changelog.update(reply.changelog, reply.generation)
             self.generation = reply.generation
         pending = self.children.pending if reply.same_model else reply.pending
         for child in reply.embedded:        # back inside its parent: a later leave counts
@@ -155,7 +159,10 @@ class TaskRuntime:
                               self.config.job.partitioner, topic_counts(self.model))
 
     def replay_partitions(self, task: str) -> list[str]:
-        """The partitions a replica of `task` reads, in order (S2)."""
+        """The partitions a replica of `task` reads, in order (S2; with the changelog
+        source its changelog partition, none while the model maps it nowhere)."""
+        if self.changelog.enabled:
+            return self.changelog.partitions(task)
         return self.sources_of(task).partitions
 
     def _replica(self, task: str, store: Store, role: ReplicaRole,
@@ -218,18 +225,44 @@ class TaskRuntime:
     def _after_fence(self, task: str) -> None:
         self.activations.verify_fenced(task, self.partitions_of(task))
         self.released.pop(task, None)
+        if not self.changelog.enabled:
+            self._replay_input(task)
+            return
+        # the previous owner is fenced: the changelog's committed end is final
+        replay = self.activations.replay(task, functools.partial(
+            self.changelog.replica, task, self.partitions_of(task)))
+        if replay.caught_up():
+            self._replay_input(task)
+            return
+        log.info("task %r: applying %d changelog records before going active", task,
+                 replay.lag())
+        self.replicas[task] = replay
+        self.consumers.assign_replay(replay)
+
+    def _replay_input(self, task: str) -> None:
+        """Replay the input T2 -> T1 silently (with the changelog source, after the
+        changelog: its input offsets are T1 already, unless it began after the store's
+        history), then go active."""
         sources = self.sources_of(task).partitions
         replay = self.activations.replay(task, functools.partial(
             self._replica, task, committed=self.consumers.committed(sources)))
         if replay.caught_up():
             self._go_active(replay)
             return
-        log.info("task %r: replaying %d records before going active", task, replay.lag())
+        if self.changelog.enabled:
+            log.warning("task %r: the changelog does not reach the committed input offsets: "
+                        "replaying %d input records through process() (did the job switch "
+                        "to the changelog source?)", task, replay.lag())
+        else:
+            log.info("task %r: replaying %d records before going active", task, replay.lag())
         self.replicas[task] = replay
         self.consumers.assign_replay(replay)
 
     def _go_active(self, replay: Replica) -> None:
-        active = self.activations.go_active(replay, self.partitions_of(replay.name))
+        changelog = (self.changelog.writer(replay.name, replay.store)
+                     if self.changelog.enabled else None)
+        active = self.activations.go_active(replay, self.partitions_of(replay.name),
+                                            changelog)
         self.active[active.name] = active
         self.consumers.add_active(active)
         log.info("task %r: active from %s", active.name, active.committed)
@@ -261,12 +294,23 @@ class TaskRuntime:
 
     def start_replica(self, task: str, role: ReplicaRole) -> None:
         store = self._open_store(task)
+        if self.changelog.enabled:
+            try:
+                changelog = self.changelog.replica(task, self.partitions_of(task), store,
+                                                   role)
+            except BaseException:
+                store.close()
+                raise
+            self.replicas[task] = changelog
+            self.activations.prepare_producer(task)
+            self.consumers.assign_replay(changelog)
+            return          # hook: a Spark bulk path over the changelog would start here
         applied = store.applied_offsets()
         partitions = self.sources_of(task).partitions
         replica = self._replica(task, store, role, self.consumers.committed(partitions))
         self.replicas[task] = replica
         self.activations.prepare_producer(task)
-        bulk = self._bulk_plan(replica) if not applied else None
+        bulk = bulk_plan(replica, self.config.catch_up.bulk_threshold) if not applied else None
         if bulk is not None:
             ranges, key_filter = bulk
             log.info("task %r: %d records to catch up: bulk path on Spark (%s)%s", task,
@@ -275,22 +319,6 @@ class TaskRuntime:
             self.bulk.start(task, ranges, key_filter)
             return          # the consumer takes the tail once the bulk result is ingested
         self.consumers.assign_replay(replica)
-
-    def _bulk_plan(self, replica: Replica
-                   ) -> tuple[dict[str, tuple[int, int]], KeyFilter | None] | None:
-        """The ranges (and key filter) Spark should replay for a fresh replica, if its
-        backlog is worth it. A split child's bulk part is its ancestors (one topic, one
-        filter); its own partitions follow through the consumer once they are read."""
-        if self.config.catch_up.source != "input":
-            return None
-        ancestors = [p for p in replica.partitions if p in replica.filters]
-        if len({split_partition(a)[0] for a in ancestors}) > 1:
-            return None     # filters of several topics: the consumer path sorts them
-        chosen = ancestors or replica.partitions
-        ranges = {p: (replica.positions[p], replica.caps[p]) for p in chosen}
-        if sum(hi - lo for lo, hi in ranges.values()) <= self.config.catch_up.bulk_threshold:
-            return None
-        return ranges, replica.filters[ancestors[0]] if ancestors else None
 
     def drop(self, task: str) -> None:
         """Forget a replica (its store stays on disk for a later return)."""
@@ -409,18 +437,33 @@ class TaskRuntime:
         messages = self.consumers.replay.consume(batch, timeout)
         owner = {p: r.name for r in self.replicas.values() for p in r.partitions}
         batches = by_task(messages, owner.get, self.consumers.log_error)
-        for task, replica in list(self.replicas.items()):
-            before = replica.applied_total
-            capped = replica.apply(batches.get(task, ()))
-            if replica.applied_total > before:
-                self.metrics.record_catch_up(task, "consumer", replica.applied_total - before)
-            replica.commit()
-            self.consumers.pause_at_caps(capped)
-            if replica.role == "activating" and replica.caught_up():
-                del self.replicas[task]
-                self.consumers.unassign_replay(replica.partitions)
-                self._go_active(replica)
+        read = self.consumers.read_through([r.partitions[0] for r in self.replicas.values()
+                                            if isinstance(r, ChangelogReplica)])
+        for task in list(self.replicas):
+            self.guard(task, functools.partial(self._apply_replica,
+                                               messages=batches.get(task, []), read=read))
         return len(messages)
+
+    def _apply_replica(self, task: str, messages: list[Message], read: Mapping[str, int]
+                       ) -> None:
+        """Apply one replica's share of a poll batch and commit it (state and T2)."""
+        replica = self.replicas[task]
+        before = replica.applied_total
+        capped = replica.apply(messages)
+        if replica.applied_total > before:
+            self.metrics.record_catch_up(task, "consumer", replica.applied_total - before,
+                                         replica.source)
+        if isinstance(replica, ChangelogReplica) and replica.partition in read:
+            replica.settle(read[replica.partition])
+        replica.commit()
+        self.consumers.pause_at_caps(capped)
+        if replica.role == "activating" and replica.caught_up():
+            del self.replicas[task]
+            self.consumers.unassign_replay(replica.partitions)
+            if isinstance(replica, Replica):
+                self._go_active(replica)
+            else:
+                self._replay_input(task)        # the changelog is applied: the input's turn
 
     # ---- reports and shutdown ----------------------------------------------------------
 

@@ -28,7 +28,8 @@ def test_public_surface_is_pinned():
     assert set(metrics.__all__) == {
         "CONTENT_TYPE", "COORDINATOR_METRIC_NAMES", "METRIC_NAMES", "PROCESSOR_METRIC_NAMES",
         "HANDOFF_PHASES",
-        "CatchUpPath", "CoordinatorMetrics", "HandoffOutcome", "HandoffPhase", "HandoffSample",
+        "CatchUpPath", "CatchUpSource", "CoordinatorMetrics", "HandoffOutcome", "HandoffPhase",
+        "HandoffSample",
         "HandoffView", "HeartbeatOutcome", "LagSample", "LagView", "MetricsServer",
         "NullProcessorMetrics", "ProcessErrorOutcome", "ProcessorMetrics", "ProcessorState",
         "ProcessorStep", "StoreView", "TransactionOutcome", "render", "serve_metrics",
@@ -48,7 +49,7 @@ def test_metric_names_are_exactly_the_exposed_families(registry):
 
 def test_every_family_has_job_and_labels_are_bounded(registry):
     populate(registry)
-    allowed = {"job", "task", "processor", "role", "phase", "outcome", "path", "state",
+    allowed = {"job", "task", "processor", "role", "phase", "outcome", "path", "source", "state",
                "topic", "le"}
     for name, family in exposed(registry).items():
         assert family.documentation, f"{name} has no help text"

@@ -34,6 +34,7 @@ def test_counters_count_per_task(registry):
     m.record_processed(T1, 5)
     m.record_catch_up(T0, "spark", 1_000_000)
     m.record_catch_up(T0, "consumer", 250)
+    m.record_catch_up(T0, "consumer", 40, "changelog")
     m.record_transaction(T0, "committed")
     m.record_transaction(T0, "committed")
     m.record_transaction(T0, "fenced")
@@ -43,8 +44,12 @@ def test_counters_count_per_task(registry):
 
     assert value(registry, "baton_records_processed_total", task=T0) == 101
     assert value(registry, "baton_records_processed_total", task=T1) == 5
-    assert value(registry, "baton_catchup_records_total", task=T0, path="spark") == 1_000_000
-    assert value(registry, "baton_catchup_records_total", task=T0, path="consumer") == 250
+    assert value(registry, "baton_catchup_records_total", task=T0, path="spark",
+                 source="input") == 1_000_000
+    assert value(registry, "baton_catchup_records_total", task=T0, path="consumer",
+                 source="input") == 250
+    assert value(registry, "baton_catchup_records_total", task=T0, path="consumer",
+                 source="changelog") == 40
     assert value(registry, "baton_transactions_total", task=T0, outcome="committed") == 2
     assert value(registry, "baton_transactions_total", task=T0, outcome="fenced") == 1
     assert value(registry, "baton_bulk_fallbacks_total", task=T1) == 1
@@ -68,6 +73,7 @@ def test_histograms_observe_durations(registry):
 
 @pytest.mark.parametrize("call", [
     lambda m: m.record_catch_up(T0, "rsync", 1),
+    lambda m: m.record_catch_up(T0, "consumer", 1, "snapshot"),  # type: ignore[arg-type]
     lambda m: m.record_transaction(T0, "committing"),
     lambda m: m.record_handoff_step("planned", 1.0),
     lambda m: m.record_heartbeat("late"),
@@ -108,6 +114,7 @@ def test_forget_task_removes_its_series_and_keeps_the_others(registry):
     for task in (T0, T1):
         m.record_processed(task, 1)
         m.record_catch_up(task, "consumer", 1)
+        m.record_catch_up(task, "consumer", 1, "changelog")
         m.record_transaction(task, "aborted")
         m.record_bulk_fallback(task)
         m.record_process_error(task, "skip")

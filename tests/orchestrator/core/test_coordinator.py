@@ -102,6 +102,7 @@ class FakeProcessor:
         self.activate_as = "active"  # "activating": a new owner stuck replaying
         self.pause_ms: float | None = 12.0  # None: no output yet (a task without traffic)
         self.failing: dict[str, str] = {}  # task -> error: it fails in any role it is given
+        self.lags: dict[str, int] = {}  # task -> the lag a replica reports (changelog)
 
     def request(self, leaving: bool = False) -> HeartbeatRequest:
         return HeartbeatRequest(
@@ -110,6 +111,7 @@ class FakeProcessor:
             tasks=[TaskReport(task=t, role=r,  # type: ignore[arg-type]
                               positions=self.positions.get(t, {}),
                               pause_ms=self.pause_ms if r == "active" else None,
+                              lag=self.lags.get(t) if r != "active" else None,
                               error=self.failing.get(t) if r == "failed" else None)
                    for t, r in self.roles.items()])
 

@@ -42,7 +42,8 @@ def test_warmup_through_spark_then_handoff(spark, broker, job_config, tmp_path: 
                  "the bulk catch-up and the tail", both)
         spark_records = registry.get_sample_value(
             "baton_catchup_records_total",
-            {"job": config.job.name, "processor": "p2", "task": "Partition 0", "path": "spark"})
+            {"job": config.job.name, "processor": "p2", "task": "Partition 0", "path": "spark",
+             "source": "input"})
         assert spark_records and spark_records > 500
         old.release("Partition 0")
         old.apply(_reply(model, active=["Partition 1"]))

@@ -1,0 +1,202 @@
+"""The cost of catch_up.source = "changelog" on active tasks, and the changelog apply rate.
+
+One run, one broker (embedded noida-db unless --bootstrap is given), one input topic of
+`--partitions` partitions holding `--records` records over `--keys` keys (the input of
+bench/processor_rates.py):
+
+input      a TaskRuntime holding every task active from offset 0: exactly-once output,
+           a transaction per task per poll batch (catch_up.source = "input").
+changelog  the same with catch_up.source = "changelog": each transaction also writes one
+           changelog record per key it changed, plus its input offsets, to the task's
+           partition of a compacted changelog topic.
+apply      warmups of every task applying the changelog the `changelog` phase wrote
+           (no process()), timed until each has reached its partition's committed end.
+
+Timed from apply() until every task's committed offsets reach the input's end (active
+phases) or every warmup's lag is 0 (apply). Target: changelog >= 0.8 x input.
+
+    .venv/bin/python bench/changelog_cost.py [--records N] [--keys K] [--rounds R]
+        [--job processor.examples:RunningSum] [--bootstrap HOST:PORT] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from orchestrator.devkit.embedded import (
+    EMBEDDED_CATCH_UP_SETTINGS,
+    EMBEDDED_CLIENT_SETTINGS,
+    EmbeddedBroker,
+)
+from orchestrator.wire.changelog import changelog_topic
+from orchestrator.wire.config import parse_config
+from orchestrator.wire.protocol import HeartbeatReply, RoleListing
+from processor.runtime import TaskRuntime
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from processor_rates import Bench, _drive  # noqa: E402 - the sibling bench's input
+
+__all__ = ["main", "measure"]
+
+TARGET = 0.8                 # issue 12: active with changelog writes >= 0.8 x without
+_ADMIN_TIMEOUT_S = 30.0
+
+
+def _runtime(bench: Bench, job: str, job_class: str, source: str,
+             catch_up: dict[str, Any]) -> TaskRuntime:
+    raw = {"job": {"name": job, "class": job_class, "inputs": [bench.topic],
+                   "output": bench.output},
+           "kafka": {"bootstrap_servers": bench.bootstrap, **bench.extra},
+           "processor": {"state_dir": str(bench.state_root / job)},
+           "coordinator": {"token_file": str(bench.state_root / "coordinator.token")},
+           "catch_up": {"source": source, **catch_up}}
+    return TaskRuntime(parse_config(raw), "bench")
+
+
+def _reply(bench: Bench, role: str) -> HeartbeatReply:
+    model = bench.model()
+    return HeartbeatReply(alive=True, tasks=model, changelog={t: n for n, t in enumerate(model)},
+                          assignment=RoleListing(**{role: list(model)}))
+
+
+def run_active(bench: Bench, records: int, job_class: str, source: str,
+               catch_up: dict[str, Any]) -> tuple[float, str, int]:
+    """Seconds for active tasks to process the topic exactly once; the job's name and
+    the changelog records written (0 for the input source)."""
+    job = f"bench-{source}-{uuid.uuid4().hex[:8]}"
+    if source == "changelog":
+        admin = AdminClient({"bootstrap.servers": bench.bootstrap})
+        topic = changelog_topic(job)
+        admin.create_topics([NewTopic(topic, bench.partitions, 1,
+                                      config={"cleanup.policy": "compact"})]
+                            )[topic].result(_ADMIN_TIMEOUT_S)
+    runtime = _runtime(bench, job, job_class, source, catch_up)
+    ends = bench.ends_by_name()
+
+    def done() -> bool:
+        return len(runtime.active) == bench.partitions and all(
+            a.committed.get(p, 0) >= ends[p]
+            for a in runtime.active.values() for p in a.partitions)
+
+    try:
+        started = time.perf_counter()
+        runtime.apply(_reply(bench, "active"))
+        _drive(runtime, done, f"active processing ({source})")
+        seconds = time.perf_counter() - started
+        processed = sum(a.records_total for a in runtime.active.values())
+        written = sum(a.changelog.records_total for a in runtime.active.values()
+                      if a.changelog is not None)
+    finally:
+        runtime.close(commit=True)
+    if processed != records:
+        raise RuntimeError(f"active tasks processed {processed} records of {records}")
+    return seconds, job, written
+
+
+def run_apply(bench: Bench, job: str, job_class: str, catch_up: dict[str, Any]
+              ) -> tuple[float, int]:
+    """Seconds for warmups of every task to apply `job`'s changelog to its end."""
+    runtime = _runtime(bench, job, job_class, "changelog", catch_up)
+    runtime.processor_id = "bench-warmup"
+    model = bench.model()
+
+    def done() -> bool:
+        return len(runtime.replicas) == len(model) and all(
+            r.lag() == 0 and r.applied_total > 0 for r in runtime.replicas.values())
+
+    try:
+        started = time.perf_counter()
+        runtime.apply(_reply(bench, "warmup"))
+        _drive(runtime, done, "changelog apply")
+        seconds = time.perf_counter() - started
+        applied = sum(r.applied_total for r in runtime.replicas.values())
+    finally:
+        runtime.close(commit=True)
+    return seconds, applied
+
+
+def measure(records: int, keys: int, partitions: int, rounds: int, job_class: str,
+            bootstrap: str | None, report: Callable[[str], None]) -> dict[str, Any]:
+    """Best times of each phase over `rounds` rounds on one input topic."""
+    embedded = bootstrap is None
+    with ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="baton-bench-")))
+        extra: dict[str, Any] = {}
+        catch_up: dict[str, Any] = {}
+        if bootstrap is None:
+            broker = EmbeddedBroker(tmp / "broker")
+            bootstrap = broker.start()
+            stack.callback(broker.close)
+            extra, catch_up = dict(EMBEDDED_CLIENT_SETTINGS), dict(EMBEDDED_CATCH_UP_SETTINGS)
+        bench = Bench(bootstrap, extra, partitions, tmp / "state")
+        bench.create_topics()
+        produce_s = bench.produce(records, keys)
+        report(f"wrote {records:,} records over {keys:,} keys to {bench.topic} "
+               f"({partitions} partitions) in {produce_s:.1f}s")
+        best: dict[str, float] = {}
+        written = applied = 0
+        for r in range(rounds):
+            for source in ("input", "changelog"):
+                seconds, job, count = run_active(bench, records, job_class, source, catch_up)
+                report(f"round {r + 1}: active, {source:<9} {seconds:7.2f}s "
+                       f"{records / seconds:>10,.0f} records/s"
+                       + (f" ({count:,} changelog records)" if count else ""))
+                best[source] = min(best.get(source, float("inf")), seconds)
+                if source == "changelog":
+                    written = count
+                    apply_s, applied = run_apply(bench, job, job_class, catch_up)
+                    report(f"round {r + 1}: apply {applied:,} changelog records "
+                           f"{apply_s:7.2f}s {applied / apply_s:>10,.0f} records/s")
+                    best["apply"] = min(best.get("apply", float("inf")), apply_s)
+    ratio = best["input"] / best["changelog"]
+    return {"records": records, "keys": keys, "partitions": partitions, "rounds": rounds,
+            "job": job_class, "embedded": embedded,
+            "input_rate": records / best["input"],
+            "changelog_rate": records / best["changelog"],
+            "changelog_records": written,
+            "apply_rate": applied / best["apply"] if applied else 0.0,
+            "ratio": ratio, "target": TARGET, "ok": ratio >= TARGET}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--records", type=int, default=300_000)
+    parser.add_argument("--keys", type=int, default=50_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--job", default="processor.examples:RunningSum")
+    parser.add_argument("--bootstrap", help="an existing broker instead of the embedded one")
+    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    args = parser.parse_args(argv)
+    if args.records <= 0 or args.keys <= 0 or args.partitions <= 0 or args.rounds <= 0:
+        parser.error("--records, --keys, --partitions and --rounds must be positive")
+
+    def report(line: str) -> None:
+        print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
+
+    result = measure(args.records, args.keys, args.partitions, args.rounds, args.job,
+                     args.bootstrap, report)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    verdict = "ok" if result["ok"] else "MISSED"
+    print(f"active, input source     {result['input_rate']:>10,.0f} records/s")
+    print(f"active, changelog source {result['changelog_rate']:>10,.0f} records/s  "
+          f"ratio {result['ratio']:.2f} (target >= {TARGET}: {verdict})")
+    print(f"changelog apply          {result['apply_rate']:>10,.0f} changelog records/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""An active task whose producer turns fatal under it (a newer owner fenced it) stops
+as fenced, whether produce() or begin_transaction() is the call that finds out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from processor.active import ActiveTask, TaskFailed, TaskFenced
+from processor.examples import RunningSum
+from store import TaskStore
+
+
+class Msg:
+    def __init__(self, offset: int) -> None:
+        self._offset = offset
+
+    def offset(self) -> int:
+        return self._offset
+
+    def topic(self) -> str:
+        return "in"
+
+    def partition(self) -> int:
+        return 0
+
+    def key(self) -> bytes:
+        return b"k"
+
+    def value(self) -> bytes:
+        return b"1"
+
+    def timestamp(self) -> tuple[int, int]:
+        return (0, 0)
+
+
+class FatalProducer:
+    def __init__(self, where: str, error: KafkaError) -> None:
+        self.where, self.error = where, error
+
+    def losses(self) -> int:
+        return 0
+
+    def begin_transaction(self) -> None:
+        if self.where == "begin":
+            raise KafkaException(self.error)
+
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        raise KafkaException(self.error)
+
+    def abort_transaction(self, timeout: float) -> None:
+        raise KafkaException(self.error)
+
+
+def _task(tmp_path: Path, producer: Any) -> ActiveTask:
+    return ActiveTask("Partition 0", ["in:0"], RunningSum(), TaskStore(tmp_path / "s"),
+                      producer, "out", "dlq", "fail", lambda: None, {"in:0": 0},
+                      lambda partitions: {})
+
+
+@pytest.mark.parametrize("where", ["produce", "begin"])
+@pytest.mark.parametrize("error", [
+    KafkaError(KafkaError._FATAL, "Unable to produce message: Local: Fatal error"),
+    KafkaError(KafkaError._FENCED, "fenced", fatal=True)], ids=["fatal", "fenced"])
+def test_a_fatal_producer_stops_the_task_as_fenced(tmp_path, where, error) -> None:
+    task = _task(tmp_path, FatalProducer(where, error))
+    with pytest.raises(TaskFenced, match="failed fatally"):
+        task.process([Msg(0)])
+    task.store.close()
+
+
+def test_other_produce_errors_are_not_taken_for_a_fence(tmp_path) -> None:
+    """The task stops failed (reported, re-placed by the coordinator), not fenced."""
+    task = _task(tmp_path, FatalProducer("produce", KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)))
+    with pytest.raises(TaskFailed, match="producing its output failed"):
+        task.process([Msg(0)])
+    task.store.close()

@@ -1,0 +1,110 @@
+"""ChangelogReplica on real RocksDB with messages made up: what it applies, where T2
+goes, what it reports, and when it clears a store that never followed its partition."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from processor.changelog_replica import ChangelogError, ChangelogReplica
+from store import TaskStore, changelog_offset_record, encode_changelog
+
+CL = "baton.j.changelog:0"
+
+
+class Msg:
+    def __init__(self, offset: int, key: bytes | None, value: bytes | None) -> None:
+        self._offset, self._key, self._value = offset, key, value
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+
+def _records(start: int, *pairs: tuple[bytes, bytes | None]) -> list[Msg]:
+    return [Msg(start + i, k, v) for i, (k, v) in enumerate(pairs)]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Any:
+    with TaskStore(tmp_path / "s") as opened:
+        yield opened
+
+
+def _replica(store: Any, position: int = 0, end: int = 100, fetch_from: int | None = None
+             ) -> ChangelogReplica:
+    return ChangelogReplica("Partition 0", CL, ["in:0"], store, "warmup", position, end,
+                            position if fetch_from is None else fetch_from)
+
+
+def test_applies_records_and_t2_in_one_write(store: Any) -> None:
+    replica = _replica(store)
+    batch = _records(0, encode_changelog("a", 1), encode_changelog(b"b", [1, 2]),
+                     changelog_offset_record("in:0", 40), changelog_offset_record("in:9", 3),
+                     encode_changelog("a", None))
+    assert replica.apply(batch) == set()
+    assert store.applied_offsets() == {}                # nothing written before commit
+    replica.commit()
+    assert dict(store.items()) == {b"b": [1, 2]}
+    assert store.applied_offsets() == {"in:0": 40, "in:9": 3, CL: 5}
+    assert replica.reported_positions() == {"in:0": 40}    # the task's partitions only
+    assert replica.lag() == 95 and replica.applied_total == 5
+
+
+def test_records_the_store_has_are_skipped(store: Any) -> None:
+    store.apply_changes([encode_changelog("a", 5)], {CL: 3})
+    replica = _replica(store, position=3, fetch_from=0)
+    assert replica.start_offset(CL) == 0                 # read from the beginning
+    replica.apply(_records(0, encode_changelog("a", 1), encode_changelog("a", 2),
+                           encode_changelog("a", 3), encode_changelog("a", 9)))
+    replica.commit()
+    assert store["a"] == 9 and replica.applied_total == 1
+
+
+def test_settle_moves_t2_past_markers_not_back(store: Any) -> None:
+    replica = _replica(store, end=12)
+    replica.apply(_records(0, *[encode_changelog("k", n) for n in range(10)]))
+    assert replica.lag() == 2                            # a commit marker, then the end
+    replica.settle(12)
+    replica.settle(4)
+    assert replica.caught_up()
+    replica.commit()
+    assert store.applied_offsets()[CL] == 12
+
+
+def test_a_foreign_record_stops_the_replica(store: Any) -> None:
+    replica = _replica(store)
+    with pytest.raises(ChangelogError, match=f"{CL} offset 7"):
+        replica.apply([Msg(7, b"\x09what", b"1")])
+    with pytest.raises(ChangelogError, match="no key"):
+        replica.apply([Msg(8, None, b"1")])
+
+
+def test_a_store_that_never_followed_the_partition_is_cleared_first(store: Any) -> None:
+    store["stale"] = 1                                   # built from the input, say
+    store.commit({"in:0": 50})
+    replica = _replica(store)
+    assert replica.reported_positions() == {"in:0": 50}
+    replica.apply(_records(0, encode_changelog("fresh", 2), changelog_offset_record("in:0", 60)))
+    replica.commit()
+    assert dict(store.items()) == {"fresh": 2}
+    assert store.applied_offsets() == {"in:0": 60, CL: 2}
+    replica.apply(_records(2, encode_changelog("more", 3)))
+    replica.commit()                                     # cleared once, not again
+    assert dict(store.items()) == {"fresh": 2, "more": 3}
+
+
+def test_an_empty_partition_leaves_the_store_alone(store: Any) -> None:
+    store["kept"] = 1
+    store.commit({"in:0": 50})
+    replica = _replica(store, end=0)
+    replica.apply([])
+    replica.commit()
+    assert replica.caught_up() and store["kept"] == 1 and CL not in store.applied_offsets()

@@ -1,0 +1,137 @@
+"""The changelog side of the store: a transaction's writes as changelog records (one
+per key, the last value, deletes as tombstones), and applying such records with a
+position in one WriteBatch, on real rocksdict."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from store import (
+    StoreError,
+    TaskStore,
+    changelog_offset,
+    changelog_offset_record,
+    check_changelog_key,
+    decode_changelog,
+    decode_value,
+    encode_changelog,
+)
+
+StoreFactory = Callable[..., TaskStore]
+
+
+def test_changes_hold_the_last_value_of_each_key_written(store: TaskStore) -> None:
+    store["a"] = 1
+    store["a"] = 2
+    store[b"b"] = {"n": [1, 2]}
+    store["c"] = "x"
+    del store["c"]
+    store.delete("never-there")
+    changes = dict(store.changes())
+    assert changes == {b"\x02a": b"2", b"\x01b": b'{"n":[1,2]}', b"\x02c": None,
+                       b"\x02never-there": None}
+    assert dict(store.changes()) == changes           # reading them changes nothing
+    for raw_key, raw in changes.items():
+        key, value = decode_changelog(raw_key, raw)
+        assert value is None or decode_value(value) == {"a": 2, b"b": {"n": [1, 2]}}[key]
+
+
+def test_changes_match_encode_changelog(store: TaskStore) -> None:
+    store["k"] = {"x": 1}
+    store[b"z"] = None
+    assert sorted(store.changes()) == sorted([encode_changelog("k", {"x": 1}),
+                                              (b"\x01z", b"null")])
+
+
+def test_a_rolled_back_record_leaves_no_change(store: TaskStore) -> None:
+    store["kept"] = 1
+    store.begin_record()
+    store["kept"] = 99
+    store["gone"] = 1
+    store.rollback_record()
+    assert dict(store.changes()) == {b"\x02kept": b"1"}
+
+
+def test_commit_and_abort_empty_the_changes(store: TaskStore) -> None:
+    store["a"] = 1
+    store.commit({"t:0": 1})
+    assert store.changes() == []
+    store["a"] = 2
+    store.abort()
+    assert store.changes() == []
+
+
+def test_apply_changes_rebuilds_another_store(store_factory: StoreFactory) -> None:
+    owner, replica = store_factory("owner"), store_factory("replica")
+    owner["a"] = 1
+    owner[b"b"] = [1, 2]
+    owner["gone"] = True
+    first = [*owner.changes(), changelog_offset_record("in:0", 3)]
+    owner.commit({"in:0": 3})
+    del owner["gone"]
+    owner["a"] = 5
+    second = [*owner.changes(), changelog_offset_record("in:0", 7)]
+    owner.commit({"in:0": 7})
+    replica.apply_changes(first, {"baton.j.changelog:0": 4})
+    replica.apply_changes(second, {"baton.j.changelog:0": 9})
+    assert dict(replica.items()) == dict(owner.items()) == {"a": 5, b"b": [1, 2]}
+    assert replica.applied_offsets() == {"in:0": 7, "baton.j.changelog:0": 9}
+
+
+def test_apply_changes_later_record_of_a_key_wins(store: TaskStore) -> None:
+    store.apply_changes([(b"\x02k", b"1"), (b"\x02k", None), (b"\x02k", b"3")], {})
+    assert store["k"] == 3
+
+
+def test_apply_changes_refuses_foreign_keys_and_writes_nothing(store: TaskStore) -> None:
+    with pytest.raises(ValueError, match="not a changelog key"):
+        store.apply_changes([(b"\x02ok", b"1"), (b"\x07what", b"1")], {"cl:0": 2})
+    with pytest.raises(ValueError, match="no valid offset"):
+        store.apply_changes([(changelog_offset_record("in:0", 1)[0], b"x")], {})
+    with pytest.raises(ValueError, match="no key"):
+        check_changelog_key(None)
+    assert "ok" not in store and store.applied_offsets() == {}
+
+
+def test_apply_changes_refuses_an_open_transaction(store: TaskStore) -> None:
+    store["pending"] = 1
+    with pytest.raises(StoreError, match="uncommitted"):
+        store.apply_changes([(b"\x02k", b"1")], {})
+
+
+def test_offset_records_round_trip() -> None:
+    key, value = changelog_offset_record("in:12", 345)
+    assert changelog_offset(key, value) == ("in:12", 345)
+    assert changelog_offset(b"\x02in:12", b"345") is None
+    with pytest.raises(ValueError, match="topic:N"):
+        changelog_offset_record("no-partition", 1)
+
+
+def test_snapshot_is_the_whole_state_as_changelog_records(store_factory: StoreFactory) -> None:
+    owner, replica = store_factory("owner"), store_factory("replica")
+    owner["a"] = 1
+    owner[b"b"] = {"x": [1]}
+    owner["c"] = 3
+    owner.commit({"in:0": 5})
+    del owner["c"]
+    owner["d"] = "open"          # the open transaction counts
+    replica.apply_changes(owner.snapshot(), {"cl:0": 1})
+    assert dict(replica.items()) == {"a": 1, b"b": {"x": [1]}, "d": "open"}
+    assert replica.applied_offsets() == {"cl:0": 1}      # offsets are not state
+
+
+def test_clear_drops_state_and_offsets(store_factory: StoreFactory) -> None:
+    store = store_factory()
+    store["a"] = 1
+    store.commit({"in:0": 3, "cl:0": 9})
+    store["b"] = 2
+    store.clear()
+    assert dict(store.items()) == {} and store.applied_offsets() == {}
+    store.close()
+    reopened = store_factory()
+    assert dict(reopened.items()) == {} and reopened.applied_offsets() == {}
+    reopened["z"] = 1
+    reopened.commit({"in:0": 1})
+    assert reopened["z"] == 1
