@@ -23,6 +23,7 @@ import functools
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -254,3 +255,42 @@ def test_frozen_owner_fenced_mid_transaction(changelog_job, broker) -> None:
     del j.processors["p1"]
     j.check_running()
     _finish(j, feeder, broker)
+
+
+def _standbys(j: Job) -> dict[str, str]:
+    """Task -> the processor that reports a standby of it."""
+    return {t: p["id"] for p in j.status()["processors"] if p["alive"]
+            for t, role in p["reported"].items() if role == "standby"}
+
+
+def test_a_standby_takes_over_from_a_killed_owner(changelog_job, broker) -> None:
+    """num_standbys = 1: after the scale-out 2 -> 3 every task has a hot standby applying
+    its changelog. SIGKILL an owner under traffic: each of its tasks goes active on the
+    processor holding its standby (caught up: no rebuild), within the heartbeat timeout
+    and a short apply; every key keeps one id, the sums are exact."""
+    j = changelog_job(catch_up={"num_standbys": 1},
+                      coordinator={"processor_timeout_ms": 3000, "release_timeout_ms": 4000})
+    feeder = _start_two(j, broker)
+    j.start_processor("p3")
+    waited = j.baton_wait()
+    assert waited.returncode == 0, waited.stderr
+    wait_for(lambda: len(_standbys(j)) == PARTITIONS, 60, "a standby of every task")
+    wait_for(lambda: feeder.sent > 1500, 30, "traffic with the standbys in place")
+    holding = j.holding()
+    standbys = _standbys(j)
+    victim = next(p for p, tasks in sorted(holding.items())
+                  if tasks and all(standbys[t] != p for t in tasks))
+    moved = {t: standbys[t] for t in holding[victim]}
+    j.processors[victim].kill()
+    killed = time.monotonic()
+    del j.processors[victim]
+    wait_for(lambda: all(t in j.holding().get(p, []) for t, p in moved.items()), 60,
+             f"{victim}'s tasks {moved} active on their standbys "
+             f"(now {j.holding()}, recent {j.status()['recent_handoffs']})")
+    took = time.monotonic() - killed
+    assert took < 3.0 + 10.0, f"failover took {took:.1f} s"
+    sent = feeder.sent
+    wait_for(lambda: feeder.sent > sent + 2000, 60, "traffic after the failover")
+    j.check_running()
+    result = _finish(j, feeder, broker)
+    assert result.sums.keys == 40
