@@ -31,10 +31,15 @@ from confluent_kafka import Message
 from orchestrator.wire.clock import Clock
 from processor.replica import CatchUpSource, Replay, ReplicaRole
 from store import Change, Store, changelog_offset, check_changelog_key
+from store.codec import BYTES_TAG, STR_TAG
 
 __all__ = ["ChangelogError", "ChangelogReplica"]
 
 log = logging.getLogger("baton.processor.replica")
+
+# the first byte of a state key (store/codec.py): such a record is applied as it is;
+# anything else is checked (an applied-offset record, or a foreign record refused)
+_STATE_TAGS = frozenset((BYTES_TAG, STR_TAG))
 
 
 class ChangelogError(Exception):
@@ -98,14 +103,8 @@ class ChangelogReplica(Replay):
             if offset < position:
                 continue                    # the store has it (a read from the beginning)
             key, value = msg.key(), msg.value()
-            try:
-                check_changelog_key(key)
-                carried = changelog_offset(key, value)
-            except ValueError as exc:
-                raise ChangelogError(f"task {self.name!r}: {self.partition} offset {offset}: "
-                                     f"{exc}") from exc
-            if carried is not None and carried[0] in self._own:
-                inputs[carried[0]] = carried[1]
+            if key is None or key[:1] not in _STATE_TAGS:    # an offset record, or foreign
+                self._check_offset(offset, key, value)
             pending.append((key, value))
             position = offset + 1
             applied += 1
@@ -114,6 +113,20 @@ class ChangelogReplica(Replay):
             self.applied_total += applied
             self.dirty = True
         return set()
+
+    def _check_offset(self, offset: int, key: bytes | None, value: bytes | None) -> None:
+        """An applied-offset record (its input offset is noted), or a foreign record.
+
+        Raises:
+            ChangelogError: a record Baton did not write.
+        """
+        try:
+            carried = changelog_offset(check_changelog_key(key), value)
+        except ValueError as exc:
+            raise ChangelogError(f"task {self.name!r}: {self.partition} offset {offset}: "
+                                 f"{exc}") from exc
+        if carried is not None and carried[0] in self._own:
+            self.inputs[carried[0]] = carried[1]
 
     def settle(self, consumed: int) -> None:
         """The consumer has read up to `consumed` (past markers and aborted records):

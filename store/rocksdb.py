@@ -55,6 +55,9 @@ from store.options import db_options, write_options
 from store.paths import prepare_db_dir
 from store.sst import write_sst
 
+# the first byte of a state key: applied as it is, anything else checked first
+_STATE_TAGS = frozenset((BYTES_TAG, STR_TAG))
+
 if TYPE_CHECKING:
     from store.base import Store
 
@@ -315,9 +318,10 @@ class TaskStore(MutableMapping[Key, Any]):
         batch = rocksdict.WriteBatch(raw_mode=True)
         put, delete, prefix = batch.put, batch.delete, OFFSET_PREFIX
         for raw_key, raw in changes:
-            check_changelog_key(raw_key)
-            if raw_key.startswith(prefix):
-                changelog_offset(raw_key, raw)     # raises on a malformed offset
+            if raw_key is None or raw_key[:1] not in _STATE_TAGS:   # the rare kinds
+                check_changelog_key(raw_key)
+                if raw_key.startswith(prefix):
+                    changelog_offset(raw_key, raw)     # raises on a malformed offset
             if raw is None:
                 delete(raw_key)
             else:
