@@ -24,7 +24,7 @@ says what the owner writes there) instead of replaying its input:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from confluent_kafka import Message
 
@@ -72,6 +72,7 @@ class ChangelogReplica(Replay):
                          {partition: end}, clock=clock)
         self.partition = partition
         self._fetch_from = min(fetch_from, position)
+        self._follow = fetch_from >= position      # reads from the store's position
         applied = store.applied_offsets()
         self._own = frozenset(inputs)
         self.inputs = {p: applied[p] for p in inputs if p in applied}
@@ -113,6 +114,15 @@ class ChangelogReplica(Replay):
             self.applied_total += applied
             self.dirty = True
         return set()
+
+    def ingested(self, positions: Mapping[str, int]) -> None:
+        """A bulk result (Spark, from this changelog) is in the store: its position on
+        the partition and the input offsets the changelog carried come from there."""
+        super().ingested(positions)
+        applied = self.store.applied_offsets()
+        self.inputs = {p: applied[p] for p in self._own if p in applied}
+        if self._follow:
+            self._fetch_from = self.positions[self.partition]
 
     def _check_offset(self, offset: int, key: bytes | None, value: bytes | None) -> None:
         """An applied-offset record (its input offset is noted), or a foreign record.

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from processor.job import Job, Output, Record, State
 
-__all__ = ["IdentifiedSum", "RunningSum"]
+__all__ = ["IdentifiedSum", "ResettableSum", "RunningSum"]
 
 
 class RunningSum(Job):
@@ -16,6 +16,22 @@ class RunningSum(Job):
     def process(self, record: Record, state: State) -> Iterator[Output]:
         if record.key is None or record.value is None:
             raise ValueError(f"RunningSum needs a key and an integer value, got {record!r}")
+        total = state.get(record.key, 0) + int(record.value)
+        state[record.key] = total
+        yield record.key, str(total)
+
+
+class ResettableSum(Job):
+    """RunningSum where a value of 0 forgets the key (its state is deleted): a job whose
+    changelog carries deletes (tombstones)."""
+
+    def process(self, record: Record, state: State) -> Iterator[Output]:
+        if record.key is None or record.value is None:
+            raise ValueError(f"ResettableSum needs a key and an integer value, got {record!r}")
+        if int(record.value) == 0:
+            state.pop(record.key, None)
+            yield record.key, "0"
+            return
         total = state.get(record.key, 0) + int(record.value)
         state[record.key] = total
         yield record.key, str(total)

@@ -130,6 +130,10 @@ class Replay:
         """Apply a batch; return the partitions that reached their cap (to pause)."""
         raise NotImplementedError
 
+    def ingested(self, positions: Mapping[str, int]) -> None:
+        """The store took a bulk result reaching `positions` (the Spark path)."""
+        self.positions.update(positions)
+
     def commit(self) -> None:
         """State and T2 in one WriteBatch."""
         if self.dirty:

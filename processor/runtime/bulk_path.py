@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 from metrics import ProcessorMetrics
 from orchestrator.wire.config import Config
 from orchestrator.wire.partitions import split_partition
-from processor.replica import KeyFilter, Replay, Replica
+from processor.replica import CatchUpSource, KeyFilter, Replay, Replica
 
 if TYPE_CHECKING:       # the Spark path (and pyspark) loads only when a warmup needs it
     from processor.spark.bulk import BulkResult
 
-__all__ = ["BulkPath", "bulk_plan"]
+__all__ = ["BulkPath", "bulk_plan", "changelog_bulk_plan"]
 
 log = logging.getLogger("baton.processor.runtime")
 
@@ -33,7 +33,7 @@ def bulk_plan(replica: Replica, threshold: int
     """The ranges (and key filter) Spark should replay for a fresh input replica, if its
     backlog exceeds `threshold` records. A split child's bulk part is its ancestors (one
     topic, one filter); its own partitions follow through the consumer once they are
-    read. (A changelog replica never gets here: its bulk path is not built yet.)"""
+    read."""
     ancestors = [p for p in replica.partitions if p in replica.filters]
     if len({split_partition(a)[0] for a in ancestors}) > 1:
         return None     # filters of several topics: the consumer path sorts them
@@ -42,6 +42,15 @@ def bulk_plan(replica: Replica, threshold: int
     if sum(hi - lo for lo, hi in ranges.values()) <= threshold:
         return None
     return ranges, replica.filters[ancestors[0]] if ancestors else None
+
+
+def changelog_bulk_plan(replica: Replay, threshold: int) -> dict[str, tuple[int, int]] | None:
+    """The changelog range Spark should fold for a fresh changelog replica, if more than
+    `threshold` records lie between its position and the partition's committed end."""
+    ranges = {p: (replica.positions[p], replica.caps[p]) for p in replica.partitions}
+    if sum(hi - lo for lo, hi in ranges.values()) <= threshold:
+        return None
+    return ranges
 
 
 class BulkPath:
@@ -56,6 +65,7 @@ class BulkPath:
         self._config = config
         self._metrics = metrics
         self._running: dict[str, Future[BulkResult]] = {}
+        self._sources: dict[str, CatchUpSource] = {}
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="baton-bulk")
         self._spark_started = False
 
@@ -69,13 +79,15 @@ class BulkPath:
         return bool(self._running)
 
     def start(self, task: str, ranges: dict[str, tuple[int, int]],
-              key_filter: KeyFilter | None = None) -> None:
+              key_filter: KeyFilter | None = None, source: CatchUpSource = "input") -> None:
         """Catch `task` up over `ranges` (partition -> [from, to)) on Spark, keeping only
-        the records whose key passes `key_filter` (a split child's ancestors)."""
-        self._running[task] = self._pool.submit(self._run, task, ranges, key_filter)
+        the records whose key passes `key_filter` (a split child's ancestors); `source`
+        "changelog": the ranges are its changelog partition, folded last write wins."""
+        self._sources[task] = source
+        self._running[task] = self._pool.submit(self._run, task, ranges, key_filter, source)
 
     def _run(self, task: str, ranges: dict[str, tuple[int, int]],
-             key_filter: KeyFilter | None) -> BulkResult:
+             key_filter: KeyFilter | None, source: CatchUpSource) -> BulkResult:
         """On a worker thread: Spark only, no store or consumer of the main loop."""
         from processor.spark import spark_session, startup_seconds
         from processor.spark.bulk import bulk_catch_up
@@ -85,7 +97,7 @@ class BulkPath:
             self._spark_started = True
             self._metrics.record_spark_session_start(startup_seconds() or 0.0)
         return bulk_catch_up(spark, self._config.job.class_, self._config.kafka_settings(),
-                             ranges, "input", task, key_filter=key_filter)
+                             ranges, source, task, key_filter=key_filter)
 
     def progress(self, replicas: Mapping[str, Replay],
                  resume: Callable[[Replay], None]) -> None:
@@ -115,10 +127,11 @@ class BulkPath:
                             task, exc)
                 self._metrics.record_bulk_fallback(task)
             else:
-                replica.positions.update(result.offsets)
+                replica.ingested(result.offsets)
                 log.info("task %r: bulk catch-up ingested %d records (%d keys) in %.1fs", task,
                          result.records, result.keys, result.timings.get("total", 0.0))
-                self._metrics.record_catch_up(task, "spark", result.records)
+                self._metrics.record_catch_up(task, "spark", result.records,
+                                              self._sources.pop(task, "input"))
                 self._metrics.record_bulk_catch_up(result.timings.get("total", 0.0))
             if replica is not None and task in replicas:
                 resume(replica)

@@ -31,7 +31,7 @@ from processor.changelog_replica import ChangelogError, ChangelogReplica
 from processor.job import Job, load_job
 from processor.replica import Replay, Replica, ReplicaRole
 from processor.runtime.activation import Activations, StoreAheadError
-from processor.runtime.bulk_path import BulkPath, bulk_plan
+from processor.runtime.bulk_path import BulkPath, bulk_plan, changelog_bulk_plan
 from processor.runtime.changelog_source import ChangelogSource
 from processor.runtime.children import SplitChildren
 from processor.runtime.consumers import Consumers, by_task
@@ -303,8 +303,16 @@ class TaskRuntime:
                 raise
             self.replicas[task] = changelog
             self.activations.prepare_producer(task)
+            ranges = changelog_bulk_plan(changelog, self.config.catch_up.bulk_threshold) \
+                if not store.applied_offsets() else None
+            if ranges is not None:
+                log.info("task %r: %d changelog records to apply: bulk path on Spark (%s)",
+                         task, sum(hi - lo for lo, hi in ranges.values()),
+                         self.config.spark.master)
+                self.bulk.start(task, ranges, source="changelog")
+                return      # the consumer takes the tail once the bulk result is ingested
             self.consumers.assign_replay(changelog)
-            return          # hook: a Spark bulk path over the changelog would start here
+            return
         applied = store.applied_offsets()
         partitions = self.sources_of(task).partitions
         replica = self._replica(task, store, role, self.consumers.committed(partitions))

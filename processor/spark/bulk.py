@@ -79,7 +79,8 @@ from processor.spark.reader import (
     read_range,
 )
 from processor.spark.session import SparkUnavailableError, spark_failure, spark_session
-from store import decode_changelog, decode_value, encode_key, write_sst
+from store import changelog_offset, decode_changelog, decode_value, encode_key, write_sst
+from store.codec import OFFSET_PREFIX
 
 __all__ = [
     "BulkCatchUpError", "BulkResult", "KeyFilter", "LOCAL_MAX_RANGE_RECORDS", "Plan",
@@ -117,6 +118,11 @@ def _apply(job: Job | None, chunk: Chunk, key: bytes | None, value: bytes | None
     """Apply one record: process() for `input` (job given), last write for `changelog`.
     False if process() raised (the record is skipped, see `replay`)."""
     if job is None:
+        if key is not None and key.startswith(OFFSET_PREFIX):
+            carried = changelog_offset(key, value)      # an input offset, not state
+            if carried is not None:
+                state.carried[carried[0]] = carried[1]
+            return True
         state_key, raw = decode_changelog(key, value)
         if raw is None:
             state.raw.pop(state_key, None)
@@ -172,8 +178,9 @@ def _replay_and_write(job_class_path: str, settings: Mapping[str, Any], source: 
         written = time.process_time()
         if timings is not None:
             timings.add({"replay": written - began, "records": count, "skipped": skipped})
-        yield from _sst_part(chunk.order, state.raw, offsets if chunk.order == first else {},
-                             timings, written)
+        own = offsets if chunk.order == first else {}
+        yield from _sst_part(chunk.order, state.raw, {**own, **state.carried}, timings,
+                             written)
 
 
 def _process_batches(job: Job, chunk: Chunk, batches: Iterable[list[Any]],
@@ -236,6 +243,7 @@ def _fold_and_write(job_class_path: str, source: Source, chunks: Mapping[int, Ch
     began = time.process_time()
     job = load_job(job_class_path)() if source == "input" else None
     raw_state: dict[Any, bytes] = {}
+    carried: dict[str, int] = {}
     twice: list[Any] = []
     skipped = 0
     for key, found in groups.items():
@@ -247,11 +255,12 @@ def _fold_and_write(job_class_path: str, source: Source, chunks: Mapping[int, Ch
                     skipped += 1
         twice.extend(k for k in state.raw if k in raw_state)
         raw_state.update(state.raw)
+        carried.update(state.carried)
     written = time.process_time()
     if timings is not None:
         timings.add({"fold": written - began, "skipped": skipped})
-    yield from _sst_part(index, raw_state, offsets if index == 0 else {}, timings, written,
-                         twice)
+    own = offsets if index == 0 else {}
+    yield from _sst_part(index, raw_state, {**own, **carried}, timings, written, twice)
 
 
 _CROSS_KEY = ("a state key is written from several ranges or record keys ({}): the job "

@@ -42,10 +42,12 @@ class FoldState(MutableMapping[Any, Any]):
     process() raises (see `replay`).
     """
 
-    __slots__ = ("raw", "_undo")
+    __slots__ = ("raw", "carried", "_undo")
 
     def __init__(self) -> None:
         self.raw: dict[Any, bytes] = {}
+        # changelog folds only: input partition -> the offset its records carried
+        self.carried: dict[str, int] = {}
         self._undo: list[tuple[Any, bytes | None]] = []
 
     def __getitem__(self, key: Any) -> Any:
