@@ -107,8 +107,12 @@ def _state(core: PlacementView, pid: str) -> ProcessorSnapshot:
             warmup.discard(task)
         if handoff.source == pid and not source_stays:
             active.discard(task)
-    lags = {t: lag for t in core.model.tasks
-            if t not in active and (lag := core.lag(t, pid)) is not None}
+    processor = core.processors.get(pid)
+    reported = processor.reports if processor is not None else {}
+    # only a task `pid` reports a replica of has a lag: look at those, not every task
+    lags = {t: lag for t in reported
+            if t in core.model.tasks and t not in active
+            and (lag := core.lag(t, pid)) is not None}
     return ProcessorSnapshot(pid, 1, frozenset(active), frozenset(roles.standby),
                              frozenset(warmup), lags,
                              frozenset(core.failures.blocked(pid, core.clock.monotonic())))
