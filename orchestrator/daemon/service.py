@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -105,6 +106,8 @@ class CoordinatorService:
             self._write(changes)
             self.core.confirm(changes)
         self._unpersisted = False
+        with self._lock:
+            self._decided.notify_all()      # waiting heartbeats look at the new decision
 
     def _write(self, changes: Mapping[str, Any | None]) -> None:
         try:
@@ -155,7 +158,6 @@ class CoordinatorService:
         with self._lock:
             reply = self.core.register(request)
             self.commit()
-            self._decided.notify_all()
             return reply
 
     def heartbeat(self, request: HeartbeatRequest, wait_s: float = 0.0) -> HeartbeatReply:
@@ -179,8 +181,8 @@ class CoordinatorService:
     def _await_change(self, request: HeartbeatRequest, reply: HeartbeatReply,
                       wait_s: float) -> HeartbeatReply:
         """Caller holds the lock (the condition's wait releases it meanwhile)."""
-        deadline = self._clock.monotonic() + wait_s
-        while (left := deadline - self._clock.monotonic()) > 0:
+        deadline = time.monotonic() + wait_s    # a real wait, whatever the core's clock
+        while (left := deadline - time.monotonic()) > 0:
             self._decided.wait(left)
             processor = self.core.processors.valid(request)
             if processor is None:
@@ -270,7 +272,6 @@ class CoordinatorService:
         with self._lock:
             self.core.tick()
             self.commit()
-            self._decided.notify_all()
 
     def refresh_views(self) -> None:
         """Copy what /metrics shows of the core, so a scrape never waits on the lock."""
