@@ -84,6 +84,7 @@ class Leadership:
         except BaseException:
             self.stream.close()
             raise
+        self.service.loop_decides = True     # registrations share the loop's decisions
         self.monitor = PartitionMonitor(admin, self.service, config.job.inputs,
                                         config.coordinator.monitor_interval_ms / 1000, clock)
         self._offsets, self._keepalive = Deadline(clock), Deadline(clock)

@@ -38,6 +38,8 @@ __all__ = ["Admin", "CoordinatorService", "ExpansionError", "InvalidReport", "Pe
 log = logging.getLogger("baton.coordinator")
 
 _T = TypeVar("_T")
+# a registration waits at most this long for the loop's next decision
+_REGISTER_WAIT_S = 2.0
 PersistRecords = Callable[[Mapping[str, Any | None]], None]
 
 
@@ -85,6 +87,8 @@ class CoordinatorService:
         self._expand_lock = threading.Lock()
         self._decided = threading.Condition(self._lock)
         self._unpersisted = False
+        self._decisions = 0                 # tick() calls: a registration waits for one
+        self.loop_decides = False           # set by the leader once its loop decides
         self.fenced: FencedError | None = None
         self.fenced_event = threading.Event()
         self.wake = threading.Event()       # a decision is wanted (or this one is fenced)
@@ -152,13 +156,28 @@ class CoordinatorService:
             raise InvalidReport(f"processor {request.processor_id}: {problem}")
 
     def register(self, request: HeartbeatRequest) -> HeartbeatReply:
-        """Decided at once (a new processor gets its tasks in the reply) and persisted
-        before it is answered (a restarted coordinator must not take the new execution
-        for a zombie of an older one)."""
+        """Persisted before it is answered (a restarted coordinator must not take the
+        new execution for a zombie of an older one) and answered with a decision that
+        counts it: the loop's next one, which a burst of registrations shares (or at
+        once, when no loop decides: `loop_decides`)."""
         with self._lock:
-            reply = self.core.register(request)
+            if not self.loop_decides:
+                reply = self.core.register(request)
+                self.commit()
+                return reply
+            self.core.register(request, decide=False)
             self.commit()
-            return reply
+            self.wake.set()
+            decisions = self._decisions
+            deadline = time.monotonic() + _REGISTER_WAIT_S
+            while self._decisions == decisions and (left := deadline - time.monotonic()) > 0:
+                self._decided.wait(left)
+            if self._unpersisted:
+                self.commit()       # the loop's write failed: nothing unpersisted goes out
+            processor = self.core.processors.valid(request)
+            if processor is None:
+                return HeartbeatReply(alive=False, generation=self.core.model.generation)
+            return self.core.reply(processor, request.generation)
 
     def heartbeat(self, request: HeartbeatRequest, wait_s: float = 0.0) -> HeartbeatReply:
         """Take the report in, answer from the decision in force; with `wait_s`, wait
@@ -271,6 +290,7 @@ class CoordinatorService:
         """Decide (the daemon's loop), persist, then answer the waiting heartbeats."""
         with self._lock:
             self.core.tick()
+            self._decisions += 1
             self.commit()
 
     def refresh_views(self) -> None:

@@ -137,3 +137,36 @@ def test_a_scrape_does_not_wait_for_the_core_lock() -> None:
     finally:
         release.set()
         holder.join()
+
+
+def test_a_burst_of_registrations_shares_the_loops_decisions() -> None:
+    service, _, _ = make_service()
+    service.loop_decides = True
+    stop = threading.Event()
+    ticks = [0]
+
+    def loop() -> None:
+        while not stop.is_set():
+            service.wake.wait(0.5)
+            service.wake.clear()
+            time.sleep(0.05)            # a burst arrives while the loop turns
+            service.tick()
+            ticks[0] += 1
+
+    ticker = threading.Thread(target=loop)
+    ticker.start()
+    replies: dict[str, Any] = {}
+    threads = [threading.Thread(target=lambda i=i: replies.__setitem__(
+        f"p{i}", service.register(request(f"p{i}", f"e{i}")))) for i in range(20)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+    finally:
+        stop.set()
+        ticker.join(5)
+    assert len(replies) == 20 and all(r.alive for r in replies.values())
+    assert ticks[0] < 20, "one decision per registration"
+    listed = [t for r in replies.values() for t in r.assignment.active]
+    assert sorted(listed) == ["Partition 0", "Partition 1"], "answered with a decision"
