@@ -132,6 +132,7 @@ class Coordinator:
         self.follow_up = False
         self.turn_wanted = False
         self._model_record: tuple[JobModel | None, Any] = (None, None)
+        self._handoff_records: dict[str, tuple[hs.Handoff, dict[str, Any]]] = {}
         self._persisted: dict[str, Any] = {}
         self._settle_by = clock.monotonic()
         if metrics is not None:
@@ -170,8 +171,14 @@ class Coordinator:
         for p in self.processors:
             out[f"processor/{p.id}"] = p.to_record()
         out["assignment"] = self.roles.to_record()
+        records: dict[str, tuple[hs.Handoff, dict[str, Any]]] = {}
         for task, handoff in sorted(self.handoffs.items()):
-            out[f"handoff/{task}"] = handoff.to_dict()
+            cached = self._handoff_records.get(task)
+            if cached is None or cached[0] is not handoff:     # handoffs are immutable
+                cached = (handoff, handoff.to_dict())
+            records[task] = cached
+            out[f"handoff/{task}"] = cached[1]
+        self._handoff_records = records
         if self.draining:
             out["drain"] = {"processors": sorted(self.draining)}
         if self.errors:
