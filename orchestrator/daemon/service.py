@@ -158,16 +158,15 @@ class CoordinatorService:
     def register(self, request: HeartbeatRequest) -> HeartbeatReply:
         """Persisted before it is answered (a restarted coordinator must not take the
         new execution for a zombie of an older one) and answered with a decision that
-        counts it: the loop's next one, which a burst of registrations shares (or at
-        once, when no loop decides: `loop_decides`)."""
+        counts it: the loop's next one, whose decision and write a burst of
+        registrations shares (or at once, when no loop decides: `loop_decides`)."""
         with self._lock:
             if not self.loop_decides:
                 reply = self.core.register(request)
                 self.commit()
                 return reply
             self.core.register(request, decide=False)
-            self.commit()
-            self.wake.set()
+            self.wake.set()         # the loop's decision is persisted before any answer
             decisions = self._decisions
             deadline = time.monotonic() + _REGISTER_WAIT_S
             while self._decisions == decisions and (left := deadline - time.monotonic()) > 0:

@@ -140,7 +140,7 @@ def test_a_scrape_does_not_wait_for_the_core_lock() -> None:
 
 
 def test_a_burst_of_registrations_shares_the_loops_decisions() -> None:
-    service, _, _ = make_service()
+    service, _, written = make_service()
     service.loop_decides = True
     stop = threading.Event()
     ticks = [0]
@@ -156,8 +156,14 @@ def test_a_burst_of_registrations_shares_the_loops_decisions() -> None:
     ticker = threading.Thread(target=loop)
     ticker.start()
     replies: dict[str, Any] = {}
-    threads = [threading.Thread(target=lambda i=i: replies.__setitem__(
-        f"p{i}", service.register(request(f"p{i}", f"e{i}")))) for i in range(20)]
+    unpersisted: list[str] = []
+
+    def register(i: int) -> None:
+        replies[f"p{i}"] = service.register(request(f"p{i}", f"e{i}"))
+        if f"processor/p{i}" not in written:
+            unpersisted.append(f"p{i}")
+
+    threads = [threading.Thread(target=register, args=(i,)) for i in range(20)]
     try:
         for thread in threads:
             thread.start()
@@ -168,5 +174,6 @@ def test_a_burst_of_registrations_shares_the_loops_decisions() -> None:
         ticker.join(5)
     assert len(replies) == 20 and all(r.alive for r in replies.values())
     assert ticks[0] < 20, "one decision per registration"
+    assert not unpersisted, "answered before its registration was written"
     listed = [t for r in replies.values() for t in r.assignment.active]
     assert sorted(listed) == ["Partition 0", "Partition 1"], "answered with a decision"
