@@ -162,9 +162,10 @@ async def _run(url: str, token: str, processors: int, seconds: float, settle_s: 
                           max_keepalive_connections=processors + 10)
     headers = {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(limits=limits, headers=headers, timeout=30.0) as client:
-        for chunk in range(0, processors, 50):
-            await asyncio.gather(*(_beat(client, url, s, None, "/processors/register")
-                                   for s in sims[chunk:chunk + 50]))
+        # the whole fleet starts at once, as after a deploy (registrations share the
+        # coordinator's decisions)
+        await asyncio.gather(*(_beat(client, url, s, None, "/processors/register")
+                               for s in sims))
         settled = False
         with httpx.Client(headers=headers, timeout=30.0) as sync:
             settled_by = time.monotonic() + settle_s

@@ -34,6 +34,7 @@ log = logging.getLogger("baton.processor.heartbeat")
 
 _REQUEST_TIMEOUT_S = 5.0
 _REGISTER = "/processors/register"
+_HEARTBEAT = "/processors/heartbeat"
 # after telling the main loop to stop, give it this long before the process is ended
 _HARD_EXIT_AFTER_S = 10.0
 EXIT_DEAD = 3
@@ -84,10 +85,20 @@ class HeartbeatMonitor(threading.Thread):
             reply, self._reply = self._reply, None
             return reply
 
-    def _request(self, leaving: bool = False) -> HeartbeatRequest:
+    def _request(self, leaving: bool = False, path: str = "") -> HeartbeatRequest:
+        tasks = self.snapshot()
         return HeartbeatRequest(processor_id=self.processor_id, execution_id=self.execution_id,
-                                metrics_url=self.metrics_url, tasks=self.snapshot(),
-                                leaving=leaving, generation=self.generation)
+                                metrics_url=self.metrics_url, tasks=tasks,
+                                leaving=leaving, generation=self.generation,
+                                wait_ms=self._wait_ms(tasks) if path == _HEARTBEAT else None)
+
+    def _wait_ms(self, tasks: list[TaskReport]) -> int | None:
+        """Close to a handoff and with nothing in flight, ask to be answered as soon as
+        the assignment changes (a long poll) instead of polling fast; never while an
+        activation runs, whose end must be reported at once."""
+        if not self.fast or any(t.role == "activating" for t in tasks):
+            return None
+        return int(self.interval_s * 1000)
 
     def _post(self, path: str, request: HeartbeatRequest) -> HeartbeatReply:
         if path == _REGISTER:
@@ -100,8 +111,10 @@ class HeartbeatMonitor(threading.Thread):
         path = _REGISTER
         while not self.stopping.is_set():
             started = self.clock.monotonic()
+            request: HeartbeatRequest | None = None
             try:
-                reply = self._post(path, self._request())
+                request = self._request(path=path)
+                reply = self._post(path, request)
                 alive = reply.alive     # the POST's answer: no second request for it
             except (CoordinatorError, OSError, ValueError, TokenError) as exc:
                 self.on_heartbeat("unreachable")
@@ -129,11 +142,14 @@ class HeartbeatMonitor(threading.Thread):
                     log.info("coordinator %s reachable again", self.url)
                 outage_reported = False
                 grace.arm(self.grace_s)
-                path = "/processors/heartbeat"
+                path = _HEARTBEAT
                 self.registered.set()
                 with self._lock:
                     self._reply = reply
             interval = min(self.interval_s, _FAST_INTERVAL_S) if self.fast else self.interval_s
+            if request is not None and request.wait_ms and \
+                    self.clock.monotonic() - started >= _FAST_INTERVAL_S:
+                interval = 0.0      # a long poll that waited: its answer is news, ask again
             # an Event wait, not clock.sleep: poke() must be able to cut it short
             self._poked.wait(max(0.0, interval - (self.clock.monotonic() - started)))
             self._poked.clear()
@@ -157,6 +173,6 @@ class HeartbeatMonitor(threading.Thread):
         self.stopping.set()
         self._poked.set()
         try:
-            self._post("/processors/heartbeat", self._request(leaving=True))
+            self._post(_HEARTBEAT, self._request(leaving=True))
         except (CoordinatorError, OSError, ValueError, TokenError) as exc:
             log.warning("final heartbeat failed: %s", exc)

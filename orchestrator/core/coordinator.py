@@ -85,6 +85,10 @@ _OWNED_KEYS = ("model", "assignment", "drain", "errors", "failures")
 _OWNED_PREFIXES = ("processor/", "handoff/")
 
 
+def _roles(reports: Mapping[str, TaskReport]) -> dict[str, str]:
+    return {t: str(r.role) for t, r in reports.items()}
+
+
 def _owned(key: str) -> bool:
     return key in _OWNED_KEYS or key.startswith(_OWNED_PREFIXES)
 
@@ -126,6 +130,9 @@ class Coordinator:
         self.high: dict[str, int] = {}
         self.committed: dict[str, int] = {}
         self.follow_up = False
+        self.turn_wanted = False
+        self._model_record: tuple[JobModel | None, Any] = (None, None)
+        self._handoff_records: dict[str, tuple[hs.Handoff, dict[str, Any]]] = {}
         self._persisted: dict[str, Any] = {}
         self._settle_by = clock.monotonic()
         if metrics is not None:
@@ -158,12 +165,20 @@ class Coordinator:
 
     def records(self) -> dict[str, Any]:
         """The whole state as coordinator-stream records (key -> JSON value)."""
-        out: dict[str, Any] = {"model": self.model.to_record()}
+        if self._model_record[0] is not self.model:     # a big model, rarely changed
+            self._model_record = (self.model, self.model.to_record())
+        out: dict[str, Any] = {"model": self._model_record[1]}
         for p in self.processors:
             out[f"processor/{p.id}"] = p.to_record()
         out["assignment"] = self.roles.to_record()
+        records: dict[str, tuple[hs.Handoff, dict[str, Any]]] = {}
         for task, handoff in sorted(self.handoffs.items()):
-            out[f"handoff/{task}"] = handoff.to_dict()
+            cached = self._handoff_records.get(task)
+            if cached is None or cached[0] is not handoff:     # handoffs are immutable
+                cached = (handoff, handoff.to_dict())
+            records[task] = cached
+            out[f"handoff/{task}"] = cached[1]
+        self._handoff_records = records
         if self.draining:
             out["drain"] = {"processors": sorted(self.draining)}
         if self.errors:
@@ -194,8 +209,11 @@ class Coordinator:
         """The pinned /containerHeartbeat answer."""
         return self.processors.alive(execution_id)
 
-    def register(self, request: HeartbeatRequest) -> HeartbeatReply:
-        """A processor execution starts: it becomes its id's one valid execution."""
+    def register(self, request: HeartbeatRequest, decide: bool = True) -> HeartbeatReply:
+        """A processor execution starts: it becomes its id's one valid execution.
+
+        With `decide` False the message is only taken in (the daemon decides on its own
+        loop, woken by `turn_wanted`); the reply is the decision in force."""
         now = self.clock.monotonic()
         old = self.processors.get(request.processor_id)
         if old is not None and old.execution_id != request.execution_id:
@@ -206,12 +224,14 @@ class Coordinator:
         if old is None or old.execution_id != request.execution_id:
             self.failures.forget_processor(request.processor_id)
         processor = self.processors.register(request, now, self.clock.time())
-        return self._answer(processor, request)
+        self.turn_wanted = True
+        return self._answer(processor, request, decide)
 
-    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatReply:
+    def heartbeat(self, request: HeartbeatRequest, decide: bool = True) -> HeartbeatReply:
         """A processor's periodic report; an invalid execution is told it is dead. A
         processor id this coordinator has no record of (its stream was lost, or it is
-        new) is told so: it outlived an outage and registers again."""
+        new) is told so: it outlived an outage and registers again. `decide`: as in
+        `register()`."""
         processor = self.processors.valid(request)
         if processor is None:
             if self.metrics is not None:
@@ -219,17 +239,31 @@ class Coordinator:
             unknown = self.processors.get(request.processor_id) is None
             return HeartbeatReply(alive=False, generation=self.model.generation,
                                   unknown=unknown)
-        return self._answer(processor, request)
+        return self._answer(processor, request, decide)
 
-    def _answer(self, processor: Processor, request: HeartbeatRequest) -> HeartbeatReply:
+    def _answer(self, processor: Processor, request: HeartbeatRequest,
+                decide: bool) -> HeartbeatReply:
+        before = processor.reports
+        first = not processor.reported
         self.processors.seen(processor, request, self.clock.monotonic())
         if request.leaving:
             return self._leave(processor)
-        self._reconcile()
+        if decide:
+            self._reconcile()
+        elif first or _roles(before) != _roles(processor.reports) \
+                or self.moves.involving(processor.id) or processor.id in self.draining:
+            self.turn_wanted = True     # news a decision waits for: decide soon
         if not processor.valid:  # declared dead by this very reconcile
             return HeartbeatReply(alive=False, generation=self.model.generation)
+        return self.reply(processor, request.generation)
+
+    def reply(self, processor: Processor, known: int | None) -> HeartbeatReply:
+        """The decision in force for `processor`, the job model only when `known` (the
+        generation it holds) is stale."""
+        if not processor.valid:
+            return HeartbeatReply(alive=False, generation=self.model.generation)
         processor.generation = self.model.generation
-        if request.generation == self.model.generation:     # the model only when stale
+        if known == self.model.generation:     # the model only when stale
             return HeartbeatReply(
                 alive=True, generation=self.model.generation, same_model=True,
                 embedded=self.embedded(), assignment=self.roles.peek(processor.id).wire(),
@@ -366,7 +400,21 @@ class Coordinator:
 
     def tick(self) -> None:
         """Time passed: timeouts, then one reconcile step."""
+        self.turn_wanted = False
         self._reconcile()
+
+    def in_line(self, pid: str) -> bool:
+        """`pid` reports exactly the active tasks it is listed with, none in flight: it
+        has nothing to do until the decision changes (a long poll may wait)."""
+        processor = self.processors.get(pid)
+        if processor is None or not processor.valid:
+            return False
+        listed = set(self.roles.peek(pid).active)
+        reported = {t for t, r in processor.reports.items() if r.role == "active"}
+        busy = any(r.role == "activating" for r in processor.reports.values())
+        catching_up = any(h.target == pid and h.phase in (hs.Phase.PLANNED, hs.Phase.CATCHING_UP)
+                          for h in self.moves.involving(pid))
+        return listed == reported and not busy and not catching_up
 
     # ---- the reconcile step -------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from orchestrator.core.changelog import changelog_partitions
@@ -69,12 +70,13 @@ class JobModel:
         """
         return cls(1, group(inputs, scheme))
 
-    @property
+    @cached_property
     def tasks(self) -> dict[str, list[str]]:
-        """Task name -> its input partitions, in task order."""
+        """Task name -> its input partitions, in task order (computed once per model:
+        the coordinator reads it per task; callers must not change it)."""
         return {t.name: list(t.partitions) for t in self.grouping.tasks}
 
-    @property
+    @cached_property
     def partitions(self) -> list[str]:
         """Every input partition, in input order."""
         return [f"{topic}:{p}" for topic, n in self.grouping.inputs for p in range(n)]

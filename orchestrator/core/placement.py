@@ -79,8 +79,10 @@ def place(core: PlacementView) -> bool:
     owners = result.owners()
     warm = {t: p.id for p in result.processors for t in p.warmup}
     load = {pid: len(core.roles.peek(pid).active) for pid in candidates}
+    # warm-ups this step may still start (counted once, not once per task)
+    room = [core.config.assignment.max_warmups - core.moves.catching_up()]
     for task in core.model.tasks:
-        _place_task(core, task, owners.get(task), warm.get(task), load)
+        _place_task(core, task, owners.get(task), warm.get(task), load, room)
     handoffs = core.handoffs.values()
     for wanted in result.processors:
         roles = core.roles.get(wanted.id)
@@ -107,15 +109,19 @@ def _state(core: PlacementView, pid: str) -> ProcessorSnapshot:
             warmup.discard(task)
         if handoff.source == pid and not source_stays:
             active.discard(task)
-    lags = {t: lag for t in core.model.tasks
-            if t not in active and (lag := core.lag(t, pid)) is not None}
+    processor = core.processors.get(pid)
+    reported = processor.reports if processor is not None else {}
+    # only a task `pid` reports a replica of has a lag: look at those, not every task
+    lags = {t: lag for t in reported
+            if t in core.model.tasks and t not in active
+            and (lag := core.lag(t, pid)) is not None}
     return ProcessorSnapshot(pid, 1, frozenset(active), frozenset(roles.standby),
                              frozenset(warmup), lags,
                              frozenset(core.failures.blocked(pid, core.clock.monotonic())))
 
 
 def _place_task(core: PlacementView, task: str, home: str | None, warm: str | None,
-                load: dict[str, int]) -> None:
+                load: dict[str, int], room: list[int]) -> None:
     """One task: keep it, list it directly, plan a handoff, or cancel a stale one."""
     handoff = core.handoffs.get(task)
     if handoff is not None:
@@ -128,7 +134,7 @@ def _place_task(core: PlacementView, task: str, home: str | None, warm: str | No
     owner = core.holder(task)
     home, warm = core.failures.steer(task, owner, home, warm, load, core.clock.monotonic())
     if task in core.model.pending:
-        _place_child(core, task, home, warm)
+        _place_child(core, task, home, warm, room)
         return
     target = warm if owner is not None and warm is not None else home
     if target is None or target == owner:
@@ -138,15 +144,18 @@ def _place_task(core: PlacementView, task: str, home: str | None, warm: str | No
         core.roles.list_active(task, target)
         load[target] = load.get(target, 0) + 1
         return
-    _move(core, task, owner, target)
+    _move(core, task, owner, target, room)
 
 
-def _move(core: PlacementView, task: str, source: str, target: str) -> None:
-    """Plan a handoff, unless its target must warm up and `max_warmups` are running."""
+def _move(core: PlacementView, task: str, source: str, target: str, room: list[int]) -> None:
+    """Plan a handoff, unless its target must warm up and `max_warmups` are running
+    (`room`: how many more may start in this step)."""
     lag = core.lag(task, target)
     caught_up = is_caught_up(lag, core.config.handoff.acceptable_lag)
-    if not caught_up and core.moves.catching_up() >= core.config.assignment.max_warmups:
-        return
+    if not caught_up:
+        if room[0] <= 0:
+            return
+        room[0] -= 1
     core.moves.plan(task, source, target, lag)
 
 
@@ -158,10 +167,11 @@ def _family_moving(core: PlacementView, task: str) -> bool:
     return any(c in core.handoffs for c, p in core.model.pending.items() if p == task)
 
 
-def _place_child(core: PlacementView, task: str, home: str | None, warm: str | None) -> None:
+def _place_child(core: PlacementView, task: str, home: str | None, warm: str | None,
+                 room: list[int]) -> None:
     """A pending split child leaves its parent's owner only through a handoff."""
     holder = core.holder(task)
     target = warm or home
     if holder is None or target is None or target == holder:
         return
-    _move(core, task, holder, target)
+    _move(core, task, holder, target, room)

@@ -50,6 +50,10 @@ class RoleBook:
     def __init__(self, valid: Callable[[str], bool]) -> None:
         self._valid = valid
         self._by_id: dict[str, Roles] = {}
+        # task -> the processor it was last listed active on: every listing goes
+        # through `list_active` or `load`, so this finds the owner without a scan
+        # (a removal is seen at lookup: the task is no longer in that listing)
+        self._listed_on: dict[str, str] = {}
 
     def __iter__(self) -> Iterator[tuple[str, Roles]]:
         return iter(sorted(self._by_id.items()))
@@ -71,10 +75,11 @@ class RoleBook:
 
     def owner(self, task: str) -> str | None:
         """The valid processor listed with `task` active, if any."""
-        for pid, roles in self._by_id.items():
-            if task in roles.active and self._valid(pid):
-                return pid
-        return None
+        pid = self._listed_on.get(task)
+        roles = self._by_id.get(pid) if pid is not None else None
+        if roles is None or task not in roles.active or not self._valid(pid):  # type: ignore[arg-type]
+            return None
+        return pid
 
     def warm_up(self, task: str, pid: str) -> None:
         if self._valid(pid):
@@ -86,16 +91,18 @@ class RoleBook:
         """List `task` active on `pid`, and on nobody else."""
         if not self._valid(pid):
             return
-        for other, roles in self._by_id.items():
-            if other != pid and task in roles.active and self._valid(other):
+        other = self._listed_on.get(task)
+        previous = self._by_id.get(other) if other is not None and other != pid else None
+        if previous is not None and task in previous.active:
+            if self._valid(other):  # type: ignore[arg-type]
                 log.error("task %r was still listed active on %s while activating on %s: "
                           "unlisted (its producer is fenced by the activation)",
                           task, other, pid)
-            if other != pid:
-                roles.active.discard(task)
+            previous.active.discard(task)
         roles = self.get(pid)
         roles.discard(task)
         roles.active.add(task)
+        self._listed_on[task] = pid
 
     def to_record(self) -> dict[str, Any]:
         return {pid: {"active": sorted(r.active), "warmup": sorted(r.warmup),
@@ -106,3 +113,4 @@ class RoleBook:
         for pid, roles in record.items():
             self._by_id[pid] = Roles(set(roles.get("active", ())), set(roles.get("warmup", ())),
                                      set(roles.get("standby", ())))
+            self._listed_on.update({task: pid for task in roles.get("active", ())})

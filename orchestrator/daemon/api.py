@@ -53,6 +53,8 @@ _TOPIC = r"^[A-Za-z0-9._-]+$"
 # Kafka's own bound on partitions per topic is far lower in practice; this only keeps
 # a typo from asking the broker for a billion partitions.
 _MAX_PARTITIONS = 100_000
+# a long poll never outlasts a processor's request timeout (5 s)
+_MAX_WAIT_MS = 2_000
 
 
 class _Body(BaseModel):
@@ -132,18 +134,19 @@ def create_app(service: CoordinatorService, credentials: Credentials,
     @app.post("/processors/register", response_model=HeartbeatReply,
               dependencies=processor_auth,
               tags=["processors"])
-    def register(request: HeartbeatRequest, http: Request) -> HeartbeatReply:
+    def register(request: HeartbeatRequest, http: Request) -> Response:
         """A processor execution starts; it becomes its id's one valid execution."""
         admit(request, http)
-        return service.register(request)
+        return _json(service.register(request))
 
     @app.post("/processors/heartbeat", response_model=HeartbeatReply,
               dependencies=processor_auth,
               tags=["processors"])
-    def heartbeat(request: HeartbeatRequest, http: Request) -> HeartbeatReply:
-        """Reports in, the whole assignment out (level-triggered)."""
+    def heartbeat(request: HeartbeatRequest, http: Request) -> Response:
+        """Reports in, the whole assignment out (level-triggered); with `wait_ms`, a
+        long poll answered as soon as the processor's assignment changes."""
         admit(request, http)
-        return service.heartbeat(request)
+        return _json(service.heartbeat(request, min(request.wait_ms or 0, _MAX_WAIT_MS) / 1000))
 
     @app.get("/status", dependencies=auth, tags=["operators"])
     def status() -> dict[str, Any]:
@@ -173,7 +176,7 @@ def create_app(service: CoordinatorService, credentials: Credentials,
     @app.get("/metrics", response_class=Response, tags=["metrics"])
     def metrics() -> Response:
         """The coordinator's Prometheus metrics (no token, like any scrape target)."""
-        body = service.locked(lambda: render(registry)) if registry is not None else b""
+        body = render(registry) if registry is not None else b""   # no core lock: views are copies
         return Response(body, media_type=CONTENT_TYPE)
 
     @app.get("/openapi.json", dependencies=auth, include_in_schema=False)
@@ -184,6 +187,12 @@ def create_app(service: CoordinatorService, credentials: Credentials,
         return app.openapi_schema
 
     return app
+
+
+def _json(reply: HeartbeatReply) -> Response:
+    """The reply serialized once, by pydantic's own encoder (FastAPI would validate it
+    again and encode it through the standard library: most of a heartbeat's cost)."""
+    return Response(reply.model_dump_json(), media_type="application/json")
 
 
 def _add_error_handlers(app: FastAPI) -> None:

@@ -39,6 +39,12 @@ log = logging.getLogger("baton.coordinator")
 
 # Watermarks and committed offsets feed lags and plans; once a second is plenty.
 _OFFSETS_S = 1.0
+# Decisions run when a report brings news (the service's `wake`) and at least this
+# often for timeouts; the cost of one grows with processors and tasks, the number of
+# heartbeats does not add to it.
+_DECIDE_S = 0.5
+# What /metrics shows of the core is copied this often (a scrape never takes the lock).
+_VIEWS_S = 1.0
 
 
 class Leadership:
@@ -78,10 +84,14 @@ class Leadership:
         except BaseException:
             self.stream.close()
             raise
+        self.service.loop_decides = True     # registrations share the loop's decisions
         self.monitor = PartitionMonitor(admin, self.service, config.job.inputs,
                                         config.coordinator.monitor_interval_ms / 1000, clock)
         self._offsets, self._keepalive = Deadline(clock), Deadline(clock)
+        self._decide, self._views = Deadline(clock), Deadline(clock)
         self._offsets.arm(0)
+        self._decide.arm(0)
+        self._views.arm(0)
         self._keepalive.arm(keepalive_s)
         self._keepalive_s = keepalive_s
 
@@ -108,7 +118,13 @@ class Leadership:
         Raises:
             FencedError: another coordinator took over: this one must step down.
         """
-        _guard(self.service.tick)
+        if self.service.wake.is_set() or self._decide.expired():
+            self.service.wake.clear()
+            self._decide.arm(_DECIDE_S)
+            _guard(self.service.tick)
+        if self._views.expired():
+            self._views.arm(_VIEWS_S)
+            self.service.refresh_views()
         if self._offsets.expired():
             self._offsets.arm(_OFFSETS_S)
             _guard(self.service.refresh_offsets)
@@ -120,8 +136,9 @@ class Leadership:
             raise self.service.fenced
 
     def wait(self, seconds: float) -> None:
-        """Sleep until the next turn, waking early when an HTTP write was fenced."""
-        self.service.fenced_event.wait(seconds)
+        """Sleep until the next turn, waking early when a heartbeat wants a decision or
+        an HTTP write was fenced."""
+        self.service.wake.wait(seconds)
 
     def resign(self) -> None:
         """A clean stop: tell standbys to take over now instead of after the silence."""

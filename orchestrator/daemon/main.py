@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
+import anyio.to_thread
 import uvicorn
 from confluent_kafka import KafkaException
 from prometheus_client import CollectorRegistry
@@ -86,6 +87,20 @@ def run_coordinator(config: Config, clock: Clock | None = None) -> int:
         return exc.exit_code
     signal.signal(signal.SIGHUP, lambda signum, frame: daemon.reload.set())
     return daemon.run()
+
+
+# Worker threads for the API's handlers: long polls and registrations waiting for the
+# loop's next decision each hold one, so a fleet starting at once needs many (anyio's
+# default is 40; an idle thread costs little).
+_HTTP_THREADS = 2048
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server with room for `_HTTP_THREADS` handler threads."""
+
+    async def serve(self, sockets: Any = None) -> None:
+        anyio.to_thread.current_default_thread_limiter().total_tokens = _HTTP_THREADS
+        await super().serve(sockets=sockets)
 
 
 def _http_config(app: Any, tls: ssl.SSLContext | None) -> uvicorn.Config:
@@ -159,7 +174,7 @@ class _Daemon:
             config.file(c.tls_ca_file), config.file(c.tls_client_cert_file),
             config.file(c.tls_client_key_file)))
         app = BodyLimit(self.gate, c.max_request_bytes)
-        self.server = uvicorn.Server(_http_config(app, tls))
+        self.server = _Server(_http_config(app, tls))
         self.http = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
                                      name="baton-http", daemon=True)
 

@@ -1,19 +1,27 @@
 """The coordinator service: the core behind one lock, persisted before every answer.
 
-The HTTP handlers (uvicorn's thread), the tick loop and the partition monitor (the
+The HTTP handlers (uvicorn's threads), the tick loop and the partition monitor (the
 daemon's main thread) all go through this object. Each operation runs the core
 under the lock, then writes the core's pending changes to the coordinator stream
 (one transaction) before returning, so an answer never carries state that a
-restarted coordinator would not find. Admin I/O (watermarks, partition counts,
-create_partitions) runs *outside* the core lock, so a slow broker never stalls
-heartbeats; the expansion path has its own lock so the monitor and POST /expand
-never apply the same growth twice.
+restarted coordinator would not find.
+
+Heartbeats are cheap: they take the report in and answer from the decision in force;
+they do not decide. Decisions (liveness, handoffs, placement) run in `tick()` on the
+daemon's loop, which `wake` rouses when a report carries news a decision waits for.
+A heartbeat may also wait (a long poll, `wait_s`) while its processor has nothing to
+do: it is answered as soon as a decision changes its listing.
+
+Admin I/O (watermarks, partition counts, create_partitions) runs *outside* the core
+lock, so a slow broker never stalls heartbeats; the expansion path has its own lock
+so the monitor and POST /expand never apply the same growth twice.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -30,6 +38,8 @@ __all__ = ["Admin", "CoordinatorService", "ExpansionError", "InvalidReport", "Pe
 log = logging.getLogger("baton.coordinator")
 
 _T = TypeVar("_T")
+# a registration waits at most this long for the loop's next decision
+_REGISTER_WAIT_S = 2.0
 PersistRecords = Callable[[Mapping[str, Any | None]], None]
 
 
@@ -75,8 +85,17 @@ class CoordinatorService:
         self._info = dict(info or {})
         self._lock = threading.RLock()
         self._expand_lock = threading.Lock()
+        self._decided = threading.Condition(self._lock)
+        self._unpersisted = False
+        self._decisions = 0                 # tick() calls: a registration waits for one
+        self.loop_decides = False           # set by the leader once its loop decides
         self.fenced: FencedError | None = None
         self.fenced_event = threading.Event()
+        self.wake = threading.Event()       # a decision is wanted (or this one is fenced)
+        self._views: tuple[list[Any], list[Any]] = ([], [])
+        if core.metrics is not None:
+            core.metrics.set_views(lag_view=lambda: self._views[0],
+                                   handoff_view=lambda: self._views[1])
 
     def commit(self) -> None:
         """Write the core's pending changes (caller holds the lock or is alone).
@@ -87,8 +106,12 @@ class CoordinatorService:
         """
         changes = self.core.pending_changes()
         if changes:
+            self._unpersisted = True
             self._write(changes)
             self.core.confirm(changes)
+        self._unpersisted = False
+        with self._lock:
+            self._decided.notify_all()      # waiting heartbeats look at the new decision
 
     def _write(self, changes: Mapping[str, Any | None]) -> None:
         try:
@@ -96,6 +119,7 @@ class CoordinatorService:
         except FencedError as exc:
             self.fenced = exc
             self.fenced_event.set()
+            self.wake.set()
             raise
         self.last_write = self._clock.monotonic()
 
@@ -132,16 +156,59 @@ class CoordinatorService:
             raise InvalidReport(f"processor {request.processor_id}: {problem}")
 
     def register(self, request: HeartbeatRequest) -> HeartbeatReply:
+        """Persisted before it is answered (a restarted coordinator must not take the
+        new execution for a zombie of an older one) and answered with a decision that
+        counts it: the loop's next one, whose decision and write a burst of
+        registrations shares (or at once, when no loop decides: `loop_decides`)."""
         with self._lock:
-            reply = self.core.register(request)
-            self.commit()
-            return reply
+            if not self.loop_decides:
+                reply = self.core.register(request)
+                self.commit()
+                return reply
+            self.core.register(request, decide=False)
+            self.wake.set()         # the loop's decision is persisted before any answer
+            decisions = self._decisions
+            deadline = time.monotonic() + _REGISTER_WAIT_S
+            while self._decisions == decisions and (left := deadline - time.monotonic()) > 0:
+                self._decided.wait(left)
+            if self._unpersisted:
+                self.commit()       # the loop's write failed: nothing unpersisted goes out
+            processor = self.core.processors.valid(request)
+            if processor is None:
+                return HeartbeatReply(alive=False, generation=self.core.model.generation)
+            return self.core.reply(processor, request.generation)
 
-    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatReply:
+    def heartbeat(self, request: HeartbeatRequest, wait_s: float = 0.0) -> HeartbeatReply:
+        """Take the report in, answer from the decision in force; with `wait_s`, wait
+        up to that long for a decision that changes this processor's listing, as long
+        as it has nothing to do (`Coordinator.in_line`)."""
         with self._lock:
-            reply = self.core.heartbeat(request)
-            self.commit()
-            return reply
+            if self._unpersisted:
+                self.commit()       # a loop write failed: nothing unpersisted goes out
+            reply = self.core.heartbeat(request, decide=False)
+            if request.leaving:
+                self.commit()
+            if self.core.turn_wanted:
+                self.wake.set()
+            if wait_s <= 0 or not reply.alive or reply.stop \
+                    or request.generation != reply.generation \
+                    or not self.core.in_line(request.processor_id):
+                return reply
+            return self._await_change(request, reply, wait_s)
+
+    def _await_change(self, request: HeartbeatRequest, reply: HeartbeatReply,
+                      wait_s: float) -> HeartbeatReply:
+        """Caller holds the lock (the condition's wait releases it meanwhile)."""
+        deadline = time.monotonic() + wait_s    # a real wait, whatever the core's clock
+        while (left := deadline - time.monotonic()) > 0:
+            self._decided.wait(left)
+            processor = self.core.processors.valid(request)
+            if processor is None:
+                return HeartbeatReply(alive=False, generation=self.core.model.generation)
+            now = self.core.reply(processor, request.generation)
+            if now != reply or not self.core.in_line(processor.id):
+                return now
+        return reply
 
     # ---- operators --------------------------------------------------------------------
 
@@ -219,9 +286,16 @@ class CoordinatorService:
     # ---- the daemon's loops -----------------------------------------------------------
 
     def tick(self) -> None:
+        """Decide (the daemon's loop), persist, then answer the waiting heartbeats."""
         with self._lock:
             self.core.tick()
+            self._decisions += 1
             self.commit()
+
+    def refresh_views(self) -> None:
+        """Copy what /metrics shows of the core, so a scrape never waits on the lock."""
+        with self._lock:
+            self._views = (self.core.lag_samples(), self.core.handoff_samples())
 
     def sync_partitions(self, counts: Mapping[str, int]) -> None:
         """The monitor saw these partition counts: expand, or refuse and say why.

@@ -22,6 +22,7 @@ from confluent_kafka.admin import (
     ConfigResource,
     NewPartitions,
     NewTopic,
+    OffsetSpec,
     ResourceType,
 )
 from tenacity import (
@@ -220,7 +221,35 @@ class TopicAdmin:
         self._admin.poll(0)
 
     def watermarks(self, partitions: Iterable[str]) -> dict[str, Watermarks]:
-        """Low and high watermark of each "topic:N"."""
+        """Low and high watermark of each "topic:N": two batched ListOffsets requests
+        (one per broker each), not a round trip per partition; a partition the batch
+        could not answer is asked on its own."""
+        wanted = list(partitions)
+        if not wanted:
+            return {}
+        try:
+            ends = [self._list_offsets(wanted, spec)
+                    for spec in (OffsetSpec.earliest(), OffsetSpec.latest())]
+        except KafkaException:
+            ends = [{}, {}]
+        result = {p: Watermarks(ends[0][p], ends[1][p]) for p in wanted
+                  if p in ends[0] and p in ends[1]}
+        missing = [p for p in wanted if p not in result]
+        return {**result, **self._watermarks_one_by_one(missing)} if missing else result
+
+    def _list_offsets(self, partitions: list[str], spec: OffsetSpec) -> dict[str, int]:
+        futures = self._admin.list_offsets(
+            {TopicPartition(*parse_partition(p)): spec for p in partitions},
+            request_timeout=_REQUEST_TIMEOUT_S)
+        out: dict[str, int] = {}
+        for tp, future in futures.items():
+            try:
+                out[format_partition(tp.topic, tp.partition)] = int(future.result().offset)
+            except KafkaException:
+                continue
+        return out
+
+    def _watermarks_one_by_one(self, partitions: Iterable[str]) -> dict[str, Watermarks]:
         consumer = self._offsets_consumer()
         result: dict[str, Watermarks] = {}
         for partition in partitions:

@@ -66,6 +66,9 @@ class HeartbeatRequest(_Message):
     # the job model generation the processor holds; when current, the reply leaves the
     # model out (optional: a processor that does not send it always gets the model)
     generation: int | None = Field(default=None, ge=0)
+    # a long poll: the reply may wait up to this long (capped by the coordinator) for
+    # a decision that changes this processor's assignment, while it has nothing to do
+    wait_ms: int | None = Field(default=None, ge=0, le=60_000)
 
 
 class RoleListing(_Message):

@@ -1,0 +1,179 @@
+"""The service's cheap heartbeats and long poll, over a real core and a fake clock:
+heartbeats take reports in and answer from the decision in force, the loop decides,
+a waiting heartbeat is answered as soon as a decision changes its listing."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from test_api import beat, make_service
+
+from orchestrator.daemon.api import create_app
+from orchestrator.wire.protocol import HeartbeatRequest, TaskReport
+
+
+def request(pid: str = "p1", execution: str = "e1", **extra: Any) -> HeartbeatRequest:
+    return HeartbeatRequest.model_validate(beat(execution, pid, **extra))
+
+
+def active(tasks: list[str], generation: int = 1) -> dict[str, Any]:
+    return {"generation": generation,
+            "tasks": [TaskReport(task=t, role="active", positions={}).model_dump()
+                      for t in tasks]}
+
+
+def test_a_heartbeat_does_not_decide_the_loop_does() -> None:
+    service, _, _ = make_service()
+    first = service.register(request())
+    assert sorted(first.assignment.active) == ["Partition 0", "Partition 1"]
+    service.heartbeat(request(**active(["Partition 0", "Partition 1"])))
+    service.wake.clear()
+    service.register(request("p2", "e2"))               # a newcomer: decided at once
+    reply = service.heartbeat(request(**active(["Partition 0", "Partition 1"])))
+    moving = set(first.assignment.active) - set(reply.assignment.active)
+    assert reply.assignment.active == first.assignment.active or moving
+    before = service.core.pending_changes()
+    service.heartbeat(request("p2", "e2", generation=1))
+    assert service.wake.is_set(), "p2's first report is news a decision waits for"
+    assert service.core.pending_changes() == before, "a heartbeat changed the decision"
+    service.tick()
+    assert service.core.handoffs or service.core.roles.peek("p2").active
+
+
+def test_quiet_heartbeats_do_not_wake_the_loop() -> None:
+    service, _, _ = make_service()
+    service.register(request())
+    service.heartbeat(request(**active(["Partition 0", "Partition 1"])))
+    service.tick()
+    service.wake.clear()
+    for _ in range(3):
+        service.heartbeat(request(**active(["Partition 0", "Partition 1"])))
+    assert not service.wake.is_set()
+
+
+def wait_in_thread(service: Any, req: HeartbeatRequest) -> tuple[list[Any], threading.Thread]:
+    answers: list[Any] = []
+    waiter = threading.Thread(target=lambda: answers.append(service.heartbeat(req, 5.0)))
+    waiter.start()
+    time.sleep(0.3)
+    assert not answers, "in line with its listing: it waits"
+    return answers, waiter
+
+
+def reports(role: str, tasks: dict[str, int], generation: int = 1) -> dict[str, Any]:
+    return {"generation": generation, "tasks": [
+        TaskReport(task=t, role=role, positions={f"in:{t[-1]}": at}, lag=0).model_dump()
+        for t, at in tasks.items()]}
+
+
+def test_a_long_poll_is_answered_when_a_decision_changes_its_listing() -> None:
+    service, _, _ = make_service()
+    service.register(request())
+    both = {"Partition 0": 100, "Partition 1": 100}
+    service.heartbeat(request(**reports("active", both)))
+    warm = service.register(request("p2", "e2")).assignment.warmup
+    assert len(warm) == 1
+    answers, waiter = wait_in_thread(service, request(**reports("active", both)))
+    started = time.monotonic()
+    service.heartbeat(request("p2", "e2", **reports("warmup", {warm[0]: 100})))
+    service.tick()          # caught up: the decision releases it from p1
+    waiter.join(5)
+    assert answers and time.monotonic() - started < 2.0
+    assert answers[0].assignment.active == [t for t in both if t != warm[0]]
+
+
+def test_a_long_poll_is_answered_when_the_model_changes() -> None:
+    service, _, _ = make_service()
+    service.register(request())
+    both = {"Partition 0": 100, "Partition 1": 100}
+    service.heartbeat(request(**reports("active", both)))
+    service.tick()
+    answers, waiter = wait_in_thread(service, request(**reports("active", both)))
+    service.expand("in", 4)
+    waiter.join(5)
+    assert answers and answers[0].generation == 2 and answers[0].barriers
+
+
+def test_a_long_poll_without_news_ends_at_its_bound_and_out_of_line_never_waits() -> None:
+    service, _, _ = make_service()
+    service.register(request())
+    service.heartbeat(request(**active(["Partition 0", "Partition 1"])))
+    service.tick()
+    started = time.monotonic()
+    service.heartbeat(request(**active(["Partition 0", "Partition 1"])), wait_s=0.3)
+    assert 0.25 <= time.monotonic() - started < 2.0
+    started = time.monotonic()
+    reply = service.heartbeat(request(**active(["Partition 0"])), wait_s=5.0)
+    assert time.monotonic() - started < 1.0, "a listed task it does not run: answer at once"
+    assert sorted(reply.assignment.active) == ["Partition 0", "Partition 1"]
+    started = time.monotonic()
+    service.heartbeat(request(**active(["Partition 0", "Partition 1"], generation=0)),
+                      wait_s=5.0)
+    assert time.monotonic() - started < 1.0, "a stale model: answer at once"
+
+
+def test_a_scrape_does_not_wait_for_the_core_lock() -> None:
+    from fastapi.testclient import TestClient
+    from test_api import credentials
+
+    service, registry, _ = make_service()
+    client = TestClient(create_app(service, credentials(), registry))
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with service._lock:
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(5)
+    try:
+        started = time.monotonic()
+        assert client.get("/metrics").status_code == 200
+        assert time.monotonic() - started < 2.0
+    finally:
+        release.set()
+        holder.join()
+
+
+def test_a_burst_of_registrations_shares_the_loops_decisions() -> None:
+    service, _, written = make_service()
+    service.loop_decides = True
+    stop = threading.Event()
+    ticks = [0]
+
+    def loop() -> None:
+        while not stop.is_set():
+            service.wake.wait(0.5)
+            service.wake.clear()
+            time.sleep(0.05)            # a burst arrives while the loop turns
+            service.tick()
+            ticks[0] += 1
+
+    ticker = threading.Thread(target=loop)
+    ticker.start()
+    replies: dict[str, Any] = {}
+    unpersisted: list[str] = []
+
+    def register(i: int) -> None:
+        replies[f"p{i}"] = service.register(request(f"p{i}", f"e{i}"))
+        if f"processor/p{i}" not in written:
+            unpersisted.append(f"p{i}")
+
+    threads = [threading.Thread(target=register, args=(i,)) for i in range(20)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+    finally:
+        stop.set()
+        ticker.join(5)
+    assert len(replies) == 20 and all(r.alive for r in replies.values())
+    assert ticks[0] < 20, "one decision per registration"
+    assert not unpersisted, "answered before its registration was written"
+    listed = [t for r in replies.values() for t in r.assignment.active]
+    assert sorted(listed) == ["Partition 0", "Partition 1"], "answered with a decision"

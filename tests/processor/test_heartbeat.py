@@ -1,0 +1,30 @@
+"""The heartbeat monitor's long poll: asked for only close to a handoff and with no
+activation running (an activation's end must be reported at once)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator.wire.protocol import TaskReport
+from processor.heartbeat import HeartbeatMonitor
+
+
+def monitor(tmp_path: Path, reports: list[TaskReport]) -> HeartbeatMonitor:
+    return HeartbeatMonitor("http://127.0.0.1:9", tmp_path / "token", "p1", "e1",
+                            interval_s=1.0, grace_s=10.0, snapshot=lambda: reports)
+
+
+def report(role: str) -> TaskReport:
+    return TaskReport(task="Partition 0", role=role, positions={"in:0": 5})
+
+
+def test_a_long_poll_only_close_to_a_handoff_with_nothing_in_flight(tmp_path: Path) -> None:
+    quiet = monitor(tmp_path, [report("warmup")])
+    assert quiet._request(path="/processors/heartbeat").wait_ms is None
+    quiet.fast = True
+    assert quiet._request(path="/processors/heartbeat").wait_ms == 1000
+    assert quiet._request(path="/processors/register").wait_ms is None
+    assert quiet._request(leaving=True).wait_ms is None
+    busy = monitor(tmp_path, [report("activating")])
+    busy.fast = True
+    assert busy._request(path="/processors/heartbeat").wait_ms is None
