@@ -373,10 +373,16 @@ class TaskRuntime:
         if self.bulk.busy:
             self.bulk.progress(self.replicas, self.consumers.assign_replay)
         split = timeout / 2 if self.active and self.replicas else timeout
+        # a replay with a backlog must not wait on quiet active tasks: their poll does
+        # not block, and the replay's bite is what their batch left of a full one
+        backlog = any(r.lag() > 0 for r in self.replicas.values())
+        room = _BATCH
         if self.active:
-            handled += self._poll_active(split)
+            took = self._poll_active(0.0 if backlog else split)
+            handled += took
+            room = max(_REPLAY_BATCH_BESIDE_ACTIVE, _BATCH - took)
         if self.replicas:
-            handled += self._poll_replicas(split)
+            handled += self._poll_replicas(split, room)
         if not self.active and not self.replicas:
             self.clock.sleep(min(timeout, _IDLE_WHILE_ACTIVATING_S)
                              if self.activations.pending else timeout)
@@ -437,11 +443,11 @@ class TaskRuntime:
         self._sizes.forget(task)
         self.metrics.forget_task(task)      # fenced or failed: its series are not ours now
 
-    def _poll_replicas(self, timeout: float) -> int:
+    def _poll_replicas(self, timeout: float, batch: int = _BATCH) -> int:
+        """One replay batch of at most `batch` records (less beside busy active tasks,
+        whose latency it adds to)."""
         self.consumers.refresh_caps(self.replicas.values(),
                                     lambda task: self.sources_of(task).ends)
-        # replays share the loop with active tasks: smaller bites keep their latency low
-        batch = _REPLAY_BATCH_BESIDE_ACTIVE if self.active else _BATCH
         messages = self.consumers.replay.consume(batch, timeout)
         owner = {p: r.name for r in self.replicas.values() for p in r.partitions}
         batches = by_task(messages, owner.get, self.consumers.log_error)
