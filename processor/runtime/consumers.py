@@ -98,6 +98,7 @@ class Consumers:
         self.owner: dict[str, str] = {}          # active partition -> task
         self._held: dict[str, set[str]] = {}     # task -> partitions waiting on a barrier
         self._paused: set[str] = set()
+        self._yielding: set[str] = set()         # replica partitions paused for an activation
         self._caps_due = Deadline.after(clock, 0.0)
 
     # ---- offsets ---------------------------------------------------------------------
@@ -133,10 +134,11 @@ class Consumers:
     def unassign_replay(self, partitions: Sequence[str]) -> None:
         # librdkafka keeps a partition's pause across incremental_unassign/assign: resume
         # first, or an activation replaying from a warmup paused at its cap never fetches.
-        paused = [p for p in partitions if p in self._paused]
+        paused = [p for p in partitions if p in self._paused or p in self._yielding]
         if paused:
             self.replay.resume([_tp(p) for p in paused])
         self._paused.difference_update(partitions)
+        self._yielding.difference_update(partitions)
         if partitions:
             self.replay.incremental_unassign([_tp(p) for p in partitions])
 
@@ -195,6 +197,26 @@ class Consumers:
         self.replay.resume([_tp(p) for p in resume])
         for p in resume:
             self.replay.seek(_tp(p, replica.positions[p]))
+
+    def make_way(self, replicas: Iterable[Replay]) -> None:
+        """While an activation replays (a handoff's pause), other replicas stop fetching:
+        a warmup's fetched backlog would otherwise come out of the shared queue first.
+        When none is left, they go on from their positions."""
+        replicas = list(replicas)
+        if any(r.role == "activating" and r.lag() > 0 for r in replicas):
+            wait = [p for r in replicas if r.role != "activating" for p in r.partitions
+                    if p not in self._paused and p not in self._yielding]
+            if wait:
+                self.replay.pause([_tp(p) for p in wait])
+                self._yielding.update(wait)
+            return
+        for replica in replicas:
+            back = [p for p in replica.partitions if p in self._yielding]
+            if back:
+                self._yielding.difference_update(back)
+                self.replay.resume([_tp(p) for p in back])
+                for p in back:
+                    self.replay.seek(_tp(p, replica.positions[p]))
 
     def pause_at_caps(self, capped: Iterable[str]) -> None:
         """Stop fetching partitions whose replica reached its cap (until it moves on)."""

@@ -448,6 +448,7 @@ class TaskRuntime:
         whose latency it adds to)."""
         self.consumers.refresh_caps(self.replicas.values(),
                                     lambda task: self.sources_of(task).ends)
+        self.consumers.make_way(self.replicas.values())
         messages = self.consumers.replay.consume(batch, timeout)
         owner = {p: r.name for r in self.replicas.values() for p in r.partitions}
         batches = by_task(messages, owner.get, self.consumers.log_error)
