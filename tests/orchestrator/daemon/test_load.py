@@ -1,0 +1,26 @@
+"""The coordinator under load, as `bench/coordinator_load.py` measures it, test-sized:
+simulated processors over the real HTTP API of a real coordinator daemon. Every
+heartbeat is answered, and once the job is balanced no reply carries the job model
+(the processors hold the current generation)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+from coordinator_load import measure  # noqa: E402 - the benchmark itself, test-sized
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_hundred_processors_every_heartbeat_answered_no_model_resent(broker: Any) -> None:
+    row = measure(broker.bootstrap, processors=100, per_processor=5, seconds=5.0,
+                  settle_s=60.0)
+    assert row["settled"], row
+    assert row["sent"] >= 100 * 4, f"the simulated fleet did not heartbeat: {row}"
+    assert row["answered"] == row["sent"] and row["errors"] == 0, row
+    assert row["model_replies"] == 0, f"the model was sent to current processors: {row}"
