@@ -43,6 +43,7 @@ from orchestrator.devkit.demo import (
 )
 from orchestrator.devkit.embedded import EmbeddedBroker
 from orchestrator.wire.client import CoordinatorClient
+from orchestrator.wire.config import dump_config
 from orchestrator.wire.token import read_token
 
 PARTITIONS = 4
@@ -106,7 +107,9 @@ def _wait_committed(bootstrap: str, topic: str, timeout: float) -> None:
         time.sleep(0.5)
 
 
-def run_size(keys: int, handoffs: int, log: Any) -> dict[str, Any]:
+def run_size(keys: int, handoffs: int, log: Any, source: str = "input") -> dict[str, Any]:
+    """Preload `keys` keys, let p2 join (catching up half of them), then `handoffs`
+    handoffs under traffic; `source`: catch_up.source."""
     with tempfile.TemporaryDirectory(prefix="baton-pause-") as tmp, EmbeddedBroker() as broker:
         workdir = Path(tmp)
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
@@ -114,6 +117,12 @@ def run_size(keys: int, handoffs: int, log: Any) -> dict[str, Any]:
                                            NewTopic("sums", PARTITIONS, 1)]).values():
             future.result(30)
         config = _make_config(workdir, broker.bootstrap, ("events", "sums"))
+        if source != "input":
+            import tomllib
+
+            raw = tomllib.loads(config.read_text())
+            raw["catch_up"]["source"] = source
+            config.write_text(dump_config(raw))
         demo = Demo(None)
         cluster = _Cluster(workdir, config, log)
         started = time.monotonic()

@@ -1,0 +1,93 @@
+"""Catch-up inside a real join against the same catch-up alone (issue 12): a script.
+
+For each --source (input, changelog), in one run:
+
+alone    the catch-up by itself, in this process (a warmup TaskRuntime, no daemons, no
+         traffic): `input` replays --keys records (one per key, 4 partitions) through
+         process() (bench/processor_rates.py's warmup); `changelog` applies the
+         changelog an active task wrote for the same records (bench/changelog_cost.py).
+join     a coordinator and p1 holding that state (--keys keys over 4 partitions), then
+         p2 joins under 1,000 records/s of traffic and catches up half of the state
+         (bench/handoff_pause.py with no handoffs after the join): the catch-up volume
+         (the largest lag seen per task) over the time from p2's start to balanced.
+
+Target: join >= 0.5 x alone, for both sources; the time to balanced is reported too.
+
+    PYTHONPATH=. .venv/bin/python bench/join_catchup.py [--keys 1000000]
+        [--source input changelog] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import changelog_cost  # noqa: E402 - sibling benches: the same phases, reused
+import handoff_pause  # noqa: E402
+import processor_rates  # noqa: E402
+
+from orchestrator.devkit.embedded import (  # noqa: E402
+    EMBEDDED_CATCH_UP_SETTINGS,
+    EMBEDDED_CLIENT_SETTINGS,
+    EmbeddedBroker,
+)
+
+TARGET = 0.5
+JOB = "processor.examples:RunningSum"
+
+
+def alone(source: str, keys: int) -> float:
+    """Records (or changelog records) per second of the catch-up by itself."""
+    with tempfile.TemporaryDirectory(prefix="baton-join-") as tmp, \
+            EmbeddedBroker(Path(tmp) / "broker") as broker:
+        bench = processor_rates.Bench(broker.bootstrap, dict(EMBEDDED_CLIENT_SETTINGS), 4,
+                                      Path(tmp) / "state")
+        bench.create_topics()
+        bench.produce(keys, keys)
+        if source == "input":
+            return keys / processor_rates.run_warmup(bench, keys)
+        catch_up = dict(EMBEDDED_CATCH_UP_SETTINGS)
+        _, job, _ = changelog_cost.run_active(bench, keys, JOB, "changelog", catch_up)
+        seconds, applied = changelog_cost.run_apply(bench, job, JOB, catch_up)
+        return applied / seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--source", nargs="+", default=["input", "changelog"],
+                        choices=["input", "changelog"])
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    def log(text: str) -> None:
+        print(f"# {text}", file=sys.stderr, flush=True)
+
+    rows = []
+    for source in args.source:
+        rate_alone = alone(source, args.keys)
+        log(f"{source}: alone {rate_alone:,.0f} records/s")
+        joined = handoff_pause.run_size(args.keys, 0, log, source=source)
+        rate_join = joined["catch_up_records_per_s"]
+        rows.append({"source": source, "keys": args.keys, "alone_per_s": round(rate_alone),
+                     "join_per_s": round(rate_join),
+                     "join_to_balanced_s": joined["join_to_balanced_s"],
+                     "catch_up_records": joined["catch_up_records"],
+                     "ratio": round(rate_join / rate_alone, 2)})
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    for r in rows:
+        print(f"{r['source']:>9}, {r['keys']} keys: join -> balanced {r['join_to_balanced_s']} s "
+              f"for ~{r['catch_up_records']} records, {r['join_per_s']:,}/s in the join vs "
+              f"{r['alone_per_s']:,}/s alone: {r['ratio']}x (target >= {TARGET}: "
+              f"{'ok' if r['ratio'] >= TARGET else 'MISSED'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
