@@ -26,6 +26,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import resource
 import statistics
 import subprocess
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestrator.devkit.embedded import EmbeddedBroker, free_port
@@ -104,6 +106,7 @@ class Tally:
     answered: int = 0
     errors: int = 0
     model_replies: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)   # what the errors were
     latencies: list[float] = field(default_factory=list)
 
 
@@ -117,35 +120,72 @@ def _own_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def _beat(client: httpx.AsyncClient, url: str, sim: Sim, tally: Tally | None,
+class _Connection:
+    """One simulated processor's keep-alive HTTP/1.1 connection, spoken by hand: a
+    general client (httpx) costs ~2 ms of CPU per request, so at 1,000 heartbeats a
+    second the generator, not the coordinator, would take both cores."""
+
+    def __init__(self, url: str, token: str) -> None:
+        host, _, port = url.removeprefix("http://").partition(":")
+        self._address = (host, int(port))
+        self._head = (f"Host: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
+                      "Content-Type: application/json\r\n").encode()
+        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        if self._streams is None:
+            self._streams = await asyncio.open_connection(*self._address)
+        reader, writer = self._streams
+        try:
+            writer.write(b"POST " + path.encode() + b" HTTP/1.1\r\n" + self._head
+                         + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n"
+                         + body)
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = int(head[9:12])
+            length = int(re.search(rb"(?i)content-length: *(\d+)", head)[1])  # type: ignore[index]
+            return status, await reader.readexactly(length)
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TypeError):
+            writer.close()
+            self._streams = None
+            raise
+
+    def close(self) -> None:
+        if self._streams is not None:
+            self._streams[1].close()
+
+
+async def _beat(connections: dict[str, _Connection], sim: Sim, tally: Tally | None,
                 path: str = "/processors/heartbeat") -> None:
     started = time.perf_counter()
     try:
-        response = await client.post(f"{url}{path}", json=sim.request())
-    except httpx.HTTPError:
+        status, body = await connections[sim.pid].post(path, orjson.dumps(sim.request()))
+    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TypeError) as exc:
         if tally is not None:
             tally.sent += 1
             tally.errors += 1
+            tally.statuses[type(exc).__name__] = tally.statuses.get(type(exc).__name__, 0) + 1
         return
     elapsed = time.perf_counter() - started
-    ok = response.status_code == 200
-    carried = sim.take(response.json()) if ok else False
+    ok = status == 200
+    carried = sim.take(orjson.loads(body)) if ok else False
     if tally is not None:
         tally.sent += 1
         tally.answered += ok
         tally.errors += not ok
+        if not ok:
+            tally.statuses[str(status)] = tally.statuses.get(str(status), 0) + 1
         tally.model_replies += carried
         tally.latencies.append(elapsed)
 
 
-async def _drive(client: httpx.AsyncClient, url: str, sim: Sim, until: float,
+async def _drive(connections: dict[str, _Connection], sim: Sim, until: float,
                  window: tuple[float, float], tally: Tally) -> None:
     """Heartbeat once a second until `until`; count only inside `window`."""
     await asyncio.sleep(random.random())
     while time.monotonic() < until:
         due = time.monotonic() + 1.0
         counted = window[0] <= time.monotonic() < window[1]
-        await _beat(client, url, sim, tally if counted else None)
+        await _beat(connections, sim, tally if counted else None)
         await asyncio.sleep(max(0.0, due - time.monotonic()))
 
 
@@ -158,20 +198,19 @@ async def _run(url: str, token: str, processors: int, seconds: float, settle_s: 
                pid: int) -> dict[str, Any]:
     """Register, follow until balanced (at most `settle_s`), then measure `seconds`."""
     sims = [Sim(f"p{i:04d}") for i in range(processors)]
-    limits = httpx.Limits(max_connections=processors + 10,
-                          max_keepalive_connections=processors + 10)
+    connections = {s.pid: _Connection(url, token) for s in sims}
     headers = {"Authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(limits=limits, headers=headers, timeout=30.0) as client:
+    try:
         # the whole fleet starts at once, as after a deploy (registrations share the
         # coordinator's decisions)
-        await asyncio.gather(*(_beat(client, url, s, None, "/processors/register")
+        await asyncio.gather(*(_beat(connections, s, None, "/processors/register")
                                for s in sims))
         settled = False
         with httpx.Client(headers=headers, timeout=30.0) as sync:
             settled_by = time.monotonic() + settle_s
             while time.monotonic() < settled_by and not settled:
                 end = time.monotonic() + 3.0
-                await asyncio.gather(*(_drive(client, url, s, end, (0, 0), Tally())
+                await asyncio.gather(*(_drive(connections, s, end, (0, 0), Tally())
                                        for s in sims))
                 settled = await asyncio.to_thread(_balanced, sync, url)
         begin = time.monotonic() + 1.0
@@ -184,14 +223,17 @@ async def _run(url: str, token: str, processors: int, seconds: float, settle_s: 
             cpu[key], cpu["own" + key] = _cpu_s(pid), _own_cpu_s()
 
         await asyncio.gather(sample(window[0], "0"), sample(window[1], "1"),
-                             *(_drive(client, url, s, window[1] + 0.5, window, tally)
+                             *(_drive(connections, s, window[1] + 0.5, window, tally)
                                for s in sims))
+    finally:
+        for connection in connections.values():
+            connection.close()
     lat = sorted(tally.latencies)
     used, own = cpu["1"] - cpu["0"], cpu["own1"] - cpu["own0"]
     return {"processors": processors, "settled": settled, "seconds": seconds,
             "sent": tally.sent, "answered": tally.answered, "errors": tally.errors,
             "answered_fraction": round(tally.answered / max(tally.sent, 1), 4),
-            "model_replies": tally.model_replies,
+            "model_replies": tally.model_replies, "error_kinds": tally.statuses,
             "p50_ms": round(1000 * statistics.median(lat), 1) if lat else None,
             "p99_ms": round(1000 * lat[int(0.99 * (len(lat) - 1))], 1) if lat else None,
             "coordinator_cores": round(used / seconds, 3),
@@ -283,7 +325,8 @@ def _line(row: dict[str, Any]) -> str:
             f"({row['p99_ms'] / 100:.2f}x the 100 ms limit), coordinator "
             f"{row['coordinator_cores']} cores ({row['coordinator_cores'] / 0.5:.2f}x the 0.5 "
             f"limit), {row['coordinator_cpu_ms_per_heartbeat']} CPU-ms/heartbeat, model in "
-            f"{row['model_replies']} replies; generator {row['generator_cores']} cores")
+            f"{row['model_replies']} replies; generator {row['generator_cores']} cores"
+            + (f"; errors {row['error_kinds']}" if row["errors"] else ""))
 
 
 if __name__ == "__main__":

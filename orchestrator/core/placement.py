@@ -29,6 +29,7 @@ a child is on its way out, a child waits while its parent moves.
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from typing import Protocol
 
 from orchestrator.core import handoff as hs
@@ -70,9 +71,11 @@ def place(core: PlacementView) -> bool:
     """One placement step; returns the assignor's `follow_up` (more moves to come)."""
     live = [p.id for p in core.processors.live()]
     candidates = [pid for pid in live if pid not in core.draining]
+    coming, going = _in_flight(core)
     try:
         result = assign([TaskInfo(t) for t in core.model.tasks],
-                        [_state(core, pid) for pid in candidates], core.config.assignment)
+                        [_state(core, pid, coming[pid], going[pid]) for pid in candidates],
+                        core.config.assignment)
     except AssignmentError as exc:
         log.error("assignment failed: %s", exc)
         return False
@@ -83,12 +86,17 @@ def place(core: PlacementView) -> bool:
     room = [core.config.assignment.max_warmups - core.moves.catching_up()]
     for task in core.model.tasks:
         _place_task(core, task, owners.get(task), warm.get(task), load, room)
-    handoffs = core.handoffs.values()
+    moving: dict[str, set[str]] = defaultdict(set)     # processor -> its handoffs' tasks
+    incoming: dict[str, set[str]] = defaultdict(set)   # processor -> tasks coming to it
+    for handoff in core.handoffs.values():
+        for pid in (handoff.source, handoff.target):
+            if pid is not None:
+                moving[pid].add(handoff.task)
+        incoming[handoff.target].add(handoff.task)
     for wanted in result.processors:
         roles = core.roles.get(wanted.id)
-        moving = {h.task for h in handoffs if wanted.id in (h.source, h.target)}
-        roles.warmup &= {h.task for h in handoffs if h.target == wanted.id}
-        roles.standby = (set(wanted.standby) - roles.active - roles.warmup - moving
+        roles.warmup &= incoming[wanted.id]
+        roles.standby = (set(wanted.standby) - roles.active - roles.warmup - moving[wanted.id]
                          - core.failures.blocked(wanted.id, core.clock.monotonic()))
     for pid in core.draining & set(live):
         roles = core.roles.get(pid)
@@ -97,18 +105,28 @@ def place(core: PlacementView) -> bool:
     return result.follow_up
 
 
-def _state(core: PlacementView, pid: str) -> ProcessorSnapshot:
-    """The assignor's view of `pid`: in-flight handoffs count where they are going."""
-    roles = core.roles.peek(pid)
-    active, warmup = set(roles.active), set(roles.warmup)
+def _in_flight(core: PlacementView) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """Per processor, the tasks in-flight handoffs bring to it and take from it, as the
+    assignor counts them (where they are going): one pass over the handoffs, not one
+    per processor."""
+    coming: dict[str, set[str]] = defaultdict(set)
+    going: dict[str, set[str]] = defaultdict(set)
     for task, handoff in core.handoffs.items():
         before_release = handoff.phase in (hs.Phase.PLANNED, hs.Phase.CATCHING_UP)
-        source_stays = before_release and handoff.source not in core.draining
-        if handoff.target == pid and not source_stays:
-            active.add(task)
-            warmup.discard(task)
-        if handoff.source == pid and not source_stays:
-            active.discard(task)
+        if before_release and handoff.source not in core.draining:
+            continue    # the source stays the owner until the release
+        coming[handoff.target].add(task)
+        if handoff.source is not None:
+            going[handoff.source].add(task)
+    return coming, going
+
+
+def _state(core: PlacementView, pid: str, coming: set[str], going: set[str]
+           ) -> ProcessorSnapshot:
+    """The assignor's view of `pid`: in-flight handoffs count where they are going."""
+    roles = core.roles.peek(pid)
+    active = (roles.active | coming) - going
+    warmup = roles.warmup - coming
     processor = core.processors.get(pid)
     reported = processor.reports if processor is not None else {}
     # only a task `pid` reports a replica of has a lag: look at those, not every task

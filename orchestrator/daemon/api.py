@@ -37,6 +37,12 @@ from orchestrator.core.coordinator import DrainError, UnknownProcessor
 from orchestrator.core.split import SplitError
 from orchestrator.core.views import PlanError
 from orchestrator.daemon.credentials import Credentials, Kind, Refused
+from orchestrator.daemon.heartbeat_route import (
+    HEARTBEAT_PATH,
+    MAX_WAIT_MS,
+    HeartbeatRoute,
+    validation_reply,
+)
 from orchestrator.daemon.service import CoordinatorService, ExpansionError, InvalidReport
 from orchestrator.daemon.tls import peer_name
 from orchestrator.kafka.stream import StreamError
@@ -53,8 +59,6 @@ _TOPIC = r"^[A-Za-z0-9._-]+$"
 # Kafka's own bound on partitions per topic is far lower in practice; this only keeps
 # a typo from asking the broker for a billion partitions.
 _MAX_PARTITIONS = 100_000
-# a long poll never outlasts a processor's request timeout (5 s)
-_MAX_WAIT_MS = 2_000
 
 
 class _Body(BaseModel):
@@ -106,9 +110,11 @@ class _TokenCheck:
 
 
 def create_app(service: CoordinatorService, credentials: Credentials,
-               registry: CollectorRegistry | None = None, bind_ids: bool = False) -> FastAPI:
+               registry: CollectorRegistry | None = None,
+               bind_ids: bool = False) -> HeartbeatRoute:
     """The API over `service`; `credentials` hold the tokens (never logged). With
-    `bind_ids` (mutual TLS) a processor id must equal its certificate's common name."""
+    `bind_ids` (mutual TLS) a processor id must equal its certificate's common name.
+    Heartbeats are served in front of FastAPI (`heartbeat_route.py`)."""
     app = FastAPI(title="Baton coordinator", version="1", docs_url=None, redoc_url=None,
                   openapi_url=None)
     auth = [Depends(_TokenCheck(credentials, "operator"))]
@@ -139,14 +145,15 @@ def create_app(service: CoordinatorService, credentials: Credentials,
         admit(request, http)
         return _json(service.register(request))
 
-    @app.post("/processors/heartbeat", response_model=HeartbeatReply,
+    @app.post(HEARTBEAT_PATH, response_model=HeartbeatReply,
               dependencies=processor_auth,
               tags=["processors"])
     def heartbeat(request: HeartbeatRequest, http: Request) -> Response:
         """Reports in, the whole assignment out (level-triggered); with `wait_ms`, a
-        long poll answered as soon as the processor's assignment changes."""
+        long poll answered as soon as the processor's assignment changes. (Served by
+        `HeartbeatRoute`; this route gives the schema.)"""
         admit(request, http)
-        return _json(service.heartbeat(request, min(request.wait_ms or 0, _MAX_WAIT_MS) / 1000))
+        return _json(service.heartbeat(request, min(request.wait_ms or 0, MAX_WAIT_MS) / 1000))
 
     @app.get("/status", dependencies=auth, tags=["operators"])
     def status() -> dict[str, Any]:
@@ -186,7 +193,7 @@ def create_app(service: CoordinatorService, credentials: Credentials,
                                              description=__doc__, routes=app.routes)
         return app.openapi_schema
 
-    return app
+    return HeartbeatRoute(app, service, credentials, bind_ids)
 
 
 def _json(reply: HeartbeatReply) -> Response:
@@ -217,18 +224,6 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     async def invalid(request: Request, exc: Exception) -> JSONResponse:
         errors = exc.errors() if isinstance(exc, RequestValidationError) else []
-        first = errors[0] if errors else {}
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        reason = f"{where}: {first.get('msg', 'invalid request')}" if first else str(exc)
-        return JSONResponse({"detail": reason, "errors": _jsonable(errors)}, status_code=422)
+        return JSONResponse(validation_reply(errors), status_code=422)
 
     app.add_exception_handler(RequestValidationError, invalid)
-
-
-def _jsonable(errors: Any) -> Any:
-    """Validation errors may carry exceptions in `ctx`; keep only what JSON holds."""
-    out = []
-    for error in errors:
-        out.append({k: (str(v) if k in ("ctx", "input") else v) for k, v in error.items()
-                    if k in ("loc", "msg", "type")})
-    return out

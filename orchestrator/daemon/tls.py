@@ -14,7 +14,7 @@ import ssl
 from pathlib import Path
 from typing import Any
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 __all__ = ["PeerNameProtocol", "peer_name", "server_context"]
 
@@ -43,8 +43,8 @@ def server_context(cert_file: Path, key_file: Path, client_ca_file: Path | None
     return context
 
 
-class PeerNameProtocol(H11Protocol):
-    """uvicorn's h11 protocol, passing the client certificate's common name on."""
+class PeerNameProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, passing the client certificate's common name on."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
