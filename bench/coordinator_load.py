@@ -133,6 +133,11 @@ class _Connection:
         self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        if self._streams is not None and self._streams[0].at_eof():
+            # the server closed it while idle (keep-alive timeout), as a pooled client
+            # notices before reusing a connection
+            self._streams[1].close()
+            self._streams = None
         if self._streams is None:
             self._streams = await asyncio.open_connection(*self._address)
         reader, writer = self._streams
