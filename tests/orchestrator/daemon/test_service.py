@@ -177,3 +177,57 @@ def test_a_burst_of_registrations_shares_the_loops_decisions() -> None:
     assert not unpersisted, "answered before its registration was written"
     listed = [t for r in replies.values() for t in r.assignment.active]
     assert sorted(listed) == ["Partition 0", "Partition 1"], "answered with a decision"
+
+
+def hold_lock(service: Any) -> tuple[threading.Event, threading.Thread]:
+    """Another thread holds the core's lock (as a long decision does) until released."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with service._deciding():
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(5)
+    return release, holder
+
+
+def test_a_plain_heartbeat_during_a_decision_gets_the_decision_in_force() -> None:
+    service, _, _ = make_service()
+    service.register(request())
+    both = {"Partition 0": 100, "Partition 1": 100}
+    before = service.try_heartbeat(request(**reports("active", both)))
+    assert before is not None and before.same_model
+    release, holder = hold_lock(service)
+    try:
+        during = service.try_heartbeat(request(**reports("active", {"Partition 0": 250})))
+        assert during == before, "answered at once with the reply it last got"
+        other = service.try_heartbeat(request("p2", "e2"))
+        assert other is None, "no reply of its own to repeat: it waits for the lock"
+        stale = service.try_heartbeat(request(**reports("active", both, generation=0)))
+        assert stale is None, "a stale model is never answered from the cache"
+    finally:
+        release.set()
+        holder.join()
+    assert service.core.processors.get("p1").reports["Partition 0"].positions == {"in:0": 100}
+    service.tick()      # the next holder of the lock takes the waiting report in
+    assert service.core.processors.get("p1").reports["Partition 0"].positions == {"in:0": 250}
+    assert "Partition 1" not in service.core.processors.get("p1").reports
+
+
+def test_a_reply_cached_before_a_decision_is_never_repeated_after_it() -> None:
+    service, _, _ = make_service()
+    service.register(request())
+    both = {"Partition 0": 100, "Partition 1": 100}
+    assert service.try_heartbeat(request(**reports("active", both))) is not None
+    service.drain("p1")                     # a decision that changes what p1 is told
+    release, holder = hold_lock(service)
+    try:
+        assert service.try_heartbeat(request(**reports("active", both))) is None
+    finally:
+        release.set()
+        holder.join()
+    after = service.try_heartbeat(request(**reports("active", both)))
+    assert after is not None and after.generation == 1
