@@ -65,6 +65,7 @@ class PlacementView(Protocol):
     def owner(self, task: str) -> str | None: ...
     def holder(self, task: str) -> str | None: ...
     def lag(self, task: str, pid: str) -> int | None: ...
+    def task_infos(self) -> list[TaskInfo]: ...
 
 
 def place(core: PlacementView) -> bool:
@@ -73,7 +74,7 @@ def place(core: PlacementView) -> bool:
     candidates = [pid for pid in live if pid not in core.draining]
     coming, going = _in_flight(core)
     try:
-        result = assign([TaskInfo(t) for t in core.model.tasks],
+        result = assign(core.task_infos(),
                         [_state(core, pid, coming[pid], going[pid]) for pid in candidates],
                         core.config.assignment)
     except AssignmentError as exc:

@@ -39,6 +39,7 @@ from prometheus_client import CollectorRegistry
 from metrics import CoordinatorMetrics
 from orchestrator.core.grouping import GroupingError
 from orchestrator.daemon.api import create_app
+from orchestrator.daemon.collector import Collector
 from orchestrator.daemon.credentials import Credentials
 from orchestrator.daemon.gate import Gate
 from orchestrator.daemon.leader import ChangelogTopicError, Leadership
@@ -202,9 +203,11 @@ class _Daemon:
         log.info("coordinator of job %s listening on %s (pid %d), %s", self.config.job.name,
                  self.config.coordinator.listen, os.getpid(), self.url)
         log.info("kafka settings (secrets redacted): %s", self.config.shown_kafka_settings())
+        collector = Collector()
         try:
             self._first_turn()
             while not self.stop.is_set():
+                collector.turn()
                 if self.reload.is_set():
                     self.reload_credentials()
                 if not self.http.is_alive():
@@ -218,6 +221,7 @@ class _Daemon:
             log.error("%s", exc)
             return exc.exit_code
         finally:
+            collector.close()
             self.close()
         log.info("coordinator stopped cleanly")
         return 0

@@ -11,6 +11,7 @@ the model it has.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 from confluent_kafka import KafkaException
@@ -23,9 +24,13 @@ __all__ = ["PartitionMonitor"]
 
 log = logging.getLogger("baton.coordinator.monitor")
 
+# a poll waits at least this many times what the last one took
+_SPACING = 100.0
+
 
 class PartitionMonitor:
-    """Polls `inputs` every `interval_s` seconds on `clock`."""
+    """Polls `inputs` every `interval_s` seconds on `clock` (less often when one poll
+    costs more than a hundredth of that)."""
 
     def __init__(self, admin: Admin, service: CoordinatorService, inputs: Sequence[str],
                  interval_s: float, clock: Clock) -> None:
@@ -40,12 +45,16 @@ class PartitionMonitor:
         """Poll once if the interval has passed; returns whether it polled."""
         if not self._due.expired():
             return False
-        self._due.arm(self._interval_s)
+        started = time.perf_counter()
         try:
             counts = self._admin.partition_counts(self._inputs)
         except (TopicsError, KafkaException) as exc:
+            self._due.arm(self._interval_s)
             log.warning("partition monitor: cannot read partition counts of %s: %s; "
                         "retrying in %.1f s", ", ".join(self._inputs), exc, self._interval_s)
             return True
+        # the metadata of 10,000 partitions costs the GIL ~90 ms, a stall for every
+        # heartbeat in flight: a large job is polled less often than `interval_s`
+        self._due.arm(max(self._interval_s, _SPACING * (time.perf_counter() - started)))
         self._service.sync_partitions(counts)
         return True

@@ -370,9 +370,12 @@ class CoordinatorService:
         """Decide (the daemon's loop), persist, then answer the waiting heartbeats."""
         with self._deciding():
             self._take_inbox()
-            self.core.tick()
+            placed = self.core.tick()
             self._decisions += 1
-            self.commit()
+            if placed or self._unpersisted:
+                self.commit()
+            else:       # nothing recorded changed (diffing 10,000 tasks' records: ~20 ms)
+                self._decided.notify_all()
 
     def refresh_views(self) -> None:
         """Copy what /metrics shows of the core, so a scrape never waits on the lock;
@@ -383,6 +386,7 @@ class CoordinatorService:
             handoffs = self.core.handoff_samples()
         lags: list[Any] = []
         for start in range(0, len(live), _VIEW_CHUNK):
+            time.sleep(0)   # hand the GIL over: the event loop answering heartbeats waits
             with self._lock:
                 lags += self.core.lag_samples(p for p in live[start:start + _VIEW_CHUNK]
                                               if p.valid)
