@@ -235,11 +235,13 @@ class Coordinator:
         self.turn_wanted = self._placement_news = True
         return self._answer(processor, request, decide)
 
-    def heartbeat(self, request: HeartbeatRequest, decide: bool = True) -> HeartbeatReply:
+    def heartbeat(self, request: HeartbeatRequest, decide: bool = True,
+                  in_force: HeartbeatReply | None = None) -> HeartbeatReply:
         """A processor's periodic report; an invalid execution is told it is dead. A
         processor id this coordinator has no record of (its stream was lost, or it is
         new) is told so: it outlived an outage and registers again. `decide`: as in
-        `register()`."""
+        `register()`. `in_force`: the reply this processor last got, known by the caller
+        to be the decision in force still (no decision since): answered again as is."""
         processor = self.processors.valid(request)
         if processor is None:
             if self.metrics is not None:
@@ -247,10 +249,10 @@ class Coordinator:
             unknown = self.processors.get(request.processor_id) is None
             return HeartbeatReply(alive=False, generation=self.model.generation,
                                   unknown=unknown)
-        return self._answer(processor, request, decide)
+        return self._answer(processor, request, decide, in_force)
 
     def _answer(self, processor: Processor, request: HeartbeatRequest,
-                decide: bool) -> HeartbeatReply:
+                decide: bool, in_force: HeartbeatReply | None = None) -> HeartbeatReply:
         before = processor.reports
         first = not processor.reported
         self.processors.seen(processor, request, self.clock.monotonic())
@@ -266,6 +268,8 @@ class Coordinator:
             self._placement_news = True     # replicas' lags: the assignor weighs them
         if not processor.valid:  # declared dead by this very reconcile
             return HeartbeatReply(alive=False, generation=self.model.generation)
+        if in_force is not None and not decide:
+            return in_force
         return self.reply(processor, request.generation)
 
     def reply(self, processor: Processor, known: int | None) -> HeartbeatReply:

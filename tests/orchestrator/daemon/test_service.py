@@ -231,3 +231,16 @@ def test_a_reply_cached_before_a_decision_is_never_repeated_after_it() -> None:
         holder.join()
     after = service.try_heartbeat(request(**reports("active", both)))
     assert after is not None and after.generation == 1
+
+
+def test_a_reply_still_in_force_is_not_built_again_and_a_decision_renews_it() -> None:
+    service, _, _ = make_service()
+    service.register(request())
+    both = {"Partition 0": 100, "Partition 1": 100}
+    first = service.try_heartbeat(request(**reports("active", both)))
+    again = service.try_heartbeat(request(**reports("active", both)))
+    assert again is first
+    service.register(request("p2", "e2"))           # a decision: p1 loses a task to p2
+    service.tick()
+    after = service.try_heartbeat(request(**reports("active", both)))
+    assert after is not first and after is not None
