@@ -13,6 +13,7 @@ from typing import Any
 from orchestrator.core.assignment import AssignmentError, ProcessorSnapshot, TaskInfo, assign
 from orchestrator.core.coordinator import Coordinator
 from orchestrator.core.liveness import Processor
+from orchestrator.wire.changelog import changelog_partition
 
 __all__ = ["DEFAULT_CATCH_UP_RATE", "PlanError", "pending", "plan", "status"]
 
@@ -215,11 +216,17 @@ def _current_owners(core: Coordinator) -> dict[str, str]:
 
 
 def _replay_size(core: Coordinator, task: str, target: str) -> int:
-    """S2 in records: the target's replica lag, or the whole retained input (for a split
-    child: its ancestors up to their barriers, then its own partitions)."""
+    """S2 in records: the target's replica lag; else, with catch_up.source = "changelog",
+    the task's changelog partition as retained; else the whole retained input (for a
+    split child: its ancestors up to their barriers, then its own partitions)."""
     lag = core.lag(task, target)
     if lag is not None:
         return lag
+    number = core.model.changelog.get(task)
+    if core.config.catch_up_source == "changelog" and number is not None:
+        partition = changelog_partition(core.config.job, number)
+        if partition in core.high:
+            return max(0, core.high[partition] - core.low.get(partition, 0))
     total = 0
     barrier = {a.partition: a.end for a in core.ancestry_of(task)}   # split children
     for partition, t1 in core.t1(task).items():

@@ -36,6 +36,7 @@ from orchestrator.core.grouping import GroupingError
 from orchestrator.core.split import SplitError
 from orchestrator.kafka.stream import FencedError
 from orchestrator.kafka.topics import Watermarks
+from orchestrator.wire.changelog import changelog_partition
 from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest
 
 __all__ = ["Admin", "CoordinatorService", "ExpansionError", "InvalidReport", "PersistRecords"]
@@ -439,10 +440,14 @@ class CoordinatorService:
                 self.commit()
 
     def refresh_offsets(self) -> None:
-        """Watermarks and committed offsets of every input partition, for lags."""
+        """Watermarks and committed offsets of every input partition, for lags, and the
+        watermarks of the changelog partitions the tasks have (`baton plan` sizes a
+        changelog catch-up with them)."""
         with self._lock:
             partitions = self.core.model.partitions
-        marks = self._admin.watermarks(partitions)
+            changelog = sorted({changelog_partition(self.core.config.job, n)
+                                for n in self.core.model.changelog.values()})
+        marks = self._admin.watermarks([*partitions, *changelog])
         committed = self._admin.committed(partitions)
         with self._lock:
             self.core.observe_offsets({p: m.low for p, m in marks.items()},

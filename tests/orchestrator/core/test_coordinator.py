@@ -524,6 +524,25 @@ def test_plan_lists_moves_with_sizes() -> None:
     assert status(h.core)["tasks"][0]["lag"] == 200
 
 
+def test_plan_sizes_a_changelog_catch_up_by_the_changelog_partition() -> None:
+    h = Harness(catch_up_source="changelog")
+    h.core.adopt_model(h.core.model.with_changelog())
+    p1 = FakeProcessor(h, "p1")
+    p1.register()
+    p1.positions = at(1000, *ALL)
+    p1.beat()
+    h.core.observe_offsets({f"in:{i}": 0 for i in range(4)},
+                           {f"in:{i}": 1200 for i in range(4)}, {})
+    changelog = h.core.model.changelog
+    h.core.observe_offsets({f"baton.j.changelog:{n}": 10 for n in changelog.values()},
+                           {f"baton.j.changelog:{n}": 10 + 50 * (n + 1)
+                            for n in changelog.values()}, {})
+    moves = plan(h.core, ["p2"], [])["moves"]
+    assert len(moves) == 2
+    assert {m["records"] for m in moves} == {50 * (changelog[m["task"]] + 1) for m in moves}
+    assert all(m["records"] < 1000 for m in moves), "the changelog, not the input, is copied"
+
+
 def test_a_handoff_is_counted_when_it_ends_not_when_its_pause_is_known() -> None:
     """Issue 14: a task without traffic reports no pause; the counter must not wait."""
     h = Harness()
