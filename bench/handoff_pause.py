@@ -15,12 +15,14 @@ p1 has processed it all, then
 Targets (issue 5): p99 <= 500 ms, and the 1M-key p99 within 1.5x of the 10k-key p99.
 
     .venv/bin/python bench/handoff_pause.py [--keys 10000 1000000] [--handoffs 20] [--json]
+        [--logs DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -107,9 +109,11 @@ def _wait_committed(bootstrap: str, topic: str, timeout: float) -> None:
         time.sleep(0.5)
 
 
-def run_size(keys: int, handoffs: int, log: Any, source: str = "input") -> dict[str, Any]:
+def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
+             keep_logs: Path | None = None) -> dict[str, Any]:
     """Preload `keys` keys, let p2 join (catching up half of them), then `handoffs`
-    handoffs under traffic; `source`: catch_up.source."""
+    handoffs under traffic; `source`: catch_up.source; the daemons' logs are copied to
+    `keep_logs`/<keys> when given."""
     with tempfile.TemporaryDirectory(prefix="baton-pause-") as tmp, EmbeddedBroker() as broker:
         workdir = Path(tmp)
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
@@ -170,6 +174,11 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input") -> dict[
             tasks = {t["name"]: t["partitions"] for t in status["tasks"]}
         finally:
             cluster.stop_all()
+            if keep_logs is not None:
+                kept = keep_logs / str(keys)
+                kept.mkdir(parents=True, exist_ok=True)
+                for daemon_log in workdir.glob("*.log"):
+                    shutil.copy(daemon_log, kept / daemon_log.name)
         inputs, outputs = _read(broker.bootstrap, "events"), _read(broker.bootstrap, "sums")
         pauses = _pauses(demo, inputs, outputs, tasks)
         return {"keys": keys, "handoffs": len(pauses),
@@ -185,12 +194,14 @@ def main() -> None:
     parser.add_argument("--keys", type=int, nargs="+", default=[10_000, 1_000_000])
     parser.add_argument("--handoffs", type=int, default=20)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--logs", type=Path, default=None,
+                        help="copy the daemons' logs here (one directory per size)")
     args = parser.parse_args()
 
     def log(text: str) -> None:
         print(f"# {text}", file=sys.stderr, flush=True)
 
-    results = [run_size(k, args.handoffs, log) for k in args.keys]
+    results = [run_size(k, args.handoffs, log, keep_logs=args.logs) for k in args.keys]
     summary: dict[str, Any] = {"sizes": results}
     if len(results) >= 2 and results[0]["pause_ms_p99"]:
         summary["p99_ratio_largest_to_smallest"] = round(
