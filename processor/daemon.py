@@ -34,8 +34,11 @@ __all__ = ["run_processor"]
 
 log = logging.getLogger("baton.processor")
 
-# poll slice while a handoff is imminent: the main loop takes its orders between polls
-_FAST_POLL_S = 0.02
+# the main loop's round: it takes the coordinator's orders (a release, an activation)
+# between rounds and processes new records within one; transactions still commit every
+# commit_interval_ms (a round as long as that made a release wait up to 100 ms for the
+# round to end, and a new owner's first output wait a full round after activation)
+_ROUND_S = 0.01
 
 
 def _execution_id() -> str:
@@ -113,9 +116,8 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
             monitor.generation = runtime.generation
             draining = reply.stop
             publish()
-        imminent = runtime.handoff_imminent()
-        monitor.fast = imminent
-        runtime.poll(_FAST_POLL_S if imminent else poll_s)
+        monitor.fast = runtime.handoff_imminent()
+        runtime.poll(min(poll_s, _ROUND_S))
         publish()
         if draining and not runtime.active:
             log.info("drained: no active task left")

@@ -92,6 +92,8 @@ class TaskRuntime:
                                        self.metrics, self.clock)
         self.bulk = BulkPath(config, self.metrics)
         self.changelog = ChangelogSource(config, self.consumers, self.clock)
+        self._commit_every_s = config.processor.commit_interval_ms / 1000
+        self._committed_at = float("-inf")
 
     @property
     def active_consumer(self) -> Consumer:
@@ -364,7 +366,11 @@ class TaskRuntime:
     # ---- the loop ----------------------------------------------------------------------
 
     def poll(self, timeout: float = 0.1) -> int:
-        """One round: active batch, replay batch, commits. Returns records handled."""
+        """One round: active batch, replay batch, commits. Returns records handled.
+
+        Active tasks commit when `commit_interval_ms` has passed since their last commit
+        (or when the round is that long itself): the daemon's rounds are shorter, so new
+        records are processed and replies taken within a few milliseconds."""
         handled = 0
         for task in self.activations.fenced():
             self.guard(task, self._after_fence)
@@ -378,7 +384,10 @@ class TaskRuntime:
         backlog = any(r.lag() > 0 for r in self.replicas.values())
         room = _BATCH
         if self.active:
-            took = self._poll_active(0.0 if backlog else split)
+            took = self._poll_active(0.0 if backlog else split,
+                                     commit=timeout >= self._commit_every_s
+                                     or self.clock.monotonic() - self._committed_at
+                                     >= self._commit_every_s)
             handled += took
             room = max(_REPLAY_BATCH_BESIDE_ACTIVE, _BATCH - took)
         if self.replicas:
@@ -388,15 +397,17 @@ class TaskRuntime:
                              if self.activations.pending else timeout)
         return handled
 
-    def _poll_active(self, timeout: float) -> int:
+    def _poll_active(self, timeout: float, commit: bool = True) -> int:
         self.consumers.release_barriers(self.active)
         self.children.prune(self.active)
         messages = self.consumers.active.consume(_BATCH, timeout)
         batches = by_task(messages, self.consumers.owner.get, self.consumers.log_error)
         for task, batch in batches.items():
             self._run_active(task, functools.partial(ActiveTask.process, messages=batch))
-        for task in list(self.active):
-            self._run_active(task, self._commit)
+        if commit:
+            self._committed_at = self.clock.monotonic()
+            for task in list(self.active):
+                self._run_active(task, self._commit)
         return len(messages)
 
     def _commit(self, active: ActiveTask) -> None:
