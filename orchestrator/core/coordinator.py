@@ -80,11 +80,11 @@ __all__ = ["Coordinator", "CoreConfig", "DrainError", "UnknownProcessor"]
 log = logging.getLogger("baton.coordinator")
 
 
-# Keys of the coordinator stream this core writes (others, like the daemon's
-# "leader" record, are left alone).
 # a quiet job is placed again this often anyway (failure backoffs and standbys' lags
 # change with time, not with news)
 PLACE_EVERY_S = 60.0
+# Keys of the coordinator stream this core writes (others, like the daemon's
+# "leader" record, are left alone).
 _OWNED_KEYS = ("model", "assignment", "drain", "errors", "failures")
 _OWNED_PREFIXES = ("processor/", "handoff/")
 

@@ -390,10 +390,7 @@ class TaskRuntime:
         backlog = any(r.lag() > 0 for r in self.replicas.values())
         room = _BATCH
         if self.active:
-            took = self._poll_active(0.0 if backlog else split,
-                                     commit=timeout >= self._commit_every_s
-                                     or self.clock.monotonic() - self._committed_at
-                                     >= self._commit_every_s)
+            took = self._poll_active(0.0 if backlog else split, self._commit_due(timeout))
             handled += took
             room = max(_REPLAY_BATCH_BESIDE_ACTIVE, _BATCH - took)
         if self.replicas:
@@ -402,6 +399,10 @@ class TaskRuntime:
             self.clock.sleep(min(timeout, _IDLE_WHILE_ACTIVATING_S)
                              if self.activations.pending else timeout)
         return handled
+
+    def _commit_due(self, round_s: float) -> bool:
+        return (round_s >= self._commit_every_s
+                or self.clock.monotonic() - self._committed_at >= self._commit_every_s)
 
     def _close_released(self) -> None:
         while self._closing:

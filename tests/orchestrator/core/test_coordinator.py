@@ -508,14 +508,19 @@ def test_expansion_bumps_generation_and_sets_barriers() -> None:
     assert status(h.core)["errors"]
 
 
-def test_plan_lists_moves_with_sizes() -> None:
-    h = Harness()
+def one_owner_at_1000_of_1200(h: Harness) -> None:
+    """p1 owns every task, 1,000 records into inputs that hold 1,200 each."""
     p1 = FakeProcessor(h, "p1")
     p1.register()
     p1.positions = at(1000, *ALL)
     p1.beat()
     h.core.observe_offsets({f"in:{i}": 0 for i in range(4)},
                            {f"in:{i}": 1200 for i in range(4)}, {})
+
+
+def test_plan_lists_moves_with_sizes() -> None:
+    h = Harness()
+    one_owner_at_1000_of_1200(h)
     result = plan(h.core, ["p2"], [])
     assert len(result["moves"]) == 2
     assert {m["records"] for m in result["moves"]} == {1000}
@@ -527,12 +532,7 @@ def test_plan_lists_moves_with_sizes() -> None:
 def test_plan_sizes_a_changelog_catch_up_by_the_changelog_partition() -> None:
     h = Harness(catch_up_source="changelog")
     h.core.adopt_model(h.core.model.with_changelog())
-    p1 = FakeProcessor(h, "p1")
-    p1.register()
-    p1.positions = at(1000, *ALL)
-    p1.beat()
-    h.core.observe_offsets({f"in:{i}": 0 for i in range(4)},
-                           {f"in:{i}": 1200 for i in range(4)}, {})
+    one_owner_at_1000_of_1200(h)
     changelog = h.core.model.changelog
     h.core.observe_offsets({f"baton.j.changelog:{n}": 10 for n in changelog.values()},
                            {f"baton.j.changelog:{n}": 10 + 50 * (n + 1)
