@@ -14,6 +14,9 @@ apply      warmups of every task applying the changelog the `changelog` phase wr
 raw        a plain confluent-kafka consumer (read_committed, batches of 10,000) reading
            the same changelog partitions to their end: the limit the apply loop is
            measured against in the same round. Target: apply >= 0.6 x raw.
+floor      the raw consumer again, putting each batch's records as they are into a
+           RocksDB store per partition (the task store's options): what any apply loop
+           costs at least, shown as a fraction of raw.
 
 Timed from apply() until every task's committed offsets reach the input's end (active
 phases) or every warmup's lag is 0 (apply). Target: changelog >= 0.8 x input.
@@ -25,17 +28,21 @@ phases) or every warmup's lag is 0 (apply). Target: changelog >= 0.8 x input.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import operator
 import sys
 import tempfile
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+import rocksdict
+from confluent_kafka import Consumer, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestrator.devkit.embedded import (
@@ -47,6 +54,7 @@ from orchestrator.wire.changelog import changelog_topic
 from orchestrator.wire.config import parse_config
 from orchestrator.wire.protocol import HeartbeatReply, RoleListing
 from processor.runtime import TaskRuntime
+from store.options import db_options
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from processor_rates import Bench, _drive  # noqa: E402 - the sibling bench's input
@@ -131,12 +139,18 @@ def run_apply(bench: Bench, job: str, job_class: str, catch_up: dict[str, Any]
     return seconds, applied
 
 
-def run_raw(bench: Bench, job: str) -> tuple[float, int]:
-    """Seconds for a plain consumer to read `job`'s changelog partitions to their end."""
+def run_raw(bench: Bench, job: str, write_to: Path | None = None) -> tuple[float, int]:
+    """Seconds for a plain consumer to read `job`'s changelog partitions to their end;
+    with `write_to`, each batch's records are also put, as they are, into a RocksDB
+    store per partition (the task store's options): the floor of any apply loop."""
     topic = changelog_topic(job)
     consumer = Consumer({"bootstrap.servers": bench.bootstrap, "group.id": f"raw-{job}",
                          "enable.auto.commit": False, "isolation.level": "read_committed",
-                         **bench.extra})
+                         # as the replay consumer: librdkafka's default (1 s) idles a
+                         # reader that drains its queue faster than it fills
+                         "fetch.queue.backoff.ms": 5, **bench.extra})
+    stores = {p: rocksdict.Rdict(str(write_to / str(p)), options=db_options(True))
+              for p in range(bench.partitions)} if write_to is not None else {}
     try:
         parts = [TopicPartition(topic, p, 0) for p in range(bench.partitions)]
         ends = [consumer.get_watermark_offsets(tp, timeout=_ADMIN_TIMEOUT_S)[1]
@@ -146,13 +160,29 @@ def run_raw(bench: Bench, job: str) -> tuple[float, int]:
         count = 0
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
-            count += sum(1 for m in consumer.consume(10_000, 0.1) if not m.error())
+            batch = [m for m in consumer.consume(10_000, 0.1) if not m.error()]
+            count += len(batch)
+            if stores:
+                _write(stores, batch)
             positions = consumer.position(parts)
             if all(tp.offset >= end for tp, end in zip(positions, ends, strict=True)):
                 return time.perf_counter() - started, count
         raise RuntimeError(f"raw consume of {topic} did not reach its end")
     finally:
         consumer.close()
+        for store in stores.values():
+            store.close()
+
+
+def _write(stores: dict[int, rocksdict.Rdict], batch: list[Message]) -> None:
+    """One WriteBatch per partition's run, put without a Python step per record (the
+    bench's job never deletes, so every value is bytes)."""
+    for partition, run in itertools.groupby(batch, operator.methodcaller("partition")):
+        records = list(run)
+        writes = rocksdict.WriteBatch(raw_mode=True)
+        deque(map(writes.put, map(operator.methodcaller("key"), records),
+                  map(operator.methodcaller("value"), records)), maxlen=0)
+        stores[partition].write(writes)
 
 
 def measure(records: int, keys: int, partitions: int, rounds: int, job_class: str,
@@ -193,6 +223,11 @@ def measure(records: int, keys: int, partitions: int, rounds: int, job_class: st
                            f"{raw_s:7.2f}s {read / raw_s:>10,.0f} records/s; apply / raw "
                            f"{(applied / apply_s) / (read / raw_s):.2f}")
                     best["raw"] = min(best.get("raw", float("inf")), raw_s)
+                    floor_s, _ = run_raw(bench, job, Path(tempfile.mkdtemp(dir=tmp)))
+                    report(f"round {r + 1}: raw consume + RocksDB writes of the same records "
+                           f"{floor_s:7.2f}s {read / floor_s:>10,.0f} records/s: "
+                           f"{(read / floor_s) / (read / raw_s):.2f}x raw")
+                    best["floor"] = min(best.get("floor", float("inf")), floor_s)
     ratio = best["input"] / best["changelog"]
     apply_rate = applied / best["apply"] if applied else 0.0
     raw_rate = read / best["raw"] if read else 0.0
@@ -203,6 +238,7 @@ def measure(records: int, keys: int, partitions: int, rounds: int, job_class: st
             "changelog_records": written,
             "apply_rate": apply_rate, "raw_rate": raw_rate,
             "apply_ratio": apply_rate / raw_rate if raw_rate else 0.0,
+            "floor_rate": read / best["floor"] if read else 0.0,
             "apply_target": APPLY_TARGET,
             "ratio": ratio, "target": TARGET, "ok": ratio >= TARGET}
 
@@ -236,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{result['apply_ratio']:.2f}x the raw consume of the same partitions "
           f"({result['raw_rate']:,.0f}/s; target >= {APPLY_TARGET}: "
           f"{'ok' if result['apply_ratio'] >= APPLY_TARGET else 'MISSED'})")
+    print(f"raw consume + writes     {result['floor_rate']:>10,.0f} changelog records/s  "
+          f"{result['floor_rate'] / result['raw_rate']:.2f}x raw: the floor of an apply loop")
     return 0
 
 

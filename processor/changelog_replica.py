@@ -24,22 +24,22 @@ says what the owner writes there) instead of replaying its input:
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Mapping, Sequence
 
 from confluent_kafka import Message
 
 from orchestrator.wire.clock import Clock
 from processor.replica import CatchUpSource, Replay, ReplicaRole
-from store import Change, Store, changelog_offset, check_changelog_key
-from store.codec import BYTES_TAG, STR_TAG
+from store import Store, changelog_offset, check_changelog_key
+from store.codec import rare_keys
 
 __all__ = ["ChangelogError", "ChangelogReplica"]
 
 log = logging.getLogger("baton.processor.replica")
 
-# the first byte of a state key (store/codec.py): such a record is applied as it is;
-# anything else is checked (an applied-offset record, or a foreign record refused)
-_STATE_TAGS = frozenset((BYTES_TAG, STR_TAG))
+_KEY = operator.methodcaller("key")
+_VALUE = operator.methodcaller("value")
 
 
 class ChangelogError(Exception):
@@ -76,7 +76,8 @@ class ChangelogReplica(Replay):
         applied = store.applied_offsets()
         self._own = frozenset(inputs)
         self.inputs = {p: applied[p] for p in inputs if p in applied}
-        self._pending: list[Change] = []
+        self._keys: list[bytes] = []             # the records taken in, as columns
+        self._values: list[bytes | None] = []
         # never followed this partition, yet holds state: cleared at the first record
         self._clear_first = partition not in applied and (
             bool(applied) or next(iter(store.snapshot()), None) is not None)
@@ -91,28 +92,30 @@ class ChangelogReplica(Replay):
     def apply(self, messages: Sequence[Message]) -> set[str]:
         """Take a batch's records in (written at `commit`); nothing ever caps a changelog.
 
+        The batch is taken whole, without a Python step per record (this loop is the
+        apply rate): its keys and values are mapped out, and only keys that are not
+        state keys (applied offsets, or foreign ones) are looked at one by one.
+
         Raises:
             ChangelogError: a record Baton did not write (no key, a foreign key).
         """
+        if not messages:
+            return set()
         position = self.positions[self.partition]
-        pending, inputs = self._pending, self.inputs
-        applied = 0
-        if self._clear_first and messages:
-            inputs.clear()                  # the cleared store's offsets are gone too
-        for msg in messages:
-            offset = msg.offset()
-            if offset < position:
-                continue                    # the store has it (a read from the beginning)
-            key, value = msg.key(), msg.value()
-            if key is None or key[:1] not in _STATE_TAGS:    # an offset record, or foreign
-                self._check_offset(offset, key, value)
-            pending.append((key, value))
-            position = offset + 1
-            applied += 1
-        if applied:
-            self.positions[self.partition] = position
-            self.applied_total += applied
-            self.dirty = True
+        if messages[0].offset() < position:     # the store has some (a read from 0)
+            messages = [m for m in messages if m.offset() >= position]
+            if not messages:
+                return set()
+        if self._clear_first:
+            self.inputs.clear()                 # the cleared store's offsets are gone too
+        keys = list(map(_KEY, messages))
+        for i in rare_keys(keys):
+            self._check_offset(messages[i].offset(), keys[i], messages[i].value())
+        self._keys += keys
+        self._values += map(_VALUE, messages)
+        self.positions[self.partition] = messages[-1].offset() + 1
+        self.applied_total += len(messages)
+        self.dirty = True
         return set()
 
     def ingested(self, positions: Mapping[str, int]) -> None:
@@ -154,6 +157,6 @@ class ChangelogReplica(Replay):
                      self.name, self.partition)
             self.store.clear()
             self._clear_first = False
-        self.store.apply_changes(self._pending, self.positions)
-        self._pending = []
+        self.store.apply_records(self._keys, self._values, self.positions)
+        self._keys, self._values = [], []
         self.dirty = False

@@ -21,7 +21,9 @@ pays nothing for them.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import operator
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -46,6 +48,7 @@ __all__ = [
     "changelog_offset_record",
     "changelog_offset",
     "check_changelog_key",
+    "rare_keys",
 ]
 
 Key = bytes | str
@@ -207,3 +210,19 @@ def check_changelog_key(raw_key: bytes | None) -> bytes:
         return raw_key
     raise ValueError(f"not a changelog key (tag {tag!r}): {raw_key[:64]!r}; was this "
                      f"partition written by something other than a Baton task?")
+
+
+_FIRST_BYTE = operator.itemgetter(0)
+_RARE_TAG = re.compile(b"[^" + re.escape(BYTES_TAG + STR_TAG) + b"]")
+
+
+def rare_keys(raw_keys: Sequence[bytes | None]) -> list[int]:
+    """Where in a batch of changelog keys the ones that are not state keys are (applied
+    offsets, or foreign): changelog apply is a per-record hot path, so the keys' first
+    bytes are gathered and searched in C, and only the rare ones are named in Python."""
+    try:
+        tags = bytes(map(_FIRST_BYTE, raw_keys))    # type: ignore[arg-type]
+    except (TypeError, IndexError):                 # a key that is None or empty
+        return [i for i, key in enumerate(raw_keys)
+                if not key or key[:1] not in (BYTES_TAG, STR_TAG)]
+    return [m.start() for m in _RARE_TAG.finditer(tags)]

@@ -21,9 +21,11 @@ module-level aliases for the C functions they call).
 
 from __future__ import annotations
 
+import operator
 import os
 import shutil
 import tempfile
+from collections import deque
 from collections.abc import ItemsView, Iterable, Iterator, MutableMapping, Sequence, ValuesView
 from pathlib import Path
 from types import TracebackType
@@ -49,14 +51,15 @@ from store.codec import (
     decode_value,
     encode_key,
     encode_offsets,
+    rare_keys,
 )
 from store.errors import StoreError, open_error
 from store.options import db_options, write_options
 from store.paths import prepare_db_dir
 from store.sst import write_sst
 
-# the first byte of a state key: applied as it is, anything else checked first
-_STATE_TAGS = frozenset((BYTES_TAG, STR_TAG))
+_KEY_OF = operator.itemgetter(0)
+_VALUE_OF = operator.itemgetter(1)
 
 if TYPE_CHECKING:
     from store.base import Store
@@ -296,13 +299,23 @@ class TaskStore(MutableMapping[Key, Any]):
         yield from self._merged()
 
     def apply_changes(self, changes: Iterable[Change], offsets: Offsets) -> None:
+        """`apply_records` of (encoded key, encoded value or None) pairs, as `changes()`
+        and `snapshot()` give them."""
+        changes = changes if isinstance(changes, list) else list(changes)
+        self.apply_records(list(map(_KEY_OF, changes)), list(map(_VALUE_OF, changes)),
+                           offsets)
+
+    def apply_records(self, keys: Sequence[bytes], values: Sequence[bytes | None],
+                      offsets: Offsets) -> None:
         """Write changelog records and the applied `offsets` in one atomic WriteBatch.
 
         Args:
-            changes: (encoded key, encoded value or None for a delete), as `changes()`
-                gives them; applied in order, so a later record of a key wins.
-            offsets: "topic:N" -> next offset, written after `changes` (for a replica:
-                the changelog position T2).
+            keys, values: the records' encoded keys and values (None: a delete), as
+                two columns: a changelog apply is a per-record hot path, and columns
+                are put without a Python step per record. Applied in order, so a later
+                record of a key wins.
+            offsets: "topic:N" -> next offset, written after the records (for a
+                replica: the changelog position T2).
 
         Raises:
             ValueError: a record whose key is neither a state key nor an applied offset,
@@ -315,17 +328,21 @@ class TaskStore(MutableMapping[Key, Any]):
             raise StoreError(self._path, (
                 f"cannot apply changelog records to task store {self._path} with "
                 f"{len(self._overlay)} uncommitted writes: commit or abort them first"))
+        if len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys but {len(values)} values")
+        for i in rare_keys(keys):
+            if check_changelog_key(keys[i]).startswith(OFFSET_PREFIX):
+                changelog_offset(keys[i], values[i])    # raises on a malformed offset
         batch = rocksdict.WriteBatch(raw_mode=True)
-        put, delete, prefix = batch.put, batch.delete, OFFSET_PREFIX
-        for raw_key, raw in changes:
-            if raw_key is None or raw_key[:1] not in _STATE_TAGS:   # the rare kinds
-                check_changelog_key(raw_key)
-                if raw_key.startswith(prefix):
-                    changelog_offset(raw_key, raw)     # raises on a malformed offset
-            if raw is None:
-                delete(raw_key)
-            else:
-                put(raw_key, raw)
+        put, delete = batch.put, batch.delete
+        if None in values:                          # deletes: record by record, in order
+            for raw_key, raw in zip(keys, values, strict=True):
+                if raw is None:
+                    delete(raw_key)
+                else:
+                    put(raw_key, raw)
+        else:
+            deque(map(put, keys, values), maxlen=0)
         for raw_key, raw in encode_offsets(offsets):
             put(raw_key, raw)
         if batch.len():

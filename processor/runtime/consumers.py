@@ -16,7 +16,9 @@ standbys, activations). This module owns everything about them:
 
 from __future__ import annotations
 
+import itertools
 import logging
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -44,6 +46,9 @@ _CAP_LOOKUP_TIMEOUT_S = 2.0   # a refresh that cannot answer this fast is skippe
 # A partition assigned while a fetch is parked at the broker waits for that fetch to
 # return; librdkafka's default (500 ms) would then sit inside every handoff pause.
 _FETCH_WAIT_MS = 20
+# A partition whose fetched records fill librdkafka's queue is fetched again only after
+# this long (default 1 s): a replay drains its queue in a few ms and then sat idle.
+_FETCH_QUEUE_BACKOFF_MS = 5
 
 
 def topic_partition(name: str, offset: int | None = None) -> TopicPartition:
@@ -57,25 +62,43 @@ def topic_partition(name: str, offset: int | None = None) -> TopicPartition:
 _tp = topic_partition
 
 
+_PARTITION = operator.methodcaller("partition")
+_TOPIC = operator.methodcaller("topic")
+_ERROR = operator.methodcaller("error")
+
+
 def by_task(messages: Sequence[Message], task_of: Callable[[str], str | None],
             on_error: Callable[[Message], None]) -> dict[str, list[Message]]:
-    """Group a batch by task; the broker returns runs of one partition, so the
-    partition's name is built once per run, not per record."""
+    """Group a batch by task. The broker returns runs of one partition: a run is taken
+    whole when it is one topic's and holds no error, without a Python step per record
+    (grouping was a third of a changelog apply's time)."""
     grouped: dict[str, list[Message]] = {}
-    run: tuple[str, int] | None = None
-    bucket: list[Message] | None = None
+    for _, same_number in itertools.groupby(messages, _PARTITION):
+        run = list(same_number)
+        if any(map(_ERROR, run)) or len(set(map(_TOPIC, run))) > 1:
+            _group_one_by_one(run, task_of, on_error, grouped)
+            continue
+        task = task_of(f"{run[0].topic()}:{run[0].partition()}")
+        if task is None:
+            continue
+        bucket = grouped.get(task)
+        if bucket is None:
+            grouped[task] = run
+        else:
+            bucket.extend(run)
+    return grouped
+
+
+def _group_one_by_one(messages: Sequence[Message], task_of: Callable[[str], str | None],
+                      on_error: Callable[[Message], None],
+                      grouped: dict[str, list[Message]]) -> None:
     for msg in messages:
         if msg.error():
             on_error(msg)
             continue
-        where = (msg.topic(), msg.partition())
-        if where != run:
-            run = where
-            task = task_of(f"{where[0]}:{where[1]}")
-            bucket = None if task is None else grouped.setdefault(task, [])
-        if bucket is not None:
-            bucket.append(msg)
-    return grouped
+        task = task_of(f"{msg.topic()}:{msg.partition()}")
+        if task is not None:
+            grouped.setdefault(task, []).append(msg)
 
 
 class Consumers:
@@ -91,7 +114,8 @@ class Consumers:
         settings = config.kafka_settings(**{
             "group.id": group, "enable.auto.commit": False,
             "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-            "enable.partition.eof": False, "fetch.wait.max.ms": _FETCH_WAIT_MS})
+            "enable.partition.eof": False, "fetch.wait.max.ms": _FETCH_WAIT_MS,
+            "fetch.queue.backoff.ms": _FETCH_QUEUE_BACKOFF_MS})
         self.active = Consumer({**settings, **client_logging("processor.active")})
         self.replay = Consumer({**settings, **client_logging("processor.replay")})
         self.barriers: dict[str, Barrier] = {}   # child partition -> its expansion barrier

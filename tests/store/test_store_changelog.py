@@ -18,6 +18,7 @@ from store import (
     decode_value,
     encode_changelog,
 )
+from store.codec import rare_keys
 
 StoreFactory = Callable[..., TaskStore]
 
@@ -135,3 +136,21 @@ def test_clear_drops_state_and_offsets(store_factory: StoreFactory) -> None:
     reopened["z"] = 1
     reopened.commit({"in:0": 1})
     assert reopened["z"] == 1
+
+
+def test_rare_keys_are_found_among_state_keys() -> None:
+    offset_key = changelog_offset_record("in:0", 1)[0]
+    assert rare_keys([b"\x01a", b"\x02b"] * 3) == []
+    assert rare_keys([b"\x01a", offset_key, b"\x02b", b"\x07x"]) == [1, 3]
+    assert rare_keys([b"\x01a", None, b""]) == [1, 2]        # type: ignore[list-item]
+    assert rare_keys([]) == []
+
+
+def test_apply_records_takes_columns(store: TaskStore) -> None:
+    offset_key, offset_value = changelog_offset_record("in:0", 4)
+    store.apply_records([b"\x02a", b"\x02b", offset_key, b"\x02a"],
+                        [b"1", b"2", offset_value, None], {"cl:0": 4})
+    assert dict(store.items()) == {"b": 2}
+    assert store.applied_offsets() == {"in:0": 4, "cl:0": 4}
+    with pytest.raises(ValueError, match="2 keys but 1 values"):
+        store.apply_records([b"\x02a", b"\x02b"], [b"1"], {})

@@ -1,0 +1,61 @@
+"""Grouping a replay batch by task: runs are taken whole only when that is safe."""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError, Message
+from hypothesis import given
+from hypothesis import strategies as st
+
+from processor.runtime.consumers import by_task
+
+OWNERS = {"a:0": "t0", "a:1": "t1", "b:0": "t2"}
+
+
+def _msg(topic: str, partition: int, offset: int) -> Message:
+    return Message(topic=topic, partition=partition, offset=offset, key=b"k", value=b"v")
+
+
+def _seen(grouped: dict[str, list[Message]]) -> dict[str, list[tuple[str, int, int]]]:
+    return {task: [(m.topic(), m.partition(), m.offset()) for m in msgs]
+            for task, msgs in grouped.items()}
+
+
+def test_runs_of_one_partition_go_to_its_task() -> None:
+    batch = [_msg("a", 0, 1), _msg("a", 0, 2), _msg("a", 1, 7), _msg("a", 0, 3)]
+    assert _seen(by_task(batch, OWNERS.get, lambda m: None)) == {
+        "t0": [("a", 0, 1), ("a", 0, 2), ("a", 0, 3)], "t1": [("a", 1, 7)]}
+
+
+def test_one_partition_number_of_two_topics_is_told_apart() -> None:
+    batch = [_msg("a", 0, 1), _msg("b", 0, 50), _msg("a", 0, 2)]
+    assert _seen(by_task(batch, OWNERS.get, lambda m: None)) == {
+        "t0": [("a", 0, 1), ("a", 0, 2)], "t2": [("b", 0, 50)]}
+
+
+def test_errors_are_reported_and_left_out() -> None:
+    errors: list[Message] = []
+    error = Message(topic="a", partition=0, error=KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+    batch = [_msg("a", 0, 1), error, _msg("a", 0, 2), _msg("c", 0, 9)]   # c:0 has no task
+    assert _seen(by_task(batch, OWNERS.get, errors.append)) == {
+        "t0": [("a", 0, 1), ("a", 0, 2)]}
+    assert errors == [error]
+
+
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 1),
+                          st.booleans())))
+def test_same_as_one_record_at_a_time(records: list[tuple[str, int, bool]]) -> None:
+    batch = [Message(topic=t, partition=p, offset=i,
+                     error=KafkaError(KafkaError._TRANSPORT) if bad else None)
+             for i, (t, p, bad) in enumerate(records)]
+    expected: dict[str, list[tuple[str, int, int]]] = {}
+    for t, p, bad in records:
+        task = OWNERS.get(f"{t}:{p}")
+        if not bad and task is not None:
+            expected.setdefault(task, [])
+    for i, (t, p, bad) in enumerate(records):
+        task = OWNERS.get(f"{t}:{p}")
+        if not bad and task is not None:
+            expected[task].append((t, p, i))
+    errors: list[Message] = []
+    assert _seen(by_task(batch, OWNERS.get, errors.append)) == expected
+    assert len(errors) == sum(bad for _, _, bad in records)
