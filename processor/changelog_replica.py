@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from confluent_kafka import Message
 
 from orchestrator.wire.clock import Clock
-from processor.replica import CatchUpSource, Replay, ReplicaRole
+from processor.replica import CatchUpSource, Replay, ReplicaRole, log_error
 from store import Store, changelog_offset, check_changelog_key
 from store.codec import rare_keys
 
@@ -94,22 +94,33 @@ class ChangelogReplica(Replay):
 
         The batch is taken whole, without a Python step per record (this loop is the
         apply rate): its keys and values are mapped out, and only keys that are not
-        state keys (applied offsets, or foreign ones) are looked at one by one.
+        state keys (applied offsets, foreign keys, consumer errors, which carry no key)
+        are looked at one by one.
 
         Raises:
             ChangelogError: a record Baton did not write (no key, a foreign key).
         """
+        keys = list(map(_KEY, messages))
+        rare = rare_keys(keys)
+        errors = [i for i in rare if messages[i].error() is not None]
+        if errors:
+            for i in errors:
+                log_error(messages[i])
+            messages = [m for m in messages if m.error() is None]
+            keys = list(map(_KEY, messages))
+            rare = rare_keys(keys)
         if not messages:
             return set()
         position = self.positions[self.partition]
         if messages[0].offset() < position:     # the store has some (a read from 0)
             messages = [m for m in messages if m.offset() >= position]
+            keys = list(map(_KEY, messages))
+            rare = rare_keys(keys)
             if not messages:
                 return set()
         if self._clear_first:
             self.inputs.clear()                 # the cleared store's offsets are gone too
-        keys = list(map(_KEY, messages))
-        for i in rare_keys(keys):
+        for i in rare:
             self._check_offset(messages[i].offset(), keys[i], messages[i].value())
         self._keys += keys
         self._values += map(_VALUE, messages)

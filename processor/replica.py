@@ -25,14 +25,15 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from confluent_kafka import Message
+from confluent_kafka import KafkaError, Message
 
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.partitions import format_partition
 from processor.job import Job, Record
 from store import Store
 
-__all__ = ["CatchUpSource", "KeyFilter", "Replay", "Replica", "ReplicaRole", "new_record"]
+__all__ = ["CatchUpSource", "KeyFilter", "Replay", "Replica", "ReplicaRole", "log_error",
+           "new_record"]
 
 log = logging.getLogger("baton.processor.replica")
 
@@ -79,6 +80,15 @@ _drain: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 
 
 CatchUpSource = Literal["input", "changelog"]
+
+
+def log_error(msg: Message) -> None:
+    """A consumer error message in a replay batch: the runtime hands a partition's run
+    over whole (processor/runtime/consumers.py, `replay_by_task`), so a replica skips
+    such a message itself; it carries no record."""
+    err = msg.error()
+    if err is not None and err.code() != KafkaError._PARTITION_EOF:  # noqa: SLF001
+        log.warning("consumer error on %s:%s: %s", msg.topic(), msg.partition(), err)
 
 
 class Replay:
@@ -185,6 +195,9 @@ class Replica(Replay):
         applied = 0
         try:
             for msg in messages:
+                if msg.error() is not None:
+                    log_error(msg)
+                    continue
                 offset = msg.offset()
                 t, p = msg.topic(), msg.partition()
                 if p != number or t != topic:

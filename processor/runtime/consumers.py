@@ -37,7 +37,7 @@ from orchestrator.wire.protocol import Barrier
 from processor.active import ActiveTask
 from processor.replica import Replay
 
-__all__ = ["Consumers", "by_task", "topic_partition"]
+__all__ = ["Consumers", "by_task", "replay_by_task", "topic_partition"]
 
 log = logging.getLogger("baton.processor.runtime")
 
@@ -80,6 +80,33 @@ def by_task(messages: Sequence[Message], task_of: Callable[[str], str | None],
             continue
         task = task_of(f"{run[0].topic()}:{run[0].partition()}")
         if task is None:
+            continue
+        bucket = grouped.get(task)
+        if bucket is None:
+            grouped[task] = run
+        else:
+            bucket.extend(run)
+    return grouped
+
+
+def replay_by_task(messages: Sequence[Message], owner: Mapping[str, str],
+                   on_error: Callable[[Message], None]) -> dict[str, list[Message]]:
+    """Group a replay batch by task, as `by_task`, at a fraction of its cost when no two
+    of the replicas' partitions share a partition number (the common case: one topic):
+    the number then names the partition, since the consumer only returns records of
+    partitions assigned to it, so a run is taken whole by its number alone, without
+    asking each record its topic or its error. A run of a known number may then hold a
+    partition's error message: the replicas skip (and log) those themselves.
+    (Grouping was the largest cost of a changelog apply after the consume itself.)"""
+    by_number = {int(name.rpartition(":")[2]): task for name, task in owner.items()}
+    if len(by_number) != len(owner):
+        return by_task(messages, owner.get, on_error)
+    grouped: dict[str, list[Message]] = {}
+    for number, same_number in itertools.groupby(messages, _PARTITION):
+        run = list(same_number)
+        task = by_number.get(number)
+        if task is None:                 # a consumer-level error (partition -1)
+            _group_one_by_one(run, owner.get, on_error, grouped)
             continue
         bucket = grouped.get(task)
         if bucket is None:

@@ -34,7 +34,7 @@ from processor.runtime.activation import Activations, StoreAheadError
 from processor.runtime.bulk_path import BulkPath, bulk_plan, changelog_bulk_plan
 from processor.runtime.changelog_source import ChangelogSource
 from processor.runtime.children import SplitChildren
-from processor.runtime.consumers import Consumers, by_task
+from processor.runtime.consumers import Consumers, by_task, replay_by_task
 from processor.runtime.dead_letters import ensure_dead_letter_topic
 from processor.runtime.reconciliation import reconcile
 from processor.runtime.reports import StoreSizes, task_reports
@@ -473,7 +473,7 @@ class TaskRuntime:
         self.consumers.make_way(self.replicas.values())
         messages = self.consumers.replay.consume(batch, timeout)
         owner = {p: r.name for r in self.replicas.values() for p in r.partitions}
-        batches = by_task(messages, owner.get, self.consumers.log_error)
+        batches = replay_by_task(messages, owner, self.consumers.log_error)
         read = self.consumers.read_through([r.partitions[0] for r in self.replicas.values()
                                             if isinstance(r, ChangelogReplica)])
         for task in list(self.replicas):

@@ -1,5 +1,6 @@
-"""Spark fixtures: ONE local[2] SparkSession for the whole test session, and a real
-Spark standalone cluster (a master and two workers on 127.0.0.1) for the cluster test.
+"""A task store on real RocksDB for the unit tests. Spark fixtures: ONE local[2]
+SparkSession for the whole test session, and a real Spark standalone cluster (a master
+and two workers on 127.0.0.1) for the cluster test.
 
 A JVM holds one SparkContext, and the shared session owns this process's. The cluster
 test therefore runs its driver in a subprocess (tests/processor/spark/test_bulk.py's
@@ -29,6 +30,7 @@ import pytest
 from orchestrator.devkit.embedded import free_port
 from processor.job import Job, Output, Record, State
 from processor.spark import spark_session, stop_spark
+from store import TaskStore
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_START_TIMEOUT_S = 60.0
@@ -155,3 +157,10 @@ def standalone_cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield Cluster(f"spark://127.0.0.1:{port}", env, [p.pid for p in procs])
     finally:
         _stop(procs[::-1])
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[TaskStore]:
+    """A fresh task store on real RocksDB."""
+    with TaskStore(tmp_path / "s") as opened:
+        yield opened

@@ -3,39 +3,23 @@ goes, what it reports, and when it clears a store that never followed its partit
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, Message
 
 from processor.changelog_replica import ChangelogError, ChangelogReplica
-from store import TaskStore, changelog_offset_record, encode_changelog
+from store import changelog_offset_record, encode_changelog
 
 CL = "baton.j.changelog:0"
 
 
-class Msg:
-    def __init__(self, offset: int, key: bytes | None, value: bytes | None) -> None:
-        self._offset, self._key, self._value = offset, key, value
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes | None:
-        return self._value
+def Msg(offset: int, key: bytes | None, value: bytes | None) -> Message:  # noqa: N802
+    return Message(topic="baton.j.changelog", partition=0, offset=offset, key=key, value=value)
 
 
-def _records(start: int, *pairs: tuple[bytes, bytes | None]) -> list[Msg]:
+def _records(start: int, *pairs: tuple[bytes, bytes | None]) -> list[Message]:
     return [Msg(start + i, k, v) for i, (k, v) in enumerate(pairs)]
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Any:
-    with TaskStore(tmp_path / "s") as opened:
-        yield opened
 
 
 def _replica(store: Any, position: int = 0, end: int = 100, fetch_from: int | None = None
@@ -108,3 +92,18 @@ def test_an_empty_partition_leaves_the_store_alone(store: Any) -> None:
     replica.apply([])
     replica.commit()
     assert replica.caught_up() and store["kept"] == 1 and CL not in store.applied_offsets()
+
+
+def test_a_consumer_error_in_a_run_is_logged_and_skipped(
+        store: Any, caplog: pytest.LogCaptureFixture) -> None:
+    replica = _replica(store)
+    error = Message(topic="baton.j.changelog", partition=0,
+                    error=KafkaError(KafkaError._TRANSPORT))             # noqa: SLF001
+    batch = [Msg(0, *encode_changelog("a", 1)), error, Msg(1, *encode_changelog("b", 2))]
+    assert replica.apply(batch) == set()
+    replica.commit()
+    assert dict(store.items()) == {"a": 1, "b": 2}
+    assert replica.positions == {CL: 2}
+    assert "consumer error on baton.j.changelog:0" in caplog.text
+    assert replica.apply([error]) == set()                # an error alone applies nothing
+    assert replica.positions == {CL: 2}

@@ -5,7 +5,6 @@ snapshot of a store that never followed its partition, the position to commit.""
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +12,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from processor.active import _callback_error
 from processor.changelog import ChangelogTarget, ChangelogWriter, transaction_records
-from store import TaskStore, changelog_offset, changelog_offset_record
+from store import changelog_offset, changelog_offset_record
 
 
 class _Message:
@@ -53,12 +52,6 @@ class FakeProducer:
 
 
 TARGET = ChangelogTarget("baton.j.changelog", 3)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Any:
-    with TaskStore(tmp_path / "s") as opened:
-        yield opened
 
 
 def test_transaction_records_are_the_changes_then_the_offsets_in_order() -> None:

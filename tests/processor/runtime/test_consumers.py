@@ -6,7 +6,7 @@ from confluent_kafka import KafkaError, Message
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor.runtime.consumers import by_task
+from processor.runtime.consumers import by_task, replay_by_task
 
 OWNERS = {"a:0": "t0", "a:1": "t1", "b:0": "t2"}
 
@@ -59,3 +59,29 @@ def test_same_as_one_record_at_a_time(records: list[tuple[str, int, bool]]) -> N
     errors: list[Message] = []
     assert _seen(by_task(batch, OWNERS.get, errors.append)) == expected
     assert len(errors) == sum(bad for _, _, bad in records)
+
+
+REPLAY = {"cl:0": "t0", "cl:1": "t1", "cl:3": "t3"}       # one topic: numbers name partitions
+
+
+@given(st.lists(st.tuples(st.sampled_from([0, 1, 2, 3]), st.integers(1, 5)), max_size=12))
+def test_replay_grouping_by_number_equals_by_task(runs: list[tuple[int, int]]) -> None:
+    batch = [_msg("cl", p, i) for i, (p, size) in enumerate(runs) for _ in range(size)]
+    assert _seen(replay_by_task(batch, REPLAY, lambda m: None)) == \
+        _seen(by_task(batch, REPLAY.get, lambda m: None))
+
+
+def test_replay_grouping_tells_topics_apart_when_numbers_are_shared() -> None:
+    batch = [_msg("a", 0, 1), _msg("b", 0, 50), _msg("a", 0, 2)]
+    assert _seen(replay_by_task(batch, OWNERS, lambda m: None)) == {
+        "t0": [("a", 0, 1), ("a", 0, 2)], "t2": [("b", 0, 50)]}
+
+
+def test_replay_grouping_leaves_a_partitions_error_to_its_replica() -> None:
+    errors: list[Message] = []
+    of_partition = Message(topic="cl", partition=0, error=KafkaError(KafkaError._TRANSPORT))
+    of_consumer = Message(topic=None, partition=-1, error=KafkaError(KafkaError._TRANSPORT))
+    batch = [_msg("cl", 0, 1), of_partition, _msg("cl", 0, 2), of_consumer]
+    grouped = replay_by_task(batch, REPLAY, errors.append)
+    assert grouped["t0"] == batch[:3]               # the replica skips and logs it
+    assert errors == [of_consumer]
