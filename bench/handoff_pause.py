@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import shutil
 import sys
 import tempfile
 import time
 import zlib
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +112,43 @@ def _wait_committed(bootstrap: str, topic: str, timeout: float) -> None:
         time.sleep(0.5)
 
 
+def _cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds a process has used so far (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_of(cluster: _Cluster, broker: EmbeddedBroker) -> dict[str, float]:
+    pids = {name: proc.pid for name, proc in cluster.procs.items()}
+    return {name: _cpu_seconds(pid) for name, pid in {**pids, "broker": broker.pid}.items()}
+
+
+_PHASE_LINE = re.compile(r"^(\S+ \S+) .*task '([^']+)' handoff \S+ -> (\S+): (\S+) -> (\S+)$")
+
+
+def _catch_up_window(coordinator_log: Path, to: str) -> float | None:
+    """Seconds from the first handoff to `to` entering catching_up to the last one
+    leaving it (the coordinator's log): the catch-up inside the join, without the
+    processor's start, its registration and the last handoff."""
+    started: list[datetime] = []
+    ended: list[datetime] = []
+    for line in coordinator_log.read_text(errors="replace").splitlines():
+        match = _PHASE_LINE.match(line)
+        if match is None or match.group(3) != to:
+            continue
+        when = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f")
+        if match.group(5) == "catching_up":
+            started.append(when)
+        elif match.group(4) == "catching_up":
+            ended.append(when)
+    if not started or not ended:
+        return None
+    return (max(ended) - min(started)).total_seconds()
+
+
 def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
              keep_logs: Path | None = None) -> dict[str, Any]:
     """Preload `keys` keys, let p2 join (catching up half of them), then `handoffs`
@@ -148,11 +188,16 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
             log(f"p1 processed the state in {time.monotonic() - started:.1f}s")
             joined = time.monotonic()
             cluster.start("p2", "processor", "--id", "p2")
+            cpu_before = _cpu_of(cluster, broker)
             demo.wait(client, "p2 balanced", lambda s: _balanced(s) and all(
                 p["active"] for p in s["processors"]) and len(s["processors"]) == 2, 900)
             join_s = time.monotonic() - joined
+            join_cpu = {name: round(spent - cpu_before.get(name, 0.0), 2)
+                        for name, spent in _cpu_of(cluster, broker).items()}
             volume = sum(w.max_lag for w in demo.watches)
-            log(f"p2 joined -> balanced in {join_s:.1f}s (catch-up volume ~{volume} records)")
+            catch_up_s = _catch_up_window(workdir / "coordinator.log", "p2")
+            log(f"p2 joined -> balanced in {join_s:.1f}s (catch-up volume ~{volume} records; "
+                f"catching up {catch_up_s}s; CPU seconds meanwhile {join_cpu})")
             traffic = _Traffic(broker.bootstrap, "events", keys)
             traffic.start()
             time.sleep(2)
@@ -186,7 +231,8 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
                 "pause_ms_p99": round(_percentile(pauses, 99), 1),
                 "pause_ms_max": round(max(pauses), 1) if pauses else 0.0,
                 "join_to_balanced_s": round(join_s, 1), "catch_up_records": volume,
-                "catch_up_records_per_s": round(volume / join_s, 1) if join_s else 0.0}
+                "catch_up_records_per_s": round(volume / join_s, 1) if join_s else 0.0,
+                "catching_up_s": catch_up_s, "join_cpu_s": join_cpu}
 
 
 def main() -> None:
