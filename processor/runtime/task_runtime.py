@@ -91,6 +91,7 @@ class TaskRuntime:
         self.failed: dict[str, str] = {}
         self.model: dict[str, list[str]] = {}
         self.generation: int | None = None     # of the model held (sent with heartbeats)
+        self.moving: set[str] = set()          # active tasks whose release is near
         self.children = SplitChildren(config.job.partitioner)
         self._awaiting: dict[str, str] = {}   # split child -> its parent, still activating
         self.activations = Activations(config, self.group, self.job, self.consumers,
@@ -139,6 +140,7 @@ class TaskRuntime:
         self.children.update(reply.embedded, pending, self.active, self.model,
                              self._child_left, self.released)
         reconcile(self, reply.assignment)
+        self.moving = set(reply.moving)
 
     def activating(self, task: str) -> bool:
         """`task` is fencing or replaying on its way to active."""
@@ -543,11 +545,12 @@ class TaskRuntime:
                             self.released, failed, self.consumers.consumed_through)
 
     def handoff_imminent(self) -> bool:
-        """A warmup has caught up (its activation is next) or an activation is running:
-        the daemon then polls and heartbeats faster, to keep the pause short."""
+        """A warmup has caught up (its activation is next), an activation is running, or
+        another processor catches up on a task active here (its release is next): the
+        daemon then polls and heartbeats faster, to keep the pause short."""
         near = self.config.catch_up.acceptable_lag
-        return bool(self.activations.pending) or any(
-            r.role == "warmup" and r.lag() <= near for r in self.replicas.values())
+        return bool(self.activations.pending) or not self.moving.isdisjoint(self.active) \
+            or any(r.role == "warmup" and r.lag() <= near for r in self.replicas.values())
 
     def positions(self, task: str) -> Mapping[str, int]:
         if task in self.active:
