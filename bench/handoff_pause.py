@@ -42,7 +42,7 @@ from orchestrator.devkit.demo import (
     _Cluster,
     _committed_all,
     _make_config,
-    _pauses,
+    _pause_gaps,
     _percentile,
     _read,
 )
@@ -225,7 +225,12 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
                 for daemon_log in workdir.glob("*.log"):
                     shutil.copy(daemon_log, kept / daemon_log.name)
         inputs, outputs = _read(broker.bootstrap, "events"), _read(broker.bootstrap, "sums")
-        pauses = _pauses(demo, inputs, outputs, tasks)
+        gaps = _pause_gaps(demo, inputs, outputs, tasks)
+        for gap in gaps:    # to find a slow one in the daemons' logs
+            log(f"pause {gap.ms:.0f} ms: {gap.task!r} from "
+                f"{time.strftime('%H:%M:%S', time.localtime(gap.began))}"
+                f".{int(gap.began % 1 * 1000):03d}")
+        pauses = [gap.ms for gap in gaps]
         return {"keys": keys, "handoffs": len(pauses),
                 "pause_ms_p50": round(_percentile(pauses, 50), 1),
                 "pause_ms_p99": round(_percentile(pauses, 99), 1),

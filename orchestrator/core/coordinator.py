@@ -282,7 +282,7 @@ class Coordinator:
             return HeartbeatReply(
                 alive=True, generation=self.model.generation, same_model=True,
                 embedded=self.embedded(), assignment=self.roles.peek(processor.id).wire(),
-                stop=self._drained(processor.id))
+                moving=self._moving_from(processor.id), stop=self._drained(processor.id))
         # built from the core's own, valid data: `model_construct` skips validating the
         # job model again (13 ms at 10,000 tasks, per reply); every field is given (its
         # defaults are slow to compute)
@@ -291,7 +291,16 @@ class Coordinator:
             barriers={c: Barrier(parent=p, offset=o) for c, (p, o) in self.model.barriers.items()},
             embedded=self.embedded(), pending=dict(self.model.pending),
             changelog=dict(self.model.changelog), assignment=self.roles.peek(processor.id).wire(),
-            stop=self._drained(processor.id), unknown=False, same_model=False)
+            moving=self._moving_from(processor.id), stop=self._drained(processor.id),
+            unknown=False, same_model=False)
+
+    def _moving_from(self, pid: str) -> list[str]:
+        """`pid`'s tasks that another processor is catching up on: told so, `pid` asks
+        for its release by long poll, and takes it at once instead of at its next
+        heartbeat (on average half an interval inside the handoff pause)."""
+        early = (hs.Phase.PLANNED, hs.Phase.CATCHING_UP)
+        return sorted(h.task for h in self.moves.involving(pid)
+                      if h.source == pid and h.phase in early)
 
     def _leave(self, processor: Processor) -> HeartbeatReply:
         """A graceful goodbye: take its released positions, then forget it."""

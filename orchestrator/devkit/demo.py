@@ -290,13 +290,29 @@ def _read(bootstrap: str, topic: str) -> list[Any]:
 def _pauses(demo: Demo, inputs: list[Any], outputs: list[Any],
             tasks: dict[str, list[str]]) -> list[float]:
     """Per handoff: the largest gap between outputs of the task's keys while it moved."""
+    return [gap.ms for gap in _pause_gaps(demo, inputs, outputs, tasks)]
+
+
+@dataclass(frozen=True)
+class _Gap:
+    """One handoff's pause: its task, and the wall time (s) its largest gap began."""
+
+    task: str
+    began: float
+    ms: float
+
+
+def _pause_gaps(demo: Demo, inputs: list[Any], outputs: list[Any],
+                tasks: dict[str, list[str]]) -> list[_Gap]:
+    """Per handoff: the largest gap between outputs of the task's keys while it moved,
+    with when it began (to find that handoff in the daemons' logs)."""
     owner = {p: t for t, ps in tasks.items() for p in ps}
     key_task = {m.key(): owner.get(f"{m.topic()}:{m.partition()}") for m in inputs}
     times: dict[str, list[float]] = {}
     for m in outputs:
         times.setdefault(key_task.get(m.key()) or "", []).append(m.timestamp()[1] / 1000)
     wall_offset = time.time() - time.monotonic()
-    pauses = []
+    gaps = []
     for watch in demo.watches:
         task = watch.task
         # from the moment it was seen past catching_up (the release) to its end: gaps
@@ -304,10 +320,10 @@ def _pauses(demo: Demo, inputs: list[Any], outputs: list[Any],
         began = watch.caught_up_at if watch.caught_up_at is not None else watch.last_seen
         start, end = began + wall_offset - 0.5, watch.last_seen + wall_offset + 0.5
         stamps = sorted(t for t in times.get(task, []) if start <= t <= end)
-        gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
-        if gaps:
-            pauses.append(max(gaps) * 1000)
-    return pauses
+        if len(stamps) >= 2:
+            width, at = max((b - a, a) for a, b in zip(stamps, stamps[1:], strict=False))
+            gaps.append(_Gap(task, at, width * 1000))
+    return gaps
 
 
 def _percentile(values: list[float], q: float) -> float:

@@ -100,6 +100,9 @@ class HeartbeatReply(_Message):
     # (orchestrator/wire/changelog.py); sent with the model, empty otherwise
     changelog: dict[str, int] = Field(default_factory=dict)
     assignment: RoleListing = Field(default_factory=RoleListing)
+    # active tasks of this processor that another one is catching up on (planned or
+    # catching_up): their release is near, so the processor long-polls for it
+    moving: list[str] = Field(default_factory=list)
     # drain finished: exit 0 once every task is released
     stop: bool = False
     # with alive false: the coordinator has no record of this processor id at all (it

@@ -289,6 +289,21 @@ def test_full_handoff_through_the_protocol() -> None:
     assert status(h.core)["balanced"], pending(h.core)
 
 
+def test_the_source_is_told_which_of_its_tasks_move_until_their_release() -> None:
+    """So it long-polls for the release instead of waiting for its next heartbeat."""
+    h = Harness()
+    p1, p2 = start_two(h)
+    moving = sorted(h.core.handoffs)
+    p1.beat()
+    assert p1.reply is not None and p1.reply.moving == moving
+    p2.beat()
+    assert p2.reply is not None and p2.reply.moving == []
+    p2.positions = at(1000, *moving)
+    p2.beat()       # caught up: releasing, the tasks leave p1's listing
+    p1.beat()
+    assert p1.reply.moving == []
+
+
 def catch_up_and_release(h: Harness, p1: FakeProcessor, p2: FakeProcessor) -> list[str]:
     """Drive both handoffs of `start_two` to releasing."""
     moving = sorted(h.core.handoffs)
