@@ -275,7 +275,8 @@ class ActiveTask:
         if offsets and self.producer.losses() != losses:
             self._verify_committed(offsets)
         if self.changelog is not None and offsets:   # its records went into this one
-            self.store.commit({**offsets, **self.changelog.committed()})
+            self.store.commit({**offsets, **self.changelog.committed()},
+                              self.changelog.changes)
         else:
             self.store.commit(offsets)
         self.committed.update(offsets)

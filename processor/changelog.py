@@ -71,6 +71,9 @@ class ChangelogWriter:
         self.target = target
         self.snapshot_due = snapshot_due
         self.position: int | None = None     # after the open transaction's last record
+        # the open transaction's state records as written (encoded): the store's commit
+        # takes them as they are; None after a snapshot
+        self.changes: list[Change] | None = None
         self.records_total = 0
 
     def write(self, producer: WatchedProducer, store: Store, offsets: Mapping[str, int],
@@ -87,10 +90,12 @@ class ChangelogWriter:
             The number of records produced.
         """
         self.position = None
+        self.changes = None
         if self.snapshot_due:
             records = transaction_records(store.snapshot(), {**committed, **offsets})
         else:
-            records = transaction_records(store.changes(), offsets)
+            self.changes = store.changes()
+            records = transaction_records(self.changes, offsets)
         if not records:
             return 0
         topic, number = self.target.topic, self.target.number

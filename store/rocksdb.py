@@ -254,12 +254,15 @@ class TaskStore(MutableMapping[Key, Any]):
         undo(self._overlay, self._undo)
         self._undo.clear()
 
-    def commit(self, offsets: Offsets) -> None:
+    def commit(self, offsets: Offsets, changes: Sequence[Change] | None = None) -> None:
         """Write the overlay and the applied `offsets` in one atomic WriteBatch.
 
         Args:
             offsets: "topic:N" -> next offset to apply; merged into the stored ones
                 (partitions not mentioned keep their value).
+            changes: `changes()` as taken since the last write to the overlay (the
+                changelog written in this transaction): written as they are, so each
+                changed value is encoded once, not once for the changelog and again here.
 
         Raises:
             ValueError: a malformed partition name or offset (nothing is written).
@@ -270,7 +273,10 @@ class TaskStore(MutableMapping[Key, Any]):
         batch = rocksdict.WriteBatch(raw_mode=True)
         for raw_key, raw in encode_offsets(offsets):
             batch.put(raw_key, raw)
-        add_to_batch(batch, self._overlay)
+        if changes is None or len(changes) != len(self._overlay):
+            add_to_batch(batch, self._overlay)
+        else:
+            _put_changes(batch, changes)
         if batch.len():
             self._write(batch)
         self._overlay = {}
@@ -509,3 +515,13 @@ def _normalise_key(key: Any) -> Key:
 
 if TYPE_CHECKING:
     _conforms: type[Store] = TaskStore
+
+
+def _put_changes(batch: rocksdict.WriteBatch, changes: Sequence[Change]) -> None:
+    """Encoded (key, value or None) records into `batch`, in order."""
+    put, delete = batch.put, batch.delete
+    for raw_key, raw in changes:
+        if raw is None:
+            delete(raw_key)
+        else:
+            put(raw_key, raw)

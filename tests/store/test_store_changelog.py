@@ -154,3 +154,17 @@ def test_apply_records_takes_columns(store: TaskStore) -> None:
     assert store.applied_offsets() == {"in:0": 4, "cl:0": 4}
     with pytest.raises(ValueError, match="2 keys but 1 values"):
         store.apply_records([b"\x02a", b"\x02b"], [b"1"], {})
+
+
+def test_commit_takes_the_changes_already_encoded(store_factory: StoreFactory) -> None:
+    plain, given = store_factory("plain"), store_factory("given")
+    for s in (plain, given):
+        s["kept"] = 1
+        s.commit({"in:0": 1})
+        s["a"] = {"x": [1, 2]}
+        s[b"b"] = 2
+        del s["kept"]
+    plain.commit({"in:0": 4})
+    given.commit({"in:0": 4}, given.changes())
+    assert dict(given.items()) == dict(plain.items()) == {"a": {"x": [1, 2]}, b"b": 2}
+    assert given.applied_offsets() == plain.applied_offsets() == {"in:0": 4}
