@@ -34,7 +34,16 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 import orjson
 import rocksdict
 
-from store._overlay import ABSENT, DELETED, add_to_batch, entry_bytes, freeze, merge, undo
+from store._overlay import (
+    ABSENT,
+    DELETED,
+    add_to_batch,
+    entry_bytes,
+    freeze,
+    merge,
+    overlay_changes,
+    undo,
+)
 from store.base import Change, Offsets
 from store.codec import (
     BYTES_TAG,
@@ -294,10 +303,7 @@ class TaskStore(MutableMapping[Key, Any]):
         """The open transaction's writes, one per key: the last value written, encoded
         as the store keeps it (None: deleted). A changelog batch: whatever a record
         wrote and then overwrote or deleted inside the transaction is not in it."""
-        bytes_tag, str_tag = BYTES_TAG, STR_TAG
-        return [(bytes_tag + key if key.__class__ is bytes
-                 else str_tag + key.encode(), entry_bytes(entry))  # type: ignore[union-attr]
-                for key, entry in self._overlay.items()]
+        return overlay_changes(self._overlay)
 
     def snapshot(self) -> Iterator[Change]:
         """The whole state (open transaction included) as changelog records, in key

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from processor.active import _callback_error
-from processor.changelog import ChangelogTarget, ChangelogWriter, transaction_records
+from processor.changelog import ChangelogTarget, ChangelogWriter, _produce_run, transaction_records
 from store import changelog_offset, changelog_offset_record
 
 
@@ -121,3 +121,26 @@ def test_a_fence_raised_through_a_delivery_callback_is_the_fence() -> None:
     assert _callback_error(wrapped) is fenced
     with pytest.raises(SystemError):
         _callback_error(SystemError("something else"))
+
+
+class _Queue:
+    """A producer's local queue that takes `room` records, then refuses one."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+        self.taken: list[tuple[str, bytes | None, bytes, int]] = []
+
+    def produce(self, topic: str, value: bytes | None, key: bytes, partition: int) -> None:
+        if len(self.taken) == self.room:
+            raise BufferError("Local: Queue full")
+        self.taken.append((topic, value, key, partition))
+
+
+@pytest.mark.parametrize("room", [0, 1, 3, 5, 9])
+def test_a_run_stops_where_the_queue_refuses_and_says_how_far(room: int) -> None:
+    keys = [b"k%d" % i for i in range(5)]
+    values = [b"v%d" % i for i in range(4)] + [None]
+    queue = _Queue(room)
+    took = _produce_run(queue.produce, "t", 2, keys, values)
+    assert took == min(room, 5)
+    assert queue.taken == [("t", v, k, 2) for k, v in zip(keys, values, strict=True)][:took]

@@ -168,3 +168,15 @@ def test_commit_takes_the_changes_already_encoded(store_factory: StoreFactory) -
     given.commit({"in:0": 4}, given.changes())
     assert dict(given.items()) == dict(plain.items()) == {"a": {"x": [1, 2]}, b"b": 2}
     assert given.applied_offsets() == plain.applied_offsets() == {"in:0": 4}
+
+
+def test_changes_encode_every_kind_of_value_as_a_commit_does(
+        store_factory: StoreFactory) -> None:
+    values = {"int": 7, "big": 2**70, "neg": -(2**65), "bool": True, "none": None,
+              "str": "s", "float": 1.5, "list": [1, {"a": 2**80}]}
+    written, rebuilt = store_factory("written"), store_factory("rebuilt")
+    for key, value in values.items():
+        written[key] = value
+    rebuilt.apply_changes(written.changes(), {"in:0": 1})
+    written.commit({"in:0": 1})
+    assert dict(rebuilt.items()) == dict(written.items()) == values
