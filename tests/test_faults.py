@@ -407,9 +407,17 @@ def test_a_deposed_leader_cannot_write_and_stands_by(job, broker) -> None:
     wait_for(lambda: "deposed" in old.log(), 30, "the old leader stepping down")
     assert old.running(), old.log()[-3000:]
     first_url = j.config.coordinator.urls[0]
-    answer = httpx.get(f"{first_url}/status", timeout=10)
-    assert answer.status_code == 503 and answer.json()["leader"] == f"http://{listen}", \
-        answer.text
+    answers: list[httpx.Response] = []
+
+    def names_the_leader() -> bool:
+        # "deposed" is logged before the stream is read again: until then it answers 503
+        # naming no leader (or, for an instant, still itself)
+        answers.append(httpx.get(f"{first_url}/status", timeout=10))
+        return answers[-1].status_code == 503 and \
+            answers[-1].json().get("leader") == f"http://{listen}"
+
+    wait_for(names_the_leader, 30, "the old leader naming the new one")
+    assert all(a.status_code == 503 for a in answers), [a.text for a in answers]
     _verify("leader SIGSTOP past takeover, then SIGCONT", j, feeder, broker,
             ("p1", "p2", "p3"))
     assert "leads job" not in old.log().split("deposed", 1)[1]
