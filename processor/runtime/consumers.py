@@ -1,11 +1,12 @@
-"""The task runtime's two consumers: who reads which partition, from where, and when.
+"""The task runtime's consumers: who reads which partition, from where, and when.
 
-Both are `assign()`-based (the coordinator owns assignment, not Kafka's group
+All are `assign()`-based (the coordinator owns assignment, not Kafka's group
 protocol) and `read_committed`: one for active tasks, one for replays (warmups,
-standbys, activations). This module owns everything about them:
+standbys) and one for activations (a handoff's silent replay: it must not queue behind
+a warmup's backlog). This module owns everything about them:
 
 - assignment: the active consumer's partitions, each owned by one task, and the
-  replay consumer's;
+  replay and activation consumers';
 - caps: a warmup or standby never applies at or past the owner's committed offset
   (T1), so its partitions pause at the cap and resume when a refresh of the owner's
   committed offsets moves the cap on; a changelog replica is never capped (all it
@@ -145,11 +146,15 @@ class Consumers:
             "fetch.queue.backoff.ms": _FETCH_QUEUE_BACKOFF_MS})
         self.active = Consumer({**settings, **client_logging("processor.active")})
         self.replay = Consumer({**settings, **client_logging("processor.replay")})
+        # activations (a handoff's silent replay T2 -> T1) read on a consumer of their
+        # own: on the shared one they waited behind a warmup's fetched backlog, and
+        # pausing the warmups instead dropped that backlog, fetched again after
+        self.activation = Consumer({**settings, **client_logging("processor.activation")})
         self.barriers: dict[str, Barrier] = {}   # child partition -> its expansion barrier
         self.owner: dict[str, str] = {}          # active partition -> task
         self._held: dict[str, set[str]] = {}     # task -> partitions waiting on a barrier
         self._paused: set[str] = set()
-        self._yielding: set[str] = set()         # replica partitions paused for an activation
+        self._activating: set[str] = set()       # partitions on the activation consumer
         self._caps_due = Deadline.after(clock, 0.0)
 
     # ---- offsets ---------------------------------------------------------------------
@@ -170,28 +175,52 @@ class Consumers:
     def read_through(self, partitions: Sequence[str]) -> dict[str, int]:
         """How far the replay consumer has read each partition (past transaction
         markers and aborted records); partitions it has not read yet are left out."""
-        if not partitions:
-            return {}
-        return {f"{tp.topic}:{tp.partition}": tp.offset
-                for tp in self.replay.position([_tp(p) for p in partitions])
-                if tp.offset >= 0}
+        read: dict[str, int] = {}
+        for consumer, mine in self._by_consumer(partitions):
+            read.update({f"{tp.topic}:{tp.partition}": tp.offset
+                         for tp in consumer.position([_tp(p) for p in mine])
+                         if tp.offset >= 0})
+        return read
+
+    def _consumer_of(self, partition: str) -> Consumer:
+        return self.activation if partition in self._activating else self.replay
+
+    def _by_consumer(self, partitions: Iterable[str]) -> list[tuple[Consumer, list[str]]]:
+        """`partitions` split by the replay-side consumer that reads them."""
+        on_activation: list[str] = []
+        on_replay: list[str] = []
+        for p in partitions:
+            (on_activation if p in self._activating else on_replay).append(p)
+        return [(c, ps) for c, ps in ((self.replay, on_replay),
+                                      (self.activation, on_activation)) if ps]
 
     # ---- replays ---------------------------------------------------------------------
 
+    @property
+    def activating(self) -> bool:
+        """An activation is reading (its consumer is worth a poll)."""
+        return bool(self._activating)
+
     def assign_replay(self, replica: Replay) -> None:
-        self.replay.incremental_assign(
+        """Start reading a replica's partitions: an activation's on the activation
+        consumer, any other's on the replay consumer."""
+        consumer = self.replay
+        if replica.role == "activating":
+            consumer = self.activation
+            self._activating.update(replica.partitions)
+        consumer.incremental_assign(
             [_tp(p, replica.start_offset(p)) for p in replica.partitions])
 
     def unassign_replay(self, partitions: Sequence[str]) -> None:
-        # librdkafka keeps a partition's pause across incremental_unassign/assign: resume
-        # first, or an activation replaying from a warmup paused at its cap never fetches.
-        paused = [p for p in partitions if p in self._paused or p in self._yielding]
-        if paused:
-            self.replay.resume([_tp(p) for p in paused])
+        for consumer, mine in self._by_consumer(partitions):
+            # librdkafka keeps a partition's pause across incremental_unassign/assign:
+            # resume first, or a later replay of the partition never fetches
+            paused = [p for p in mine if p in self._paused]
+            if paused:
+                consumer.resume([_tp(p) for p in paused])
+            consumer.incremental_unassign([_tp(p) for p in mine])
         self._paused.difference_update(partitions)
-        self._yielding.difference_update(partitions)
-        if partitions:
-            self.replay.incremental_unassign([_tp(p) for p in partitions])
+        self._activating.difference_update(partitions)
 
     def refresh_caps(self, replicas: Iterable[Replay],
                      ancestor_ends: Callable[[str], Mapping[str, int]]) -> None:
@@ -245,36 +274,16 @@ class Consumers:
         if not resume:
             return
         self._paused.difference_update(resume)
-        self.replay.resume([_tp(p) for p in resume])
-        for p in resume:
-            self.replay.seek(_tp(p, replica.positions[p]))
-
-    def make_way(self, replicas: Iterable[Replay]) -> None:
-        """While an activation replays (a handoff's pause), other replicas stop fetching:
-        a warmup's fetched backlog would otherwise come out of the shared queue first.
-        When none is left, they go on from their positions."""
-        replicas = list(replicas)
-        if any(r.role == "activating" and r.lag() > 0 for r in replicas):
-            wait = [p for r in replicas if r.role != "activating" for p in r.partitions
-                    if p not in self._paused and p not in self._yielding]
-            if wait:
-                self.replay.pause([_tp(p) for p in wait])
-                self._yielding.update(wait)
-            return
-        for replica in replicas:
-            back = [p for p in replica.partitions if p in self._yielding]
-            if back:
-                self._yielding.difference_update(back)
-                self.replay.resume([_tp(p) for p in back])
-                for p in back:
-                    self.replay.seek(_tp(p, replica.positions[p]))
+        for consumer, mine in self._by_consumer(resume):
+            consumer.resume([_tp(p) for p in mine])
+            for p in mine:
+                consumer.seek(_tp(p, replica.positions[p]))
 
     def pause_at_caps(self, capped: Iterable[str]) -> None:
         """Stop fetching partitions whose replica reached its cap (until it moves on)."""
         new = [p for p in capped if p not in self._paused]
-        if not new:
-            return
-        self.replay.pause([_tp(p) for p in new])
+        for consumer, mine in self._by_consumer(new):
+            consumer.pause([_tp(p) for p in mine])
         self._paused.update(new)
 
     # ---- active tasks ----------------------------------------------------------------
@@ -391,3 +400,4 @@ class Consumers:
     def close(self) -> None:
         self.active.close()
         self.replay.close()
+        self.activation.close()

@@ -503,8 +503,7 @@ class TaskRuntime:
         whose latency it adds to)."""
         self.consumers.refresh_caps(self.replicas.values(),
                                     lambda task: self.sources_of(task).ends)
-        self.consumers.make_way(self.replicas.values())
-        messages = self.consumers.replay.consume(batch, timeout)
+        messages = self._consume_replays(batch, timeout)
         owner = {p: r.name for r in self.replicas.values() for p in r.partitions}
         batches = replay_by_task(messages, owner, self.consumers.log_error)
         read = self.consumers.read_through([r.partitions[0] for r in self.replicas.values()
@@ -513,6 +512,20 @@ class TaskRuntime:
             self.guard(task, functools.partial(self._apply_replica,
                                                messages=batches.get(task, []), read=read))
         return len(messages)
+
+    def _consume_replays(self, batch: int, timeout: float) -> list[Message]:
+        """While an activation runs (fencing, then its replay: a handoff's pause), only
+        its records are read: the warmups and standbys wait, their fetched records kept
+        in the replay consumer's queue, and the activation has the CPU to itself."""
+        messages: list[Message] = []
+        if not self.activations.pending and not self.consumers.activating:
+            messages = self.consumers.replay.consume(batch, timeout)
+        elif self.consumers.activating:
+            messages = self.consumers.activation.consume(
+                batch, min(timeout, _IDLE_WHILE_ACTIVATING_S))
+        else:                                   # fencing: nothing to read yet
+            self.clock.sleep(min(timeout, _IDLE_WHILE_ACTIVATING_S))
+        return messages
 
     def _apply_replica(self, task: str, messages: list[Message], read: Mapping[str, int]
                        ) -> None:
