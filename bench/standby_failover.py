@@ -87,19 +87,34 @@ class _Traffic:
 
 
 def _first_output_after(bootstrap: str, topic: str, after_ms: int, timeout: float) -> float:
-    """The CreateTime (s) of the first committed output produced after `after_ms`."""
+    """The CreateTime (s) of the first committed output produced after `after_ms`.
+
+    Each look reads the topic from its beginning with a new consumer: noida-db's
+    `read_committed` fetch that starts mid-partition can drop records, and a reader that
+    went on from where the dead owner's open transaction held the stable offset missed
+    the new owner's outputs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        later = [s for s in _committed_stamps(bootstrap, topic) if s > after_ms]
+        if later:
+            return min(later) / 1000
+        time.sleep(0.2)
+    raise TimeoutError(f"no output after the kill within {timeout:.0f} s")
+
+
+def _committed_stamps(bootstrap: str, topic: str) -> list[int]:
+    """The CreateTime (ms) of every committed record of partition 0, read from offset 0."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"failover-{time.time()}",
                          "enable.auto.commit": False, "isolation.level": "read_committed",
                          "receive.message.max.bytes": 1_000_000_000})
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            stamps = [m.timestamp()[1] for m in consumer.consume(100_000, 0.5) if not m.error()]
-            later = [s for s in stamps if s > after_ms]
-            if later:
-                return min(later) / 1000
-        raise TimeoutError(f"no output after the kill within {timeout:.0f} s")
+        stamps: list[int] = []
+        while True:
+            batch = [m.timestamp()[1] for m in consumer.consume(100_000, 0.5) if not m.error()]
+            if not batch:
+                return stamps
+            stamps += batch
     finally:
         consumer.close()
 
