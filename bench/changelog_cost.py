@@ -47,8 +47,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestrator.devkit.embedded import (
     EMBEDDED_CATCH_UP_SETTINGS,
-    EMBEDDED_CLIENT_SETTINGS,
-    EmbeddedBroker,
 )
 from orchestrator.wire.changelog import changelog_topic
 from orchestrator.wire.config import parse_config
@@ -57,7 +55,7 @@ from processor.runtime import TaskRuntime
 from store.options import db_options
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from processor_rates import Bench, _drive  # noqa: E402 - the sibling bench's input
+from processor_rates import Bench, _drive, prepared  # noqa: E402 - the sibling bench's input
 
 __all__ = ["main", "measure"]
 
@@ -190,19 +188,8 @@ def measure(records: int, keys: int, partitions: int, rounds: int, job_class: st
     """Best times of each phase over `rounds` rounds on one input topic."""
     embedded = bootstrap is None
     with ExitStack() as stack:
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="baton-bench-")))
-        extra: dict[str, Any] = {}
-        catch_up: dict[str, Any] = {}
-        if bootstrap is None:
-            broker = EmbeddedBroker(tmp / "broker")
-            bootstrap = broker.start()
-            stack.callback(broker.close)
-            extra, catch_up = dict(EMBEDDED_CLIENT_SETTINGS), dict(EMBEDDED_CATCH_UP_SETTINGS)
-        bench = Bench(bootstrap, extra, partitions, tmp / "state")
-        bench.create_topics()
-        produce_s = bench.produce(records, keys)
-        report(f"wrote {records:,} records over {keys:,} keys to {bench.topic} "
-               f"({partitions} partitions) in {produce_s:.1f}s")
+        bench, tmp = prepared(stack, bootstrap, partitions, records, keys, "baton-bench-", report)
+        catch_up = dict(EMBEDDED_CATCH_UP_SETTINGS) if embedded else {}
         best: dict[str, float] = {}
         written = applied = read = 0
         for r in range(rounds):

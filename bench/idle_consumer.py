@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import time
 import uuid
@@ -32,13 +31,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestrator.devkit.embedded import EMBEDDED_CLIENT_SETTINGS, EmbeddedBroker
 
-
-def _cpu_seconds(pid: int | None) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from handoff_pause import _cpu_seconds  # noqa: E402 - the sibling bench's CPU reading
 
 
 def _consumer(bootstrap: str, extra: dict[str, Any], wait_ms: int,

@@ -230,23 +230,32 @@ def run_active(bench: Bench, records: int) -> float:
 
 # ---- the run ---------------------------------------------------------------------------
 
+def prepared(stack: ExitStack, bootstrap: str | None, partitions: int, records: int,
+             keys: int, prefix: str, report: Callable[[str], None]) -> tuple[Bench, Path]:
+    """A temporary directory, the embedded broker unless `bootstrap` is given, and the
+    input topic written (`records` over `keys`), all closed with `stack`: every bench
+    that measures against the same input starts here."""
+    tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+    extra: dict[str, Any] = {}
+    if bootstrap is None:
+        broker = EmbeddedBroker(tmp / "broker")
+        bootstrap = broker.start()
+        stack.callback(broker.close)
+        extra = dict(EMBEDDED_CLIENT_SETTINGS)
+    bench = Bench(bootstrap, extra, partitions, tmp / "state")
+    bench.create_topics()
+    produce_s = bench.produce(records, keys)
+    report(f"wrote {records:,} records over {keys:,} keys to {bench.topic} "
+           f"({partitions} partitions) in {produce_s:.1f}s")
+    return bench, tmp
+
+
 def measure(records: int, keys: int, partitions: int, rounds: int, batch: int,
             bootstrap: str | None, report: Callable[[str], None]) -> dict[str, Any]:
     """Best rate (records/s) of each phase over `rounds` rounds on one input topic."""
     embedded = bootstrap is None
     with ExitStack() as stack:
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="baton-bench-")))
-        extra: dict[str, Any] = {}
-        if bootstrap is None:
-            broker = EmbeddedBroker(tmp / "broker")
-            bootstrap = broker.start()
-            stack.callback(broker.close)
-            extra = dict(EMBEDDED_CLIENT_SETTINGS)
-        bench = Bench(bootstrap, extra, partitions, tmp / "state")
-        bench.create_topics()
-        produce_s = bench.produce(records, keys)
-        report(f"wrote {records:,} records over {keys:,} keys to {bench.topic} "
-               f"({partitions} partitions) in {produce_s:.1f}s")
+        bench, _ = prepared(stack, bootstrap, partitions, records, keys, "baton-bench-", report)
         best: dict[str, float] = {}
         cpu: dict[str, float] = {}
         phases: dict[str, Callable[[], float]] = {

@@ -35,7 +35,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -234,24 +233,11 @@ def measure(records: int, keys: int, partitions: int, rounds: int, guarantee: st
             report: Callable[[str], None]) -> dict[str, Any]:
     """Best restore and raw times over `rounds` rounds on one changelog."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from processor_rates import Bench  # the sibling bench's input
-
-    from orchestrator.devkit.embedded import EMBEDDED_CLIENT_SETTINGS, EmbeddedBroker
+    from processor_rates import prepared  # the sibling bench's input
 
     embedded = bootstrap is None
     with ExitStack() as stack:
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="quix-bench-")))
-        extra: dict[str, Any] = {}
-        if bootstrap is None:
-            broker = EmbeddedBroker(tmp / "broker")
-            bootstrap = broker.start()
-            stack.callback(broker.close)
-            extra = dict(EMBEDDED_CLIENT_SETTINGS)
-        bench = Bench(bootstrap, extra, partitions, tmp / "state")
-        bench.create_topics()
-        produce_s = bench.produce(records, keys)
-        report(f"wrote {records:,} records over {keys:,} keys to {bench.topic} "
-               f"({partitions} partitions) in {produce_s:.1f}s")
+        bench, tmp = prepared(stack, bootstrap, partitions, records, keys, "quix-bench-", report)
         quix = QuixRun(quix_python, bench, guarantee, tmp)
         processed = quix.run("process", records)
         ends = quix.changelog_ends()

@@ -93,6 +93,10 @@ def overlay_changes(overlay: dict[Key, Any]) -> list[tuple[bytes, bytes | None]]
     """Every overlay entry as (encoded key, encoded value or None for a delete): a
     changelog's records, encoded once at commit as `add_to_batch` does, without a
     function call per entry (an active task with a changelog pays this per changed key).
+
+    The same encoding as `add_to_batch`, kept apart on purpose: a commit without a
+    changelog building these pairs and then putting them measured 25% slower
+    (`bench/store_write.py`: overlay/raw 0.74 -> 0.55).
     """
     out: list[tuple[bytes, bytes | None]] = []
     append, dumps, bytes_tag, str_tag, deleted = out.append, _dumps, BYTES_TAG, STR_TAG, DELETED

@@ -80,13 +80,8 @@ def by_task(messages: Sequence[Message], task_of: Callable[[str], str | None],
             _group_one_by_one(run, task_of, on_error, grouped)
             continue
         task = task_of(f"{run[0].topic()}:{run[0].partition()}")
-        if task is None:
-            continue
-        bucket = grouped.get(task)
-        if bucket is None:
-            grouped[task] = run
-        else:
-            bucket.extend(run)
+        if task is not None:
+            _add_run(grouped, task, run)
     return grouped
 
 
@@ -108,13 +103,17 @@ def replay_by_task(messages: Sequence[Message], owner: Mapping[str, str],
         task = by_number.get(number)
         if task is None:                 # a consumer-level error (partition -1)
             _group_one_by_one(run, owner.get, on_error, grouped)
-            continue
-        bucket = grouped.get(task)
-        if bucket is None:
-            grouped[task] = run
         else:
-            bucket.extend(run)
+            _add_run(grouped, task, run)
     return grouped
+
+
+def _add_run(grouped: dict[str, list[Message]], task: str, run: list[Message]) -> None:
+    bucket = grouped.get(task)
+    if bucket is None:
+        grouped[task] = run
+    else:
+        bucket.extend(run)
 
 
 def _group_one_by_one(messages: Sequence[Message], task_of: Callable[[str], str | None],
