@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -27,7 +28,6 @@ from typing import Any
 
 import pytest
 
-from orchestrator.devkit.embedded import free_port
 from processor.job import Job, Output, Record, State
 from processor.spark import spark_session, stop_spark
 from store import TaskStore
@@ -112,12 +112,27 @@ def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[
 
 
 def _alive_workers(ui_port: int) -> int:
+    """0 until the master's UI answers its JSON (it may answer an HTML page while starting)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as reply:
             state = json.load(reply)
-    except OSError:
+    except (OSError, ValueError):
+        return 0
+    if not isinstance(state, dict):
         return 0
     return sum(1 for worker in state.get("workers", []) if worker.get("state") == "ALIVE")
+
+
+def _distinct_free_ports(count: int) -> list[int]:
+    """Ports free now and distinct from each other: all sockets stay bound until all are chosen."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -132,29 +147,53 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.wait()
 
 
-@pytest.fixture
-def standalone_cluster(tmp_path: Path) -> Iterator[Cluster]:
-    """A Spark master and two 1-core workers on 127.0.0.1, stopped by PID afterwards."""
-    port, ui = free_port(), free_port()
+def _start_cluster(tmp_path: Path, attempt: int) -> tuple[Cluster, list[subprocess.Popen[bytes]]]:
+    """One try: a port taken meanwhile makes Spark fail (no silent retry on port+1)."""
+    port, ui, ui1, ui2 = _distinct_free_ports(4)
+    logs = tmp_path / f"try{attempt}"
+    no_retry = "-Dspark.port.maxRetries=0"
     env = _with_repo_on_pythonpath({
-        **os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp_path / "logs"),
-        "SPARK_LOCAL_DIRS": str(tmp_path / "local"),
-        "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"})
+        **os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(logs / "logs"),
+        "SPARK_LOCAL_DIRS": str(logs / "local"),
+        "SPARK_MASTER_OPTS": f"-Dspark.master.rest.enabled=false {no_retry}",
+        "SPARK_WORKER_OPTS": no_retry})
+    logs.mkdir(parents=True)
     procs = [_start(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                     "--port", str(port), "--webui-port", str(ui)], env, tmp_path / "master.log")]
+                     "--port", str(port), "--webui-port", str(ui)], env, logs / "master.log")]
     try:
-        for n in (1, 2):
-            worker_env = {**env, "SPARK_WORKER_DIR": str(tmp_path / f"worker{n}")}
+        for n, worker_ui in ((1, ui1), (2, ui2)):
+            worker_env = {**env, "SPARK_WORKER_DIR": str(logs / f"worker{n}")}
             procs.append(_start([
                 "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}",
                 "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
-                "--webui-port", str(free_port())], worker_env, tmp_path / f"worker{n}.log"))
+                "--webui-port", str(worker_ui)], worker_env, logs / f"worker{n}.log"))
         deadline = time.monotonic() + CLUSTER_START_TIMEOUT_S
         while _alive_workers(ui) < 2:
             if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                raise RuntimeError(f"standalone cluster did not start; see {tmp_path}/*.log")
+                raise RuntimeError(f"standalone cluster did not start; see {logs}/*.log")
             time.sleep(0.5)
-        yield Cluster(f"spark://127.0.0.1:{port}", env, [p.pid for p in procs])
+    except BaseException:
+        _stop(procs[::-1])
+        raise
+    return Cluster(f"spark://127.0.0.1:{port}", env, [p.pid for p in procs]), procs
+
+
+@pytest.fixture
+def standalone_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A Spark master and two 1-core workers on 127.0.0.1, stopped by PID afterwards.
+
+    Ports are chosen before the JVMs bind them, so another process may take one in
+    between: such a start fails fast and is tried again on new ports (three tries).
+    """
+    for attempt in range(1, 4):
+        try:
+            cluster, procs = _start_cluster(tmp_path, attempt)
+            break
+        except RuntimeError:
+            if attempt == 3:
+                raise
+    try:
+        yield cluster
     finally:
         _stop(procs[::-1])
 
