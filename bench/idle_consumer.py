@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestrator.devkit.embedded import EMBEDDED_CLIENT_SETTINGS, EmbeddedBroker
@@ -98,14 +98,36 @@ def idle_cost(bootstrap: str, extra: dict[str, Any], broker_pid: int | None, top
             "fetches_per_s": round(rate)}
 
 
+def spin(bootstrap: str, extra: dict[str, Any], topic: str, partitions: int,
+         seconds: float) -> None:
+    """Be an idle processor's active consumer for `seconds`: assigned to the end of
+    `topic`'s partitions, polled as the runtime polls (bench/join_catchup.py runs the
+    catch-up alone beside it, to show what an idle processor costs on this broker)."""
+    consumer = _consumer(bootstrap, extra, 20)
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in range(partitions)])
+        _poll_for(consumer, seconds)
+    finally:
+        consumer.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--waits", type=int, nargs="+", default=[20, 500])
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--bootstrap", help="an existing broker instead of the embedded one")
+    parser.add_argument("--spin", metavar="TOPIC",
+                        help="only be an idle consumer of TOPIC's end for --seconds "
+                             "(with --bootstrap)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.spin:
+        if args.bootstrap is None:
+            parser.error("--spin needs --bootstrap")
+        spin(args.bootstrap, dict(EMBEDDED_CLIENT_SETTINGS), args.spin, args.partitions,
+             args.seconds)
+        return 0
     with EmbeddedBroker() if args.bootstrap is None else _NoBroker(args.bootstrap) as broker:
         extra = dict(EMBEDDED_CLIENT_SETTINGS) if args.bootstrap is None else {}
         topic = f"idle-{uuid.uuid4().hex[:8]}"

@@ -7,13 +7,17 @@ alone    the catch-up by itself, in this process (a warmup TaskRuntime, no daemo
          process() (bench/processor_rates.py's warmup); `changelog` applies the
          changelog an active task wrote for the same records (bench/changelog_cost.py).
 join     a coordinator and p1 holding that state (--keys keys over 4 partitions), then
-         p2 joins under 1,000 records/s of traffic and catches up half of the state
-         (bench/handoff_pause.py with no handoffs after the join): the catch-up volume
-         (the largest lag seen per task) over the time from p2's start to balanced.
+         p2 joins (no traffic) and catches up half of the state (bench/handoff_pause.py
+         with no handoffs after the join): the records p2 caught up (its
+         baton_catchup_records_total) over the time from p2's start to the last
+         handoff's done in the coordinator's log (the job balanced).
          Also shown: the same volume over the coordinator's catching-up window (first
          task of p2 entering catching_up -> last one leaving it: no process start,
          registration or final handoff in it), and each process's CPU seconds during
          the join (with noida-db, idle consumers spin: it answers fetches at once).
+
+beside   the alone run again beside an idle consumer of the input's 4 partitions in
+         another process (what p1, idle in the join, costs on this broker; not a target).
 
 Target: join >= 0.5 x alone, for both sources; the time to balanced is reported too.
 
@@ -25,8 +29,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -44,20 +52,37 @@ TARGET = 0.5
 JOB = "processor.examples:RunningSum"
 
 
-def alone(source: str, keys: int) -> float:
-    """Records (or changelog records) per second of the catch-up by itself."""
+def alone(source: str, keys: int, beside_idle: bool = False) -> float:
+    """Records (or changelog records) per second of the catch-up by itself; with
+    `beside_idle`, beside an idle consumer of the input's 4 partitions in another
+    process (what p1, idle in the join, costs on this broker)."""
     with tempfile.TemporaryDirectory(prefix="baton-join-") as tmp, \
             EmbeddedBroker(Path(tmp) / "broker") as broker:
         bench = processor_rates.Bench(broker.bootstrap, dict(EMBEDDED_CLIENT_SETTINGS), 4,
                                       Path(tmp) / "state")
         bench.create_topics()
         bench.produce(keys, keys)
-        if source == "input":
-            return keys / processor_rates.run_warmup(bench, keys)
         catch_up = dict(EMBEDDED_CATCH_UP_SETTINGS)
-        _, job, _ = changelog_cost.run_active(bench, keys, JOB, "changelog", catch_up)
-        seconds, applied = changelog_cost.run_apply(bench, job, JOB, catch_up)
-        return applied / seconds
+        job = ""
+        if source == "changelog":
+            _, job, _ = changelog_cost.run_active(bench, keys, JOB, "changelog", catch_up)
+        with _idle_consumer(broker.bootstrap, bench.topic) if beside_idle else nullcontext():
+            if source == "input":
+                return keys / processor_rates.run_warmup(bench, keys)
+            seconds, applied = changelog_cost.run_apply(bench, job, JOB, catch_up)
+            return applied / seconds
+
+
+@contextmanager
+def _idle_consumer(bootstrap: str, topic: str) -> Iterator[None]:
+    spinner = subprocess.Popen([sys.executable, str(Path(__file__).with_name("idle_consumer.py")),
+                                "--bootstrap", bootstrap, "--spin", topic, "--seconds", "600"])
+    try:
+        time.sleep(1.0)         # connected and fetching
+        yield
+    finally:
+        spinner.terminate()
+        spinner.wait(30)
 
 
 def main() -> int:
@@ -75,6 +100,8 @@ def main() -> int:
     for source in args.source:
         rate_alone = alone(source, args.keys)
         log(f"{source}: alone {rate_alone:,.0f} records/s")
+        rate_beside = alone(source, args.keys, beside_idle=True)
+        log(f"{source}: alone beside an idle consumer {rate_beside:,.0f} records/s")
         joined = handoff_pause.run_size(args.keys, 0, log, source=source)
         rate_join = joined["catch_up_records_per_s"]
         window = joined["catching_up_s"]
@@ -86,6 +113,8 @@ def main() -> int:
                      "ratio": round(rate_join / rate_alone, 2),
                      "catching_up_s": window, "catching_up_per_s": round(rate_window),
                      "catching_up_ratio": round(rate_window / rate_alone, 2),
+                     "alone_beside_idle_per_s": round(rate_beside),
+                     "beside_idle_ratio": round(rate_beside / rate_alone, 2),
                      "join_cpu_s": joined["join_cpu_s"]})
     if args.json:
         print(json.dumps(rows))
@@ -96,7 +125,9 @@ def main() -> int:
               f"{r['alone_per_s']:,}/s alone: {r['ratio']}x (target >= {TARGET}: "
               f"{'ok' if r['ratio'] >= TARGET else 'MISSED'}); from the first task catching up "
               f"to the last caught up {r['catching_up_s']} s, {r['catching_up_per_s']:,}/s: "
-              f"{r['catching_up_ratio']}x; CPU seconds during the join {r['join_cpu_s']}")
+              f"{r['catching_up_ratio']}x; CPU seconds during the join {r['join_cpu_s']}; "
+              f"alone beside an idle consumer {r['alone_beside_idle_per_s']:,}/s "
+              f"({r['beside_idle_ratio']}x of alone)")
     return 0
 
 

@@ -7,43 +7,48 @@ coordinator or was declared dead.
 
 from __future__ import annotations
 
-import click
+import importlib
 
-from orchestrator.cli.assign import assign_command
-from orchestrator.cli.audit import audit_command
-from orchestrator.cli.demo import demo_command
-from orchestrator.cli.group import group_command
-from orchestrator.cli.ops import (
-    coordinator_command,
-    drain_command,
-    expand_command,
-    plan_command,
-    split_command,
-    status_command,
-    wait_command,
-)
-from orchestrator.cli.processor import processor_command
+import click
 
 __all__ = ["main"]
 
+# name -> "module:attribute"; a command's module is imported when it is run (or listed
+# by --help): a processor's start imported every command's dependencies (rich for the
+# demo, the assignment bench's), ~50 ms of each join
+_COMMANDS = {
+    "demo": "orchestrator.cli.demo:demo_command",
+    "group": "orchestrator.cli.group:group_command",
+    "processor": "orchestrator.cli.processor:processor_command",
+    "coordinator": "orchestrator.cli.ops:coordinator_command",
+    "status": "orchestrator.cli.ops:status_command",
+    "wait": "orchestrator.cli.ops:wait_command",
+    "plan": "orchestrator.cli.ops:plan_command",
+    "drain": "orchestrator.cli.ops:drain_command",
+    "expand": "orchestrator.cli.ops:expand_command",
+    "split": "orchestrator.cli.ops:split_command",
+    "assign": "orchestrator.cli.assign:assign_command",
+    "audit": "orchestrator.cli.audit:audit_command",
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class _LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, _, attribute = target.partition(":")
+        command = getattr(importlib.import_module(module), attribute)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="baton")
 def main() -> None:
     """Scale stateful Kafka stream processors out and in under live traffic."""
-
-
-main.add_command(demo_command, name="demo")
-main.add_command(group_command, name="group")
-main.add_command(processor_command, name="processor")
-main.add_command(coordinator_command, name="coordinator")
-main.add_command(status_command, name="status")
-main.add_command(wait_command, name="wait")
-main.add_command(plan_command, name="plan")
-main.add_command(drain_command, name="drain")
-main.add_command(expand_command, name="expand")
-main.add_command(split_command, name="split")
-main.add_command(assign_command, name="assign")
-main.add_command(audit_command, name="audit")
-
-

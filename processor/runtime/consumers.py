@@ -2,8 +2,11 @@
 
 All are `assign()`-based (the coordinator owns assignment, not Kafka's group
 protocol) and `read_committed`: one for active tasks, one for replays (warmups,
-standbys) and one for activations (a handoff's silent replay: it must not queue behind
-a warmup's backlog). This module owns everything about them:
+standbys), one for activations (a handoff's silent replay: it must not queue behind
+a warmup's backlog) and one that reads nothing and only looks offsets up (committed
+offsets, watermarks): a broker answers one connection's requests in order, so a lookup
+on a reading consumer waits behind its fetch, which may carry a whole backlog. This
+module owns everything about them:
 
 - assignment: the active consumer's partitions, each owned by one task, and the
   replay and activation consumers';
@@ -129,7 +132,8 @@ def _group_one_by_one(messages: Sequence[Message], task_of: Callable[[str], str 
 
 
 class Consumers:
-    """The active and the replay consumer of one processor, owned by the runtime's loop.
+    """The consumers of one processor (active, replay, activation, lookup), owned by the
+    runtime's loop.
 
     Args:
         config: the job's configuration (Kafka settings).
@@ -149,6 +153,9 @@ class Consumers:
         # own: on the shared one they waited behind a warmup's fetched backlog, and
         # pausing the warmups instead dropped that backlog, fetched again after
         self.activation = Consumer({**settings, **client_logging("processor.activation")})
+        # never assigned: its lookups do not wait behind a fetched backlog (a warmup's
+        # start and its cap refreshes, in the main loop, waited ~250 ms behind one)
+        self.lookup = Consumer({**settings, **client_logging("processor.lookup")})
         self.barriers: dict[str, Barrier] = {}   # child partition -> its expansion barrier
         self.owner: dict[str, str] = {}          # active partition -> task
         self._held: dict[str, set[str]] = {}     # task -> partitions waiting on a barrier
@@ -160,16 +167,16 @@ class Consumers:
 
     def committed(self, partitions: Iterable[str]) -> dict[str, int]:
         """The group's committed offsets (T1) of `partitions`."""
-        return committed_offsets(self.replay, partitions)
+        return committed_offsets(self.lookup, partitions)
 
     def low_watermark(self, partition: str) -> int:
         """The first offset the broker still holds on `partition`."""
-        return watermarks(self.replay, partition)[0]
+        return watermarks(self.lookup, partition)[0]
 
     def bounds(self, partition: str) -> tuple[int, int]:
         """`partition`'s first offset and its committed end (the last stable offset:
         the replay consumer reads committed records only)."""
-        return watermarks(self.replay, partition)
+        return watermarks(self.lookup, partition)
 
     def read_through(self, partitions: Sequence[str]) -> dict[str, int]:
         """How far the replay consumer has read each partition (past transaction
@@ -238,7 +245,7 @@ class Consumers:
         if not partitions:
             return
         try:
-            caps = committed_once(self.replay, partitions, _CAP_LOOKUP_TIMEOUT_S)
+            caps = committed_once(self.lookup, partitions, _CAP_LOOKUP_TIMEOUT_S)
         except KafkaException as exc:       # keep the old caps; the next refresh retries
             log.debug("replica caps not refreshed: %s", exc)
             return
@@ -252,7 +259,7 @@ class Consumers:
         if not replicas:
             return
         try:
-            ends = end_offsets_once(self.replay, [p for r in replicas for p in r.partitions],
+            ends = end_offsets_once(self.lookup, [p for r in replicas for p in r.partitions],
                                     _CAP_LOOKUP_TIMEOUT_S)
         except KafkaException as exc:       # keep the old ends; the next refresh retries
             log.debug("changelog ends not refreshed: %s", exc)
@@ -400,3 +407,4 @@ class Consumers:
         self.active.close()
         self.replay.close()
         self.activation.close()
+        self.lookup.close()

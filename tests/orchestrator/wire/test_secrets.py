@@ -282,7 +282,7 @@ def test_resolved_settings_reach_the_kafka_clients(
     built: list[dict[str, Any]] = []
     monkeypatch.setattr(consumers, "Consumer", lambda settings: built.append(settings))
     consumers.Consumers(config, "baton.sums", SystemClock())
-    assert len(built) == 3                      # active, replay, activation
+    assert len(built) == 4                      # active, replay, activation, lookup
     for settings in built:
         assert settings["sasl.password"] == PASSWORD
         assert settings["client.id"] == FROM_ENV
