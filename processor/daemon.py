@@ -116,6 +116,7 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
             monitor.generation = runtime.generation
             draining = reply.stop
             publish()
+            monitor.settle()
         monitor.fast = runtime.handoff_imminent()
         runtime.poll(min(poll_s, _ROUND_S))
         publish()

@@ -72,6 +72,8 @@ class HeartbeatMonitor(threading.Thread):
         self.fast = False           # set by the owner while a handoff is imminent
         self.generation: int | None = None  # set by the owner: the job model it holds
         self._reply: HeartbeatReply | None = None
+        # a reply the main loop has not yet acted on and published (see _wait_ms)
+        self._unsettled = False
         self._lock = threading.Lock()
         # the one coordinator client of both daemons; no retries of its own (the next
         # heartbeat is the retry), the token file re-read per request (rotation)
@@ -85,6 +87,18 @@ class HeartbeatMonitor(threading.Thread):
             reply, self._reply = self._reply, None
             return reply
 
+    def _keep(self, reply: HeartbeatReply) -> None:
+        with self._lock:
+            self._reply = reply
+            self._unsettled = True
+
+    def settle(self) -> None:
+        """The main loop has acted on the replies it took and published the result:
+        the next heartbeat may long-poll again."""
+        with self._lock:
+            if self._reply is None:
+                self._unsettled = False
+
     def _request(self, leaving: bool = False, path: str = "") -> HeartbeatRequest:
         tasks = self.snapshot()
         return HeartbeatRequest(processor_id=self.processor_id, execution_id=self.execution_id,
@@ -95,8 +109,10 @@ class HeartbeatMonitor(threading.Thread):
     def _wait_ms(self, tasks: list[TaskReport]) -> int | None:
         """Close to a handoff and with nothing in flight, ask to be answered as soon as
         the assignment changes (a long poll) instead of polling fast; never while an
-        activation runs, whose end must be reported at once."""
-        if not self.fast or any(t.role == "activating" for t in tasks):
+        activation runs, or while the main loop acts on a reply (a release): their end
+        must be reported at once, not after a long poll that nothing else ends (it
+        held a release's report back ~250 ms)."""
+        if not self.fast or self._unsettled or any(t.role == "activating" for t in tasks):
             return None
         return int(self.interval_s * 1000)
 
@@ -144,8 +160,7 @@ class HeartbeatMonitor(threading.Thread):
                 grace.arm(self.grace_s)
                 path = _HEARTBEAT
                 self.registered.set()
-                with self._lock:
-                    self._reply = reply
+                self._keep(reply)
             interval = min(self.interval_s, _FAST_INTERVAL_S) if self.fast else self.interval_s
             if request is not None and request.wait_ms and \
                     self.clock.monotonic() - started >= _FAST_INTERVAL_S:

@@ -48,6 +48,10 @@ log = logging.getLogger("baton.processor.runtime")
 
 _BATCH = 5000                 # records per consume() call: amortises Python per-call cost
 _REPLAY_BATCH_BESIDE_ACTIVE = 1000
+# while a handoff here is imminent, a replay takes bites this small: a full bite of an
+# input replay through process() held the loop ~100 ms, and the activation (or the
+# release) it was about to take waited for it, inside the handoff pause
+_REPLAY_BATCH_WHILE_IMMINENT = 1000
 # Active tasks commit side by side, on this many threads: a commit is a few broker round
 # trips (flush, offsets, end of transaction) waited out with the GIL released, and one
 # after the other four tasks' commits held the round, and so a release, for 50-280 ms.
@@ -406,6 +410,8 @@ class TaskRuntime:
             took = self._poll_active(0.0 if backlog else split, self._commit_due(timeout))
             handled += took
             room = max(_REPLAY_BATCH_BESIDE_ACTIVE, _BATCH - took)
+        if self.replicas and self.handoff_imminent():
+            room = min(room, _REPLAY_BATCH_WHILE_IMMINENT)
         if self.replicas:
             handled += self._poll_replicas(split, room)
         if not self.active and not self.replicas:

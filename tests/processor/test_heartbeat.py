@@ -1,11 +1,11 @@
-"""The heartbeat monitor's long poll: asked for only close to a handoff and with no
-activation running (an activation's end must be reported at once)."""
+"""The heartbeat monitor's long poll: asked for only close to a handoff, with no
+activation running and no reply being acted on (their end must be reported at once)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.wire.protocol import TaskReport
+from orchestrator.wire.protocol import HeartbeatReply, TaskReport
 from processor.heartbeat import HeartbeatMonitor
 
 
@@ -28,3 +28,20 @@ def test_a_long_poll_only_close_to_a_handoff_with_nothing_in_flight(tmp_path: Pa
     busy = monitor(tmp_path, [report("activating")])
     busy.fast = True
     assert busy._request(path="/processors/heartbeat").wait_ms is None
+
+
+def test_no_long_poll_until_the_main_loop_has_acted_on_the_reply(tmp_path: Path) -> None:
+    """A reply that says "release" is acted on by the main loop; a long poll sent before
+    the release is published would hold its report back until the poll's bound."""
+    hb = monitor(tmp_path, [report("active")])
+    hb.fast = True
+    hb._keep(HeartbeatReply(alive=True))
+    assert hb._request(path="/processors/heartbeat").wait_ms is None     # not yet taken
+    assert hb.take_reply() is not None
+    assert hb._request(path="/processors/heartbeat").wait_ms is None     # taken, not done
+    hb._keep(HeartbeatReply(alive=True))            # a newer one came meanwhile
+    hb.settle()
+    assert hb._request(path="/processors/heartbeat").wait_ms is None
+    hb.take_reply()
+    hb.settle()
+    assert hb._request(path="/processors/heartbeat").wait_ms == 1000
