@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from metrics import ProcessorMetrics, serve_metrics
 from orchestrator.wire.clock import Clock, SystemClock
+from orchestrator.wire.collector import Collector
 from orchestrator.wire.config import Config
 from orchestrator.wire.protocol import TaskReport
 from orchestrator.wire.tls import TlsSettings
@@ -95,6 +96,7 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
              config.coordinator.url)
     log.info("kafka settings (secrets redacted): %s", config.shown_kafka_settings())
     monitor.start()
+    collector = Collector()     # full collections paused handoffs (orchestrator/wire/collector.py)
     poll_s = config.processor.commit_interval_ms / 1000
     draining = False
     last_roles: set[tuple[str, str]] = set()
@@ -120,12 +122,14 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
         monitor.fast = runtime.handoff_imminent()
         runtime.poll(min(poll_s, _ROUND_S))
         publish()
+        collector.turn()
         if draining and not runtime.active:
             log.info("drained: no active task left")
             break
     try:
         return _shut_down(runtime, monitor, processor_id, snapshot, lock)
     finally:
+        collector.close()
         server.close()
 
 

@@ -39,7 +39,6 @@ from prometheus_client import CollectorRegistry
 from metrics import CoordinatorMetrics
 from orchestrator.core.grouping import GroupingError
 from orchestrator.daemon.api import create_app
-from orchestrator.daemon.collector import Collector
 from orchestrator.daemon.credentials import Credentials
 from orchestrator.daemon.gate import Gate
 from orchestrator.daemon.leader import ChangelogTopicError, Leadership
@@ -48,6 +47,7 @@ from orchestrator.daemon.tls import PeerNameProtocol, server_context
 from orchestrator.kafka.stream import FencedError, StreamError, StreamTail, stream_topic
 from orchestrator.kafka.topics import TopicAdmin, TopicsError
 from orchestrator.wire.clock import Clock, SystemClock
+from orchestrator.wire.collector import Collector
 from orchestrator.wire.config import Config
 from orchestrator.wire.tls import TlsSettings
 from orchestrator.wire.token import TokenError
