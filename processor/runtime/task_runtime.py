@@ -48,10 +48,10 @@ log = logging.getLogger("baton.processor.runtime")
 
 _BATCH = 5000                 # records per consume() call: amortises Python per-call cost
 _REPLAY_BATCH_BESIDE_ACTIVE = 1000
-# while a handoff here is imminent, a replay takes bites this small: a full bite of an
-# input replay through process() held the loop ~100 ms, and the activation (or the
-# release) it was about to take waited for it, inside the handoff pause
-_REPLAY_BATCH_WHILE_IMMINENT = 1000
+# while an activation here is next or running, a replay takes bites this small: a full
+# bite of an input replay through process() held the loop ~100 ms, and the activation
+# it was about to take waited for it, inside the handoff pause
+_REPLAY_BATCH_BEFORE_ACTIVATION = 1000
 # Active tasks commit side by side, on this many threads: a commit is a few broker round
 # trips (flush, offsets, end of transaction) waited out with the GIL released, and one
 # after the other four tasks' commits held the round, and so a release, for 50-280 ms.
@@ -410,8 +410,8 @@ class TaskRuntime:
             took = self._poll_active(0.0 if backlog else split, self._commit_due(timeout))
             handled += took
             room = max(_REPLAY_BATCH_BESIDE_ACTIVE, _BATCH - took)
-        if self.replicas and self.handoff_imminent():
-            room = min(room, _REPLAY_BATCH_WHILE_IMMINENT)
+        if self.replicas and self._activation_next():
+            room = min(room, _REPLAY_BATCH_BEFORE_ACTIVATION)
         if self.replicas:
             handled += self._poll_replicas(split, room)
         if not self.active and not self.replicas:
@@ -567,8 +567,12 @@ class TaskRuntime:
         """A warmup has caught up (its activation is next), an activation is running, or
         another processor catches up on a task active here (its release is next): the
         daemon then polls and heartbeats faster, to keep the pause short."""
+        return self._activation_next() or not self.moving.isdisjoint(self.active)
+
+    def _activation_next(self) -> bool:
+        """An activation runs here, or a warmup has caught up (its activation is next)."""
         near = self.config.catch_up.acceptable_lag
-        return bool(self.activations.pending) or not self.moving.isdisjoint(self.active) \
+        return bool(self.activations.pending) \
             or any(r.role == "warmup" and r.lag() <= near for r in self.replicas.values())
 
     def positions(self, task: str) -> Mapping[str, int]:
