@@ -304,9 +304,10 @@ class TaskStore(MutableMapping[Key, Any]):
         as the store keeps it (None: deleted). A changelog batch: whatever a record
         wrote and then overwrote or deleted inside the transaction is not in it.
 
-        In key order: RocksDB's memtable inserts keys in order ~30% cheaper than in a
-        random order (1.07 against 1.50 us a key, measured), for this store's commit
-        and for every replica applying the changelog; the sort costs ~0.2 us a key."""
+        In key order: RocksDB's memtable inserts keys in order cheaper than in a random
+        order (1.07 against 1.50 us a key into a memtable of 500,000 keys, measured),
+        for this store's commit and for every replica applying the changelog; the sort
+        costs ~0.2 us a key."""
         changes = overlay_changes(self._overlay)
         changes.sort(key=_KEY_OF)
         return changes

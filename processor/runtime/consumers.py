@@ -188,9 +188,6 @@ class Consumers:
                          if tp.offset >= 0})
         return read
 
-    def _consumer_of(self, partition: str) -> Consumer:
-        return self.activation if partition in self._activating else self.replay
-
     def _by_consumer(self, partitions: Iterable[str]) -> list[tuple[Consumer, list[str]]]:
         """`partitions` split by the replay-side consumer that reads them."""
         on_activation: list[str] = []
