@@ -54,13 +54,41 @@ def test_unstartable_data_dir_is_named(tmp_path) -> None:
         EmbeddedBroker(blocker).start()
 
 
+# The transactional writer of the test below, in a process of its own: once its broker
+# is gone, a librdkafka transactional call can block past its timeout (seen once: 10+
+# minutes in send_offsets_to_transaction), and only a process can be stopped then.
+_WRITER = """
+import json, sys
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+settings = json.loads(sys.argv[1])
+producer = Producer({**settings, "transactional.id": "stop-test"})
+producer.init_transactions(30)
+group = Consumer({**settings, "group.id": "g"})
+n = 0
+try:
+    while True:
+        producer.begin_transaction()
+        producer.produce("out", value=str(n).encode(), partition=0)
+        producer.send_offsets_to_transaction([TopicPartition("in", 0, n + 1)],
+                                             group.consumer_group_metadata(), 10)
+        producer.commit_transaction(10)
+        n += 1
+        print(n, flush=True)            # acknowledged
+except KafkaException:
+    pass                                # the broker went away: not acknowledged
+"""
+
+
 def test_clean_stop_under_transactions_loses_nothing_acknowledged(tmp_path) -> None:
     """A transactional writer commits as fast as it can while the broker stops; every
     commit it saw acknowledged is there after the restart (offsets and outputs).
     (noida-db on SIGTERM alone saves first and acknowledged ~30 more commits here.)"""
+    import json
+    import subprocess
+    import sys
     import threading
 
-    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+    from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from tests.conftest import Broker
@@ -78,31 +106,30 @@ def test_clean_stop_under_transactions_loses_nothing_acknowledged(tmp_path) -> N
         if i % 50_000 == 0:
             ballast.flush(30)
     assert ballast.flush(30) == 0
-    producer = Producer({**settings, "transactional.id": "stop-test"})
-    producer.init_transactions(30)
-    group = Consumer({**settings, "group.id": "g"})
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, json.dumps(settings)],
+                              stdout=subprocess.PIPE, text=True)
     acked: list[int] = []
     stopped = threading.Event()
 
     def stop_soon() -> None:
-        while len(acked) < 20:
+        while len(acked) < 20 and writer.poll() is None:
             threading.Event().wait(0.01)
         broker.stop()
         stopped.set()
 
     threading.Thread(target=stop_soon, daemon=True).start()
+    assert writer.stdout is not None
+    reading = threading.Thread(target=lambda: acked.extend(int(line) for line in writer.stdout),
+                               daemon=True)
+    reading.start()
+    stopped.wait(120)
     try:
-        while not stopped.is_set():
-            n = len(acked)
-            producer.begin_transaction()
-            producer.produce("out", value=str(n).encode(), partition=0)
-            producer.send_offsets_to_transaction([TopicPartition("in", 0, n + 1)],
-                                                 group.consumer_group_metadata(), 10)
-            producer.commit_transaction(10)
-            acked.append(n + 1)
-    except KafkaException:
-        pass                    # the broker went away mid-transaction: not acknowledged
-    stopped.wait(30)
+        writer.wait(30)
+    except subprocess.TimeoutExpired:   # stuck in a call the broker will never answer
+        writer.kill()
+        writer.wait()
+    reading.join(10)
+    assert len(acked) >= 20
     broker.start()
     try:
         reader = Consumer({**settings, "group.id": "g"})
