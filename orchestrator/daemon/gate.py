@@ -17,10 +17,10 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-import httpx
 from prometheus_client import CollectorRegistry
 
 from metrics import CONTENT_TYPE, render
+from orchestrator.wire.http import httpx
 from orchestrator.wire.tls import TlsSettings, client_context
 
 __all__ = ["Gate"]

@@ -12,7 +12,6 @@ import ssl
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import httpx
 from tenacity import (
     Retrying,
     retry_if_exception,
@@ -22,6 +21,7 @@ from tenacity import (
 )
 
 from orchestrator.wire.config import Config
+from orchestrator.wire.http import httpx
 from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest
 from orchestrator.wire.tls import (
     TlsSettings,

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from store import (
     StoreError,
@@ -15,6 +17,7 @@ from store import (
     changelog_offset_record,
     check_changelog_key,
     decode_changelog,
+    decode_key,
     decode_value,
     encode_changelog,
 )
@@ -163,6 +166,27 @@ def test_apply_records_takes_columns(store: TaskStore) -> None:
     assert store.applied_offsets() == {"in:0": 4, "cl:0": 4}
     with pytest.raises(ValueError, match="2 keys but 1 values"):
         store.apply_records([b"\x02a", b"\x02b"], [b"1"], {})
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from([b"\x02a", b"\x02b", b"\x01c"]),
+                          st.one_of(st.none(), st.sampled_from([b"1", b"2", b"3"]))),
+                max_size=12))
+def test_apply_records_ends_as_the_records_applied_one_by_one(
+        store: TaskStore, records: list[tuple[bytes, bytes | None]]) -> None:
+    """A key's last record in a batch wins, as if each record were written in turn."""
+    store.clear()
+    store.apply_records([b"\x02a"], [b"9"], {})
+    expected: dict[bytes, bytes] = {b"\x02a": b"9"}
+    for key, value in records:
+        if value is None:
+            expected.pop(key, None)
+        else:
+            expected[key] = value
+    store.apply_records([k for k, _ in records], [v for _, v in records], {"cl:0": 1})
+    assert dict(store.items()) == {decode_key(k): decode_value(v) for k, v in expected.items()}
+    assert store.applied_offsets() == {"cl:0": 1}
 
 
 def test_commit_takes_the_changes_already_encoded(store_factory: StoreFactory) -> None:

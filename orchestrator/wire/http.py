@@ -1,0 +1,19 @@
+"""httpx, imported without its own command line.
+
+httpx imports its command-line client (click, rich, pygments) whenever they are
+installed, as they are for Baton's CLI: ~60 ms of every daemon and CLI start (measured
+with `python -X importtime`), for a tool Baton never runs. A None in `sys.modules` makes
+that one import fail, and httpx then defines a stub instead, as it does when those
+packages are missing.
+"""
+
+from __future__ import annotations
+
+import sys
+
+if "httpx" not in sys.modules:
+    sys.modules.setdefault("httpx._main", None)
+
+import httpx  # noqa: E402 - after the entry above
+
+__all__ = ["httpx"]
