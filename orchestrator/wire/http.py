@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 if "httpx" not in sys.modules:
-    sys.modules.setdefault("httpx._main", None)
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
 import httpx  # noqa: E402 - after the entry above
 
