@@ -15,7 +15,7 @@ raw        a plain confluent-kafka consumer (read_committed, batches of 10,000) 
            the same changelog partitions to their end: the limit the apply loop is
            measured against in the same round. Target: apply >= 0.6 x raw.
 floor      the raw consumer again, putting each batch's records as they are into a
-           RocksDB store per partition (the task store's options): what any apply loop
+           RocksDB store per partition (a changelog replica's store options): what any apply loop
            costs at least, shown as a fraction of raw.
 
 Timed from apply() until every task's committed offsets reach the input's end (active
@@ -140,14 +140,14 @@ def run_apply(bench: Bench, job: str, job_class: str, catch_up: dict[str, Any]
 def run_raw(bench: Bench, job: str, write_to: Path | None = None) -> tuple[float, int]:
     """Seconds for a plain consumer to read `job`'s changelog partitions to their end;
     with `write_to`, each batch's records are also put, as they are, into a RocksDB
-    store per partition (the task store's options): the floor of any apply loop."""
+    store per partition (a changelog replica's store options): the floor of any apply loop."""
     topic = changelog_topic(job)
     consumer = Consumer({"bootstrap.servers": bench.bootstrap, "group.id": f"raw-{job}",
                          "enable.auto.commit": False, "isolation.level": "read_committed",
                          # as the replay consumer: librdkafka's default (1 s) idles a
                          # reader that drains its queue faster than it fills
                          "fetch.queue.backoff.ms": 5, **bench.extra})
-    stores = {p: rocksdict.Rdict(str(write_to / str(p)), options=db_options(True))
+    stores = {p: rocksdict.Rdict(str(write_to / str(p)), options=db_options(True, reads=False))
               for p in range(bench.partitions)} if write_to is not None else {}
     try:
         parts = [TopicPartition(topic, p, 0) for p in range(bench.partitions)]

@@ -34,6 +34,10 @@ class Store(Protocol):
         """The store's directory."""
         ...
 
+    def expect_reads(self) -> None:
+        """A store opened for writes only is about to be read (see TaskStore)."""
+        ...
+
     @property
     def state(self) -> MutableMapping[Key, Any]:
         """The mapping a job's `process()` sees (the `State` of processor.job).

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import rocksdict
 
-__all__ = ["db_options", "sst_options", "write_options"]
+__all__ = ["READ_OPTIONS", "db_options", "sst_options", "write_options"]
 
 # Memtable size: large enough to absorb many commits between flushes, small enough
 # that dozens of tasks per processor fit in memory (2 buffers each).
@@ -50,16 +50,24 @@ def _table_options(cache: bool) -> rocksdict.BlockBasedOptions:
     return table
 
 
-def db_options(create: bool) -> rocksdict.Options:
-    """Options of a task store; `create` allows creating a new, empty one."""
+# What `reads=True` turns on, in RocksDB's own names, for a store opened without it.
+READ_OPTIONS = {"memtable_prefix_bloom_size_ratio": str(MEMTABLE_BLOOM_RATIO),
+                "memtable_whole_key_filtering": "true"}
+
+
+def db_options(create: bool, reads: bool = True) -> rocksdict.Options:
+    """Options of a task store; `create` allows creating a new, empty one. Without
+    `reads` the memtable has no Bloom filter: a store that is only written (a changelog
+    replica) inserts ~10% cheaper without one (measured on the changelog apply)."""
     opts = rocksdict.Options(raw_mode=True)
     opts.create_if_missing(create)
     opts.set_paranoid_checks(True)
     opts.set_wal_recovery_mode(rocksdict.DBRecoveryMode.point_in_time())
     opts.set_write_buffer_size(WRITE_BUFFER_BYTES)
     opts.set_max_write_buffer_number(MAX_WRITE_BUFFERS)
-    opts.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO)
-    opts.set_memtable_whole_key_filtering(True)
+    if reads:
+        opts.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO)
+        opts.set_memtable_whole_key_filtering(True)
     opts.set_max_total_wal_size(MAX_TOTAL_WAL_BYTES)
     opts.set_max_background_jobs(MAX_BACKGROUND_JOBS)
     opts.set_max_open_files(MAX_OPEN_FILES)

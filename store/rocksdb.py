@@ -63,7 +63,7 @@ from store.codec import (
     rare_keys,
 )
 from store.errors import StoreError, open_error
-from store.options import db_options, write_options
+from store.options import READ_OPTIONS, db_options, write_options
 from store.paths import prepare_db_dir
 from store.sst import write_sst
 
@@ -84,14 +84,18 @@ _NoneType = type(None)
 class TaskStore(MutableMapping[Key, Any]):
     """One task's state: a MutableMapping over RocksDB with a transaction overlay."""
 
-    __slots__ = ("_path", "_db", "_write_opts", "_overlay", "_undo", "_closed", "__weakref__")
+    __slots__ = ("_path", "_db", "_write_opts", "_overlay", "_undo", "_closed", "_reads",
+                 "__weakref__")
 
-    def __init__(self, path: str | os.PathLike[str], *, sync: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, sync: bool = False,
+                 reads: bool = True) -> None:
         """Open (or create) the store in directory `path`.
 
         Args:
             path: the store's own directory (see `task_store_path`).
             sync: fsync the WAL on every commit (survives host crashes, much slower).
+            reads: False for a store that is only written until `expect_reads` (a
+                changelog replica): its memtable then keeps no Bloom filter.
 
         Raises:
             StoreLockedError: another process holds the store.
@@ -101,9 +105,10 @@ class TaskStore(MutableMapping[Key, Any]):
         self._path = Path(path)
         create = prepare_db_dir(self._path)
         try:
-            self._db = rocksdict.Rdict(str(self._path), db_options(create))
+            self._db = rocksdict.Rdict(str(self._path), db_options(create, reads))
         except Exception as exc:
             raise open_error(self._path, exc) from exc
+        self._reads = reads
         self._write_opts = write_options(sync)
         self._overlay: dict[Key, Any] = {}
         self._undo: list[tuple[Key, Any]] | None = None  # None: no undo log kept
@@ -113,6 +118,23 @@ class TaskStore(MutableMapping[Key, Any]):
     def path(self) -> Path:
         """The store's directory."""
         return self._path
+
+    def expect_reads(self) -> None:
+        """The store is about to be read (its task goes active): memtables made from
+        now on keep a Bloom filter again (the current one has none; a read of it is
+        only slower).
+
+        Raises:
+            StoreError: the store is closed or RocksDB refused the options.
+        """
+        if self._reads:
+            return
+        self._check_open()
+        try:
+            self._db.set_options(READ_OPTIONS)
+        except Exception as exc:
+            raise StoreError(self._path, f"task store {self._path}: {exc}") from exc
+        self._reads = True
 
     @property
     def state(self) -> MutableMapping[Key, Any]:

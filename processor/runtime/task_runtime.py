@@ -228,11 +228,11 @@ class TaskRuntime:
         log.info("task %r: split child %r released at %s", parent, child,
                  self.released[child])
 
-    def _open_store(self, task: str) -> Store:
+    def _open_store(self, task: str, reads: bool = True) -> Store:
         self._close_released()
         path = task_store_path(self.config.state_dir, self.config.job.name, task,
                                self.processor_id)
-        return TaskStore(Path(path))
+        return TaskStore(Path(path), reads=reads)
 
     def activate(self, task: str) -> None:
         """Fence the previous owner, replay T2 -> T1 silently, then process with output
@@ -241,6 +241,7 @@ class TaskRuntime:
         if replica is not None:
             self.consumers.unassign_replay(replica.partitions)
         store = replica.store if replica else self._open_store(task)
+        store.expect_reads()        # a changelog replica's store was only written so far
         self.activations.begin(task, store)
 
     def _after_fence(self, task: str) -> None:
@@ -317,7 +318,8 @@ class TaskRuntime:
         return dict(active.committed)
 
     def start_replica(self, task: str, role: ReplicaRole) -> None:
-        store = self._open_store(task)
+        # applying a changelog never reads the store; replaying input does (process())
+        store = self._open_store(task, reads=not self.changelog.enabled)
         if self.changelog.enabled:
             try:
                 changelog = self.changelog.replica(task, self.partitions_of(task), store,

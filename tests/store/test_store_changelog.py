@@ -5,6 +5,7 @@ position in one WriteBatch, on real rocksdict."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -213,3 +214,26 @@ def test_changes_encode_every_kind_of_value_as_a_commit_does(
     rebuilt.apply_changes(written.changes(), {"in:0": 1})
     written.commit({"in:0": 1})
     assert dict(rebuilt.items()) == dict(written.items()) == values
+
+
+def test_a_store_opened_for_writes_only_turns_its_memtable_filter_on_for_reads(
+        tmp_path: Path) -> None:
+    def bloom() -> float:
+        newest = max(tmp_path.glob("s/OPTIONS-*"), key=lambda f: int(f.name.split("-")[1]))
+        return float(next(line.split("=")[1] for line in newest.read_text().splitlines()
+                          if line.strip().startswith("memtable_prefix_bloom_size_ratio=")))
+
+    store = TaskStore(tmp_path / "s", reads=False)
+    store.apply_records([b"\x02a"], [b"1"], {"cl:0": 1})
+    assert bloom() == 0 and store["a"] == 1
+    store.expect_reads()
+    store.expect_reads()                        # once is enough
+    assert bloom() == 0.1
+    store["b"] = 2
+    store.commit({"in:0": 1})
+    assert dict(store.items()) == {"a": 1, "b": 2}
+    store.close()
+    closed = TaskStore(tmp_path / "t", reads=False)
+    closed.close()
+    with pytest.raises(StoreError, match="closed"):
+        closed.expect_reads()

@@ -57,6 +57,13 @@ def _runtime(raw: dict[str, Any], tmp_path: Path, name: str, **extra: Any) -> Ta
     return TaskRuntime(parse_config(raw), name, **extra)
 
 
+def _memtable_bloom(store: Path) -> str:
+    """The memtable Bloom filter ratio in force, from RocksDB's newest OPTIONS file."""
+    newest = max(store.glob("OPTIONS-*"), key=lambda f: int(f.name.split("-")[1]))
+    return next(line.split("=")[1].strip() for line in newest.read_text().splitlines()
+                if line.strip().startswith("memtable_prefix_bloom_size_ratio="))
+
+
 def _consumed(runtimes: list[TaskRuntime], total: int) -> bool:
     return sum(sum(a.committed.values()) for r in runtimes for a in r.active.values()) >= total
 
@@ -97,10 +104,14 @@ def test_warmup_applies_the_changelog_and_the_handoff_keeps_every_id(
             "job": "j", "processor": "p2", "task": "Partition 0", "path": "consumer",
             "source": "changelog"})
         assert applied and applied >= warmup.applied_total > 0
+        # an apply never reads the store: its memtable keeps no Bloom filter until the
+        # task goes active
+        assert float(_memtable_bloom(warmup.store.path)) == 0
         old.release("Partition 0")
         old.apply(_reply(model, active=["Partition 1"]))
         new.apply(_reply(model, active=["Partition 0"]))
         wait_for(lambda: "Partition 0" in new.active, 60, "activation", both)
+        assert float(_memtable_bloom(warmup.store.path)) > 0
         wait_for(lambda: new.active["Partition 0"].records_total > 1000, 60,
                  "the new owner to process", both)
         sent = feeder.stop()
