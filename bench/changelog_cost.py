@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import operator
 import sys
 import tempfile
 import time
@@ -175,11 +174,11 @@ def run_raw(bench: Bench, job: str, write_to: Path | None = None) -> tuple[float
 def _write(stores: dict[int, rocksdict.Rdict], batch: list[Message]) -> None:
     """One WriteBatch per partition's run, put without a Python step per record (the
     bench's job never deletes, so every value is bytes)."""
-    for partition, run in itertools.groupby(batch, operator.methodcaller("partition")):
+    for partition, run in itertools.groupby(batch, Message.partition):
         records = list(run)
         writes = rocksdict.WriteBatch(raw_mode=True)
-        deque(map(writes.put, map(operator.methodcaller("key"), records),
-                  map(operator.methodcaller("value"), records)), maxlen=0)
+        deque(map(writes.put, map(Message.key, records), map(Message.value, records)),
+              maxlen=0)
         stores[partition].write(writes)
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -66,9 +65,11 @@ def topic_partition(name: str, offset: int | None = None) -> TopicPartition:
 _tp = topic_partition
 
 
-_PARTITION = operator.methodcaller("partition")
-_TOPIC = operator.methodcaller("topic")
-_ERROR = operator.methodcaller("error")
+# Message's own methods, unbound: a per-record call through them costs ~15 ns, through
+# operator.methodcaller (a lookup by name each time) ~75 ns.
+_PARTITION = Message.partition
+_TOPIC = Message.topic
+_ERROR = Message.error
 
 
 def by_task(messages: Sequence[Message], task_of: Callable[[str], str | None],
