@@ -23,6 +23,8 @@ from store import (
     encode_changelog,
 )
 from store.codec import rare_keys
+from store.options import MEMTABLE_BLOOM_RATIO
+from tests.conftest import memtable_bloom_ratio
 
 StoreFactory = Callable[..., TaskStore]
 
@@ -218,17 +220,12 @@ def test_changes_encode_every_kind_of_value_as_a_commit_does(
 
 def test_a_store_opened_for_writes_only_turns_its_memtable_filter_on_for_reads(
         tmp_path: Path) -> None:
-    def bloom() -> float:
-        newest = max(tmp_path.glob("s/OPTIONS-*"), key=lambda f: int(f.name.split("-")[1]))
-        return float(next(line.split("=")[1] for line in newest.read_text().splitlines()
-                          if line.strip().startswith("memtable_prefix_bloom_size_ratio=")))
-
     store = TaskStore(tmp_path / "s", reads=False)
     store.apply_records([b"\x02a"], [b"1"], {"cl:0": 1})
-    assert bloom() == 0 and store["a"] == 1
+    assert memtable_bloom_ratio(tmp_path / "s") == 0 and store["a"] == 1
     store.expect_reads()
     store.expect_reads()                        # once is enough
-    assert bloom() == 0.1
+    assert memtable_bloom_ratio(tmp_path / "s") == MEMTABLE_BLOOM_RATIO
     store["b"] = 2
     store.commit({"in:0": 1})
     assert dict(store.items()) == {"a": 1, "b": 2}

@@ -24,7 +24,8 @@ from orchestrator.wire.protocol import HeartbeatReply, RoleListing
 from processor.changelog_replica import ChangelogReplica
 from processor.runtime import TaskRuntime
 from store import TaskStore, changelog_offset_record, encode_changelog, task_store_path
-from tests.conftest import Feeder, identified_check, wait_for
+from store.options import MEMTABLE_BLOOM_RATIO
+from tests.conftest import Feeder, identified_check, memtable_bloom_ratio, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -55,13 +56,6 @@ def _reply(model: dict[str, list[str]], active: list[str] = (), warmup: list[str
 def _runtime(raw: dict[str, Any], tmp_path: Path, name: str, **extra: Any) -> TaskRuntime:
     raw = {**raw, "processor": {**raw["processor"], "state_dir": str(tmp_path / name)}}
     return TaskRuntime(parse_config(raw), name, **extra)
-
-
-def _memtable_bloom(store: Path) -> str:
-    """The memtable Bloom filter ratio in force, from RocksDB's newest OPTIONS file."""
-    newest = max(store.glob("OPTIONS-*"), key=lambda f: int(f.name.split("-")[1]))
-    return next(line.split("=")[1].strip() for line in newest.read_text().splitlines()
-                if line.strip().startswith("memtable_prefix_bloom_size_ratio="))
 
 
 def _consumed(runtimes: list[TaskRuntime], total: int) -> bool:
@@ -106,12 +100,12 @@ def test_warmup_applies_the_changelog_and_the_handoff_keeps_every_id(
         assert applied and applied >= warmup.applied_total > 0
         # an apply never reads the store: its memtable keeps no Bloom filter until the
         # task goes active
-        assert float(_memtable_bloom(warmup.store.path)) == 0
+        assert memtable_bloom_ratio(warmup.store.path) == 0
         old.release("Partition 0")
         old.apply(_reply(model, active=["Partition 1"]))
         new.apply(_reply(model, active=["Partition 0"]))
         wait_for(lambda: "Partition 0" in new.active, 60, "activation", both)
-        assert float(_memtable_bloom(warmup.store.path)) > 0
+        assert memtable_bloom_ratio(warmup.store.path) == MEMTABLE_BLOOM_RATIO
         wait_for(lambda: new.active["Partition 0"].records_total > 1000, 60,
                  "the new owner to process", both)
         sent = feeder.stop()
