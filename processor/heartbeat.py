@@ -69,7 +69,7 @@ class HeartbeatMonitor(threading.Thread):
         self.stopping = threading.Event()
         self.registered = threading.Event()
         self._poked = threading.Event()
-        self.fast = False           # set by the owner while a handoff is imminent
+        self._fast = False
         self.generation: int | None = None  # set by the owner: the job model it holds
         self._reply: HeartbeatReply | None = None
         # a reply the main loop has not yet acted on and published (see _wait_ms)
@@ -80,6 +80,21 @@ class HeartbeatMonitor(threading.Thread):
         self._client = CoordinatorClient(url, lambda: read_token(token_file),
                                          retry={"stop": stop_after_attempt(1)},
                                          timeout=_REQUEST_TIMEOUT_S, tls=tls)
+
+    @property
+    def fast(self) -> bool:
+        """Set by the owner while a handoff is imminent: heartbeats then come often, as
+        long polls when nothing is in flight."""
+        return self._fast
+
+    @fast.setter
+    def fast(self, imminent: bool) -> None:
+        if imminent and not self._fast:
+            # a warmup just caught up, or another processor's catch-up of a task active
+            # here is in sight: the coordinator waits for this report (it starts the
+            # handoff), not for the rest of a heartbeat_interval_ms
+            self._poked.set()
+        self._fast = imminent
 
     def take_reply(self) -> HeartbeatReply | None:
         """The newest reply not yet taken (older ones are superseded: level-triggered)."""

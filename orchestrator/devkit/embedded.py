@@ -4,11 +4,12 @@ Only this module knows noida-db's quirks: it answers a fetch with the whole back
 whatever the size limits say (clients need `receive.message.max.bytes` raised), it
 keeps data in memory and persists it on a clean stop (SIGINT/SIGTERM) and, while
 writes go on, every few seconds too (its `autosave` thread rewrites everything it holds
-as one JSON file: ~0.45 core with 1,000,000 records held, bench/broker_autosave.py),
-and it does not compact. A read_committed fetch that starts past an aborted transaction's
-marker returns nothing more from that producer (it lists every aborted transaction of
-the partition, finished ones included, and librdkafka then waits for their markers
-forever), so changelog reads start from the partition's beginning here
+as one JSON file: ~0.45 core with 1,000,000 records held, bench/broker_autosave.py;
+started here, that thread runs at SCHED_IDLE), and it does not compact. A read_committed
+fetch that starts past an aborted transaction's marker returns nothing more from that
+producer (it lists every aborted transaction of the partition, finished ones included,
+and librdkafka then waits for their markers forever), so changelog reads start from the
+partition's beginning here
 (`catch_up.changelog_read_from = "beginning"`). On SIGTERM it saves first and keeps
 answering for a few tens of milliseconds, acknowledging writes it then loses
 (measured: ~30 transactions), so a clean stop here first stops its Kafka service
@@ -101,7 +102,27 @@ class EmbeddedBroker:
                                       start_new_session=True)
         log.close()
         self._wait_ready()
+        self._defer_autosave()
         return self.bootstrap
+
+    def _defer_autosave(self) -> None:
+        """Give noida-db's autosave thread only CPU nothing else wants (SCHED_IDLE): while
+        writes go on it rewrites all it holds every few seconds, and on a two-core
+        machine it took up to half a core from the daemons under test (bench/
+        join_catchup.py). A clean stop still saves everything. Linux only; elsewhere,
+        or if the thread is gone, autosave keeps its share."""
+        if self._proc is None or not hasattr(os, "sched_setscheduler"):
+            return
+        try:
+            threads = list(Path(f"/proc/{self._proc.pid}/task").iterdir())
+        except OSError:
+            return
+        for thread in threads:
+            try:
+                if (thread / "comm").read_text().strip() == "autosave":
+                    os.sched_setscheduler(int(thread.name), os.SCHED_IDLE, os.sched_param(0))
+            except OSError:
+                continue
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + _START_TIMEOUT_S

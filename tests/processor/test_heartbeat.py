@@ -1,8 +1,10 @@
 """The heartbeat monitor's long poll: asked for only close to a handoff, with no
-activation running and no reply being acted on (their end must be reported at once)."""
+activation running and no reply being acted on (their end must be reported at once);
+and a handoff coming close is reported at once, not at the next beat."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from orchestrator.wire.protocol import HeartbeatReply, TaskReport
@@ -45,3 +47,35 @@ def test_no_long_poll_until_the_main_loop_has_acted_on_the_reply(tmp_path: Path)
     hb.take_reply()
     hb.settle()
     assert hb._request(path="/processors/heartbeat").wait_ms == 1000
+
+
+def test_a_handoff_coming_close_is_reported_at_once_not_at_the_next_beat(tmp_path: Path
+                                                                         ) -> None:
+    """A warmup that has just caught up turns `fast` on: the coordinator starts the
+    handoff on that report, so it goes out now, not a heartbeat_interval_ms later."""
+    sent: list[float] = []
+
+    def post(path: str, request: object) -> HeartbeatReply:
+        sent.append(time.monotonic())
+        return HeartbeatReply(alive=True)
+
+    hb = HeartbeatMonitor("http://127.0.0.1:9", tmp_path / "token", "p1", "e1",
+                          interval_s=30.0, grace_s=60.0, snapshot=lambda: [report("warmup")])
+    hb._post = post                     # type: ignore[method-assign]
+    hb.start()
+    try:
+        assert hb.registered.wait(10)
+        time.sleep(0.3)
+        assert len(sent) == 1           # the next beat is 30 s away
+        hb.fast = False                 # not close to a handoff: still nothing
+        time.sleep(0.3)
+        assert len(sent) == 1
+        turned = time.monotonic()
+        hb.fast = True
+        while len(sent) < 2 and time.monotonic() - turned < 10:
+            time.sleep(0.01)
+        assert len(sent) >= 2 and sent[1] - turned < 1.0
+    finally:
+        hb.stopping.set()
+        hb.poke()
+        hb.join(10)

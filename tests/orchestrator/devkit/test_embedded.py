@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from orchestrator.devkit.embedded import EmbeddedBroker, EmbeddedBrokerError, free_port
@@ -45,6 +48,37 @@ def test_clean_restart_keeps_data(tmp_path) -> None:
         assert values == [str(i).encode() for i in range(10)]
     finally:
         second.stop()
+
+
+def _schedulers(pid: int) -> dict[str, set[int]]:
+    found: dict[str, set[int]] = {}
+    for thread in Path(f"/proc/{pid}/task").iterdir():
+        name = (thread / "comm").read_text().strip()
+        found.setdefault(name, set()).add(os.sched_getscheduler(int(thread.name)))
+    return found
+
+
+def test_autosave_runs_only_on_idle_cpu_and_data_survives_a_restart(tmp_path) -> None:
+    """Only the autosave thread is deferred (SCHED_IDLE), after a restart too, and a
+    clean stop still saves what was written."""
+    embedded = EmbeddedBroker(tmp_path)
+    embedded.start()
+    try:
+        for _ in range(2):
+            assert embedded.pid is not None
+            schedulers = _schedulers(embedded.pid)
+            assert schedulers.pop("autosave") == {os.SCHED_IDLE}
+            assert schedulers and all(os.SCHED_IDLE not in s for s in schedulers.values())
+            from tests.conftest import Broker
+            broker = Broker(embedded.bootstrap, embedded.client_settings(), None)
+            topic = broker.create_topic(f"idle-{embedded.pid}", 1)
+            producer = broker.producer()
+            producer.produce(topic, value=b"kept")
+            assert producer.flush(30) == 0
+            embedded.restart()
+            assert [m.value() for m in broker.read_all(topic)] == [b"kept"]
+    finally:
+        embedded.close()
 
 
 def test_unstartable_data_dir_is_named(tmp_path) -> None:
