@@ -66,6 +66,7 @@ def alone(source: str, keys: int, beside_idle: bool = False) -> float:
         job = ""
         if source == "changelog":
             _, job, _ = changelog_cost.run_active(bench, keys, JOB, "changelog", catch_up)
+        handoff_pause.wait_broker_quiet(broker.pid)    # as before the join
         with _idle_consumer(broker.bootstrap, bench.topic) if beside_idle else nullcontext():
             if source == "input":
                 return keys / processor_rates.run_warmup(bench, keys)
