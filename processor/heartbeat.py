@@ -70,6 +70,7 @@ class HeartbeatMonitor(threading.Thread):
         self.registered = threading.Event()
         self._poked = threading.Event()
         self._fast = False
+        self._turned_fast_at = -float("inf")
         self.generation: int | None = None  # set by the owner: the job model it holds
         self._reply: HeartbeatReply | None = None
         # a reply the main loop has not yet acted on and published (see _wait_ms)
@@ -89,10 +90,13 @@ class HeartbeatMonitor(threading.Thread):
 
     @fast.setter
     def fast(self, imminent: bool) -> None:
-        if imminent and not self._fast:
-            # a warmup just caught up, or another processor's catch-up of a task active
-            # here is in sight: the coordinator waits for this report (it starts the
-            # handoff), not for the rest of a heartbeat_interval_ms
+        now = self.clock.monotonic()
+        if imminent and not self._fast and now - self._turned_fast_at >= _FAST_INTERVAL_S:
+            # a warmup just caught up, or another processor began catching up on a task
+            # active here: the coordinator waits for this report (it starts the
+            # handoff), not for the rest of a heartbeat_interval_ms. At most once a fast
+            # interval: a lag hovering at acceptable_lag must not turn it into a flood.
+            self._turned_fast_at = now
             self._poked.set()
         self._fast = imminent
 

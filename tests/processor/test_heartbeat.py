@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from orchestrator.wire.clock import FakeClock
 from orchestrator.wire.protocol import HeartbeatReply, TaskReport
 from processor.heartbeat import HeartbeatMonitor
 
@@ -79,3 +80,23 @@ def test_a_handoff_coming_close_is_reported_at_once_not_at_the_next_beat(tmp_pat
         hb.stopping.set()
         hb.poke()
         hb.join(10)
+
+
+def test_a_flapping_handoff_signal_heartbeats_at_most_once_a_fast_interval(tmp_path: Path
+                                                                          ) -> None:
+    """A warmup's lag hovering at acceptable_lag turns `fast` on and off every round:
+    one extra heartbeat per fast interval, not one per round."""
+    clock = FakeClock()
+    hb = HeartbeatMonitor("http://127.0.0.1:9", tmp_path / "token", "p1", "e1",
+                          interval_s=1.0, grace_s=10.0, snapshot=lambda: [], clock=clock)
+    pokes = 0
+    for _ in range(10):                 # ten loop rounds, 2 ms apart
+        hb.fast = True
+        pokes += hb._poked.is_set()
+        hb._poked.clear()
+        hb.fast = False
+        clock.advance(0.002)
+    assert pokes == 1
+    clock.advance(0.025)
+    hb.fast = True
+    assert hb._poked.is_set()
