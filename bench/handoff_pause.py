@@ -4,7 +4,8 @@ For each state size (default 10,000 and 1,000,000 keys) on a fresh embedded brok
 preload one record per key over 4 input partitions, run a coordinator and p1 until
 p1 has processed it all, then
 
-- start p2 and time "processor joins -> job balanced" (from p2's start to the last
+- once the broker's saves of all that are done (wait_broker_quiet), start p2 and time
+  "processor joins -> job balanced" (from p2's start to the last
   handoff's done in the coordinator's log) against the records p2 caught up (its
   baton_catchup_records_total);
 - with live traffic (1,000 records/s), drive handoffs by draining one processor and

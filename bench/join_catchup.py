@@ -19,6 +19,10 @@ join     a coordinator and p1 holding that state (--keys keys over 4 partitions)
 beside   the alone run again beside an idle consumer of the input's 4 partitions in
          another process (what p1, idle in the join, costs on this broker; not a target).
 
+Each of them starts once the embedded broker's saves of what was written before are
+done (handoff_pause.wait_broker_quiet): it rewrites everything it holds after writes,
+seconds of CPU at these sizes, and that must not land in one measure and not the other.
+
 Target: join >= 0.5 x alone, for both sources; the time to balanced is reported too.
 
     PYTHONPATH=. .venv/bin/python bench/join_catchup.py [--keys 1000000]
