@@ -75,6 +75,8 @@ class HeartbeatMonitor(threading.Thread):
         self._reply: HeartbeatReply | None = None
         # a reply the main loop has not yet acted on and published (see _wait_ms)
         self._unsettled = False
+        # the next heartbeat waits for settle() (see _next_wait)
+        self._awaiting_settle = False
         self._lock = threading.Lock()
         # the one coordinator client of both daemons; no retries of its own (the next
         # heartbeat is the retry), the token file re-read per request (rotation)
@@ -113,10 +115,13 @@ class HeartbeatMonitor(threading.Thread):
 
     def settle(self) -> None:
         """The main loop has acted on the replies it took and published the result:
-        the next heartbeat may long-poll again."""
+        the next heartbeat may long-poll again, and one held for this goes out now."""
         with self._lock:
             if self._reply is None:
                 self._unsettled = False
+                if self._awaiting_settle:
+                    self._awaiting_settle = False
+                    self._poked.set()
 
     def _request(self, leaving: bool = False, path: str = "") -> HeartbeatRequest:
         tasks = self.snapshot()
@@ -180,13 +185,27 @@ class HeartbeatMonitor(threading.Thread):
                 path = _HEARTBEAT
                 self.registered.set()
                 self._keep(reply)
-            interval = min(self.interval_s, _FAST_INTERVAL_S) if self.fast else self.interval_s
-            if request is not None and request.wait_ms and \
-                    self.clock.monotonic() - started >= _FAST_INTERVAL_S:
-                interval = 0.0      # a long poll that waited: its answer is news, ask again
-            # an Event wait, not clock.sleep: poke() must be able to cut it short
-            self._poked.wait(max(0.0, interval - (self.clock.monotonic() - started)))
+            # an Event wait, not clock.sleep: poke() and settle() must cut it short
+            self._poked.wait(self._next_wait(request, started))
+            with self._lock:
+                self._awaiting_settle = False
             self._poked.clear()
+
+    def _next_wait(self, request: HeartbeatRequest | None, started: float) -> float:
+        """Seconds until the next heartbeat. A long poll that waited was answered with
+        news (a release, an activation): the next heartbeat goes out once the main loop
+        has acted on it (`settle()`), so that it reports what was done. Sent at once, it
+        reported the state before (a release's final T1 not yet in it), and the report
+        that mattered waited for that round trip (~30 ms of every handoff)."""
+        elapsed = self.clock.monotonic() - started
+        interval = min(self.interval_s, _FAST_INTERVAL_S) if self.fast else self.interval_s
+        if request is None or not request.wait_ms or elapsed < _FAST_INTERVAL_S:
+            return max(0.0, interval - elapsed)
+        with self._lock:
+            if not self._unsettled:
+                return 0.0
+            self._awaiting_settle = True    # settle() pokes; at worst a regular beat later
+        return self.interval_s
 
     def poke(self) -> None:
         """Heartbeat now: a release or activation just finished and the coordinator is

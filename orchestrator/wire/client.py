@@ -8,7 +8,6 @@ the server's reason. When the retries run out the error names the URL.
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,6 +26,7 @@ from orchestrator.wire.tls import (
     TlsSettings,
     client_context,
     is_verification_error,
+    plain_http_context,
     verification_hint,
 )
 
@@ -104,7 +104,10 @@ class CoordinatorClient:
         self._retry = CLI_RETRY if retry is None else retry
         self._token = token
         headers = {} if callable(token) else {"Authorization": f"Bearer {token}"}
-        verify: ssl.SSLContext | bool = client_context(tls or TlsSettings())
+        tls = tls or TlsSettings()
+        wants_tls = any(u.startswith("https://") for u in self.urls) \
+            or tls.ca_file is not None or tls.cert_file is not None
+        verify = client_context(tls) if wants_tls else plain_http_context()
         self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport,
                                   headers=headers, verify=verify)
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
-__all__ = ["TlsSettings", "client_context", "is_verification_error", "verification_hint"]
+__all__ = ["TlsSettings", "client_context", "is_verification_error", "plain_http_context",
+           "verification_hint"]
 
 
 class TlsSettings:
@@ -26,6 +27,14 @@ class TlsSettings:
     def __init__(self, ca_file: Path | None = None, cert_file: Path | None = None,
                  key_file: Path | None = None) -> None:
         self.ca_file, self.cert_file, self.key_file = ca_file, cert_file, key_file
+
+
+def plain_http_context() -> ssl.SSLContext:
+    """The context of a client whose coordinators are all plain http and that has no TLS
+    file configured: it loads no CA store (the system's costs ~15 ms of every daemon and
+    CLI start, for nothing) and trusts no certificate, so an https answer it were ever
+    sent to fails verification instead of being trusted."""
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
 def client_context(settings: TlsSettings) -> ssl.SSLContext:

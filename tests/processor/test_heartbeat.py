@@ -100,3 +100,35 @@ def test_a_flapping_handoff_signal_heartbeats_at_most_once_a_fast_interval(tmp_p
     clock.advance(0.025)
     hb.fast = True
     assert hb._poked.is_set()
+
+
+def test_a_long_poll_answered_with_news_is_followed_by_the_report_of_what_was_done(
+        tmp_path: Path) -> None:
+    """A long poll that waited was answered with news (a release): the next heartbeat
+    goes out when the main loop has acted on it (settle), not at once with the state
+    before it, whose round trip the report of the release then waited out."""
+    clock = FakeClock()
+    hb = HeartbeatMonitor("http://127.0.0.1:9", tmp_path / "token", "p1", "e1",
+                          interval_s=1.0, grace_s=10.0, snapshot=lambda: [report("active")],
+                          clock=clock)
+    hb.fast = True
+    hb._poked.clear()
+    request = hb._request(path="/processors/heartbeat")
+    assert request.wait_ms == 1000
+    started = clock.monotonic()
+    clock.advance(0.2)                          # the poll waited: its answer is news
+    hb._keep(HeartbeatReply(alive=True))
+    assert hb._next_wait(request, started) == 1.0       # held for the main loop...
+    assert not hb._poked.is_set()
+    assert hb.take_reply() is not None
+    hb.settle()
+    assert hb._poked.is_set()                           # ...and sent once it has acted
+    hb._poked.clear()
+    hb._awaiting_settle = False                 # what run() does after the wait
+    hb._keep(HeartbeatReply(alive=True))        # acted on before the poll returned:
+    hb.take_reply()
+    hb.settle()
+    assert not hb._poked.is_set()               # no extra beat for it
+    assert hb._next_wait(request, started) == 0.0       # and the next goes at once
+    quick = hb._request(path="/processors/heartbeat")
+    assert hb._next_wait(quick, clock.monotonic()) == 0.025     # a poll answered at once
