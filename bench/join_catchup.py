@@ -48,7 +48,7 @@ import processor_rates  # noqa: E402
 
 from orchestrator.devkit.embedded import (  # noqa: E402
     EMBEDDED_CATCH_UP_SETTINGS,
-    EMBEDDED_CLIENT_SETTINGS,
+    EMBEDDED_KAFKA_SETTINGS,
     EmbeddedBroker,
 )
 
@@ -62,7 +62,7 @@ def alone(source: str, keys: int, beside_idle: bool = False) -> float:
     process (what p1, idle in the join, costs on this broker)."""
     with tempfile.TemporaryDirectory(prefix="baton-join-") as tmp, \
             EmbeddedBroker(Path(tmp) / "broker") as broker:
-        bench = processor_rates.Bench(broker.bootstrap, dict(EMBEDDED_CLIENT_SETTINGS), 4,
+        bench = processor_rates.Bench(broker.bootstrap, dict(EMBEDDED_KAFKA_SETTINGS), 4,
                                       Path(tmp) / "state")
         bench.create_topics()
         bench.produce(keys, keys)

@@ -36,7 +36,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from orchestrator.devkit.embedded import EMBEDDED_CLIENT_SETTINGS, EmbeddedBroker
+from orchestrator.devkit.embedded import EMBEDDED_KAFKA_SETTINGS, EmbeddedBroker
 from orchestrator.wire.config import parse_config
 from orchestrator.wire.partitions import format_partition
 from orchestrator.wire.protocol import HeartbeatReply, RoleListing
@@ -241,7 +241,7 @@ def prepared(stack: ExitStack, bootstrap: str | None, partitions: int, records: 
         broker = EmbeddedBroker(tmp / "broker")
         bootstrap = broker.start()
         stack.callback(broker.close)
-        extra = dict(EMBEDDED_CLIENT_SETTINGS)
+        extra = dict(EMBEDDED_KAFKA_SETTINGS)     # the daemons' profile
     bench = Bench(bootstrap, extra, partitions, tmp / "state")
     bench.create_topics()
     produce_s = bench.produce(records, keys)

@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from orchestrator.devkit.embedded import (
     EMBEDDED_CATCH_UP_SETTINGS,
     EMBEDDED_CLIENT_SETTINGS,
+    EMBEDDED_KAFKA_SETTINGS,
     EmbeddedBroker,
 )
 
@@ -33,8 +34,10 @@ class Broker:
         return {"bootstrap.servers": self.bootstrap, **self.extra, **more}
 
     def kafka_table(self) -> dict[str, Any]:
-        """The [kafka] table of a Baton config for this broker."""
-        return {"bootstrap_servers": self.bootstrap, **self.extra}
+        """The [kafka] table of a Baton config for this broker (the embedded one's: its
+        daemons' profile, as the demo's)."""
+        daemons = EMBEDDED_KAFKA_SETTINGS if self.embedded is not None else {}
+        return {"bootstrap_servers": self.bootstrap, **self.extra, **daemons}
 
     def catch_up_table(self) -> dict[str, Any]:
         """The [catch_up] settings this broker needs (the embedded one's quirks)."""

@@ -35,7 +35,12 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from orchestrator.devkit.embedded import EMBEDDED_CATCH_UP_SETTINGS, EmbeddedBroker, free_port
+from orchestrator.devkit.embedded import (
+    EMBEDDED_CATCH_UP_SETTINGS,
+    EMBEDDED_KAFKA_SETTINGS,
+    EmbeddedBroker,
+    free_port,
+)
 from orchestrator.wire.client import CoordinatorClient
 from orchestrator.wire.config import dump_config, load_config
 from orchestrator.wire.token import read_token
@@ -161,7 +166,7 @@ def _make_config(workdir: Path, bootstrap: str, topics: tuple[str, str]) -> Path
     raw = {
         "job": {"name": "demo", "class": "processor.examples:RunningSum",
                 "inputs": [topics[0]], "output": topics[1], "grouping": "partition"},
-        "kafka": {"bootstrap_servers": bootstrap, "receive.message.max.bytes": 1_000_000_000},
+        "kafka": {"bootstrap_servers": bootstrap, **EMBEDDED_KAFKA_SETTINGS},
         "coordinator": {"listen": f"127.0.0.1:{port}", "url": f"http://127.0.0.1:{port}",
                         "token_file": str(workdir / "coordinator.token"),
                         "release_timeout_ms": 10000, "monitor_interval_ms": 1000},

@@ -32,12 +32,22 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-__all__ = ["EMBEDDED_CATCH_UP_SETTINGS", "EMBEDDED_CLIENT_SETTINGS", "EmbeddedBroker",
-           "EmbeddedBrokerError", "free_port"]
+__all__ = ["EMBEDDED_CATCH_UP_SETTINGS", "EMBEDDED_CLIENT_SETTINGS", "EMBEDDED_KAFKA_SETTINGS",
+           "EmbeddedBroker", "EmbeddedBrokerError", "free_port"]
 
 # noida-db sends whole backlogs regardless of fetch.max.bytes; librdkafka loops on
 # "Invalid response size" unless it may receive that much.
 EMBEDDED_CLIENT_SETTINGS: dict[str, Any] = {"receive.message.max.bytes": 1_000_000_000}
+# The [kafka] table of Baton's own daemons here (their producers and admin clients
+# leave the consumer-only settings out: orchestrator/kafka/settings.py): on top of the
+# above, a consumer fetches a partition again only once its queue of fetched records is
+# empty (librdkafka refetches below 100,000 queued). noida-db answers a fetch with the
+# partition's whole backlog, and an empty one at once: a replay draining a fetched
+# backlog refetched the partition all the while, and each answer came back empty at
+# once, a spin of the consumer and the broker beside the catch-up (bench/
+# join_catchup.py; README, "Catch-up inside a join"). Apache Kafka sends a partition at
+# most max.partition.fetch.bytes a fetch, where the prefetch keeps a reader fed.
+EMBEDDED_KAFKA_SETTINGS: dict[str, Any] = {**EMBEDDED_CLIENT_SETTINGS, "queued.min.messages": 1}
 # the [catch_up] settings noida-db needs: a read_committed fetch must not start past an
 # aborted transaction (see the module docstring); measured in tests/processor/runtime/
 # test_changelog_runtime.py

@@ -1,4 +1,4 @@
 """Kafka plumbing: librdkafka logs, the watched producer, retry policy, offsets, topics,
-the coordinator stream."""
+the coordinator stream, which settings each kind of client takes."""
 
-__all__ = ["logs", "offsets", "retry", "stream", "topics", "watched_producer"]
+__all__ = ["logs", "offsets", "retry", "settings", "stream", "topics", "watched_producer"]

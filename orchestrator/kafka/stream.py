@@ -31,6 +31,7 @@ import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from orchestrator.kafka.logs import client_logging
+from orchestrator.kafka.settings import producer_settings
 from orchestrator.kafka.watched_producer import WatchedProducer
 
 __all__ = ["CoordinatorStream", "FencedError", "StreamError", "StreamTail", "stream_topic"]
@@ -83,7 +84,8 @@ class CoordinatorStream:
         Raises:
             StreamError: the broker did not answer in time.
         """
-        self._producer = WatchedProducer({**self._settings, **client_logging("coordinator.stream"),
+        self._producer = WatchedProducer({**producer_settings(self._settings),
+                                          **client_logging("coordinator.stream"),
                                           "transactional.id": self.topic,
                                           "enable.idempotence": True, "linger.ms": 0})
         try:

@@ -35,6 +35,7 @@ from tenacity import (
 
 from orchestrator.kafka.logs import client_logging
 from orchestrator.kafka.retry import is_transient
+from orchestrator.kafka.settings import producer_settings
 from orchestrator.wire.partitions import format_partition, parse_partition
 
 __all__ = [
@@ -99,7 +100,8 @@ class TopicAdmin:
         self._settings = dict(settings)
         self._group = group
         self._client = client
-        self._admin = AdminClient({**self._settings, **client_logging(f"{client}.admin")})
+        self._admin = AdminClient({**producer_settings(self._settings),
+                                  **client_logging(f"{client}.admin")})
         self._consumer: Consumer | None = None
 
     def _offsets_consumer(self) -> Consumer:

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from metrics import ProcessorMetrics
 from orchestrator.kafka.logs import client_logging
+from orchestrator.kafka.settings import producer_settings
 from orchestrator.kafka.watched_producer import WatchedProducer
 from orchestrator.wire.clock import Clock
 from orchestrator.wire.config import Config
@@ -89,8 +90,8 @@ class Activations:
         self._consumers = consumers
         self._metrics = metrics
         self._clock = clock
-        self._producer_settings = {k: v for k, v in config.kafka_settings().items()
-                                   if not k.startswith(("receive.message", "fetch."))}
+        self._producer_settings = {k: v for k, v in producer_settings(config.kafka_settings())
+                                   .items() if not k.startswith("receive.message")}
         self.pending: dict[str, Activation] = {}
         self._standby_producers: dict[str, WatchedProducer] = {}  # connected, not yet fencing
         self._fencer = ThreadPoolExecutor(max_workers=4, thread_name_prefix="baton-fence")
