@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Container, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from metrics import ProcessorMetrics
@@ -68,6 +68,8 @@ class Activation:
     started: float
     fenced: Future[None]
     replaying: bool = False
+    # T1 as read once the fence was up: final, nobody else can commit the task's offsets
+    committed: dict[str, int] = field(default_factory=dict)
 
 
 class Activations:
@@ -152,7 +154,17 @@ class Activations:
                 f"task {task!r}: store {store.path} has applied offsets past the committed "
                 f"ones (partition: (store, committed)) {ahead}; was the input topic recreated? "
                 f"Move the store away to rebuild it from the input")
+        activation.committed = dict(committed)
         return committed, applied
+
+    def committed(self, task: str, partitions: Sequence[str]) -> dict[str, int]:
+        """T1 of `partitions` for `task`'s activation: what `verify_fenced` read (final:
+        the previous owner is fenced), the others (a split child's ancestors) looked up.
+        Each lookup is a broker round trip inside the handoff pause."""
+        known = self.pending[task].committed
+        missing = [p for p in partitions if p not in known]
+        found = self._consumers.committed(missing) if missing else {}
+        return {p: known[p] if p in known else found[p] for p in partitions}
 
     def replay(self, task: str, build: Callable[[Store, ReplicaRole], _R]) -> _R:
         """The silent replay that precedes processing with output: T2 -> T1 over S2, or

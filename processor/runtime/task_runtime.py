@@ -190,8 +190,8 @@ class TaskRuntime:
         """A replica of `task` positioned from its store, capped at `committed` (T1)."""
         sources = self.sources_of(task)
         applied = store.applied_offsets()
-        positions = {p: applied.get(p, self.consumers.low_watermark(p))
-                     for p in sources.partitions}
+        positions = {p: applied[p] if p in applied else self.consumers.low_watermark(p)
+                     for p in sources.partitions}     # a lookup only when the store lacks it
         caps = {p: sources.cap(p, max(committed[p], 0)) for p in sources.partitions}
         return Replica(task, sources.partitions, self.job, store, role, positions, caps,
                        sources.filters, sources.gates, clock=self.clock)
@@ -267,7 +267,7 @@ class TaskRuntime:
         history), then go active."""
         sources = self.sources_of(task).partitions
         replay = self.activations.replay(task, functools.partial(
-            self._replica, task, committed=self.consumers.committed(sources)))
+            self._replica, task, committed=self.activations.committed(task, sources)))
         if replay.caught_up():
             self._go_active(replay)
             return
