@@ -165,11 +165,11 @@ def wait_broker_quiet(pid: int | None, quiet_s: float = 1.5, timeout_s: float = 
 
 
 def _cpu_of(cluster: _Cluster, broker: EmbeddedBroker) -> dict[str, float]:
-    """CPU seconds so far of each process ("p1") and of its threads by name
-    ("broker/autosave", "p1/rdk:broker1")."""
+    """CPU seconds so far of each process ("p1", this bench's own: "bench") and of its
+    threads by name ("broker/autosave", "p1/rdk:broker1")."""
     pids = {name: proc.pid for name, proc in cluster.procs.items()}
     spent: dict[str, float] = {}
-    for name, pid in {**pids, "broker": broker.pid}.items():
+    for name, pid in {**pids, "broker": broker.pid, "bench": os.getpid()}.items():
         spent[name] = _cpu_seconds(pid)
         for comm, seconds in _thread_cpu_seconds(pid).items():
             spent[f"{name}/{comm}"] = seconds
