@@ -142,6 +142,17 @@ def _thread_cpu_seconds(pid: int | None) -> dict[str, float]:
     return spent
 
 
+def _machine_cpu_seconds() -> float:
+    """CPU seconds every core of the machine has been busy so far (Linux /proc/stat; 0
+    elsewhere): set beside the processes', it shows what else ran during a measure."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return 0.0
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def wait_broker_quiet(pid: int | None, quiet_s: float = 1.5, timeout_s: float = 120.0
                       ) -> float:
     """Wait until the embedded broker's `autosave` thread has spent nothing for `quiet_s`
@@ -168,7 +179,7 @@ def _cpu_of(cluster: _Cluster, broker: EmbeddedBroker) -> dict[str, float]:
     """CPU seconds so far of each process ("p1", this bench's own: "bench") and of its
     threads by name ("broker/autosave", "p1/rdk:broker1")."""
     pids = {name: proc.pid for name, proc in cluster.procs.items()}
-    spent: dict[str, float] = {}
+    spent: dict[str, float] = {"machine": _machine_cpu_seconds()}
     for name, pid in {**pids, "broker": broker.pid, "bench": os.getpid()}.items():
         spent[name] = _cpu_seconds(pid)
         for comm, seconds in _thread_cpu_seconds(pid).items():

@@ -1,16 +1,15 @@
 """The task runtime's consumers: who reads which partition, from where, and when.
 
 All are `assign()`-based (the coordinator owns assignment, not Kafka's group
-protocol) and `read_committed`: one for active tasks, two for replays (warmups,
-standbys; see `_REPLAY_CONSUMERS`), one for activations (a handoff's silent replay:
-it must not queue behind a warmup's backlog) and one that reads nothing and only looks
-offsets up (committed offsets, watermarks): a broker answers one connection's requests
-in order, so a lookup on a reading consumer waits behind its fetch, which may carry a
-whole backlog. This module owns everything about them:
+protocol) and `read_committed`: one for active tasks, one for replays (warmups,
+standbys), one for activations (a handoff's silent replay: it must not queue behind
+a warmup's backlog) and one that reads nothing and only looks offsets up (committed
+offsets, watermarks): a broker answers one connection's requests in order, so a lookup
+on a reading consumer waits behind its fetch, which may carry a whole backlog. This
+module owns everything about them:
 
 - assignment: the active consumer's partitions, each owned by one task, and the
-  replay and activation consumers' (a replica's partitions on one replay consumer, the
-  replicas shared out between them);
+  replay and activation consumers';
 - caps: a warmup or standby never applies at or past the owner's committed offset
   (T1), so its partitions pause at the cap and resume when a refresh of the owner's
   committed offsets moves the cap on; a changelog replica is never capped (all it
@@ -53,14 +52,6 @@ _FETCH_WAIT_MS = 20
 # A partition whose fetched records fill librdkafka's queue is fetched again only after
 # this long (default 1 s): a replay drains its queue in a few ms and then sat idle.
 _FETCH_QUEUE_BACKOFF_MS = 5
-# A consumer hands out what it fetched in the order it fetched it, a partition's share of
-# a fetch before the next one's: on one consumer a replica waited for the records of
-# another that had been fetched before its own (on a broker that answers a fetch with a
-# partition's whole backlog, a whole catch-up; on Apache Kafka, max.partition.fetch.bytes
-# of it). Replicas are shared out between this many consumers and the loop takes its
-# bites from each in turn, so two tasks catch up side by side and reach their handoffs
-# together (bench/join_catchup.py; README, "Catch-up inside a join").
-_REPLAY_CONSUMERS = 2
 
 
 def topic_partition(name: str, offset: int | None = None) -> TopicPartition:
@@ -158,10 +149,7 @@ class Consumers:
             "enable.partition.eof": False, "fetch.wait.max.ms": _FETCH_WAIT_MS,
             "fetch.queue.backoff.ms": _FETCH_QUEUE_BACKOFF_MS})
         self.active = Consumer({**settings, **client_logging("processor.active")})
-        self.replays = [Consumer({**settings, **client_logging("processor.replay")})
-                        for _ in range(_REPLAY_CONSUMERS)]
-        self._replay_of: dict[str, Consumer] = {}   # replica partition -> its consumer
-        self._turn = 0                              # the replay consumer read first next
+        self.replay = Consumer({**settings, **client_logging("processor.replay")})
         # activations (a handoff's silent replay T2 -> T1) read on a consumer of their
         # own: on the shared one they waited behind a warmup's fetched backlog, and
         # pausing the warmups instead dropped that backlog, fetched again after
@@ -203,29 +191,12 @@ class Consumers:
 
     def _by_consumer(self, partitions: Iterable[str]) -> list[tuple[Consumer, list[str]]]:
         """`partitions` split by the replay-side consumer that reads them."""
-        split: dict[int, tuple[Consumer, list[str]]] = {}
+        on_activation: list[str] = []
+        on_replay: list[str] = []
         for p in partitions:
-            consumer = self.activation if p in self._activating \
-                else self._replay_of.get(p, self.replays[0])
-            split.setdefault(id(consumer), (consumer, []))[1].append(p)
-        return list(split.values())
-
-    def replay_assignment(self) -> list[str]:
-        """The partitions the replay consumers read (warmups and standbys)."""
-        return sorted(self._replay_of)
-
-    def consume_replays(self, batch: int, timeout: float) -> list[Message]:
-        """A bite of at most `batch` records from the replay consumers, each first in
-        turn; waits up to `timeout` only when none has anything."""
-        reading = [c for c in self.replays if c in self._replay_of.values()] or self.replays
-        self._turn = (self._turn + 1) % len(reading)
-        order = reading[self._turn:] + reading[:self._turn]
-        for consumer in order[:-1]:
-            messages: list[Message] = consumer.consume(batch, 0)
-            if messages:
-                return messages
-        last: list[Message] = order[-1].consume(batch, timeout)
-        return last
+            (on_activation if p in self._activating else on_replay).append(p)
+        return [(c, ps) for c, ps in ((self.replay, on_replay),
+                                      (self.activation, on_activation)) if ps]
 
     # ---- replays ---------------------------------------------------------------------
 
@@ -236,16 +207,11 @@ class Consumers:
 
     def assign_replay(self, replica: Replay) -> None:
         """Start reading a replica's partitions: an activation's on the activation
-        consumer, any other's on the replay consumer that reads the fewest."""
+        consumer, any other's on the replay consumer."""
+        consumer = self.replay
         if replica.role == "activating":
             consumer = self.activation
             self._activating.update(replica.partitions)
-        else:
-            load = {id(c): 0 for c in self.replays}
-            for c in self._replay_of.values():
-                load[id(c)] += 1
-            consumer = min(self.replays, key=lambda c: load[id(c)])
-            self._replay_of.update({p: consumer for p in replica.partitions})
         consumer.incremental_assign(
             [_tp(p, replica.start_offset(p)) for p in replica.partitions])
 
@@ -259,8 +225,6 @@ class Consumers:
             consumer.incremental_unassign([_tp(p) for p in mine])
         self._paused.difference_update(partitions)
         self._activating.difference_update(partitions)
-        for p in partitions:
-            self._replay_of.pop(p, None)
 
     def refresh_caps(self, replicas: Iterable[Replay],
                      ancestor_ends: Callable[[str], Mapping[str, int]]) -> None:
@@ -439,7 +403,6 @@ class Consumers:
 
     def close(self) -> None:
         self.active.close()
-        for replay in self.replays:
-            replay.close()
+        self.replay.close()
         self.activation.close()
         self.lookup.close()

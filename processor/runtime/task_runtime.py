@@ -117,6 +117,10 @@ class TaskRuntime:
         return self.consumers.active
 
     @property
+    def replay_consumer(self) -> Consumer:
+        return self.consumers.replay
+
+    @property
     def store_bytes(self) -> dict[str, int]:
         """Task -> store bytes, refreshed by `reports()` at most once a second."""
         return self._sizes.bytes
@@ -523,7 +527,7 @@ class TaskRuntime:
         in the replay consumer's queue, and the activation has the CPU to itself."""
         messages: list[Message] = []
         if not self.activations.pending and not self.consumers.activating:
-            messages = self.consumers.consume_replays(batch, timeout)
+            messages = self.consumers.replay.consume(batch, timeout)
         elif self.consumers.activating:
             messages = self.consumers.activation.consume(
                 batch, min(timeout, _IDLE_WHILE_ACTIVATING_S))

@@ -91,7 +91,8 @@ def test_warmup_applies_the_changelog_and_the_handoff_keeps_every_id(
         # lookups (the warmup's end, committed offsets) go to a consumer that reads
         # nothing: on the replay consumer they waited behind its fetched backlog
         assert new.consumers.lookup.assignment() == []
-        assert new.consumers.replay_assignment() == warmup.partitions
+        assert [f"{tp.topic}:{tp.partition}" for tp in new.consumers.replay.assignment()] \
+            == warmup.partitions
         assert set(report.positions) == {format_partition(config.job.inputs[0], 0)}
         applied = registry.get_sample_value("baton_catchup_records_total", {
             "job": "j", "processor": "p2", "task": "Partition 0", "path": "consumer",
