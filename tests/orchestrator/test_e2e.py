@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -164,13 +165,16 @@ def test_scale_out_to_a_third_processor(job, broker) -> None:
 
 
 def test_coordinator_killed_while_catching_up(job, broker) -> None:
-    # acceptable_lag 10 and a backlog: the warmups are far behind when p3 is frozen
+    # acceptable_lag 10 and a backlog: the warmups are far behind when p3 is frozen. A
+    # warmup replays 20,000 records in well under 100 ms: the backlog is 100,000, and the
+    # status is polled often, or the catching-up phase could pass between two polls
     j = job(catch_up={"acceptable_lag": 10},
             coordinator={"processor_timeout_ms": 60000, "release_timeout_ms": 30000})
-    feeder = start_two(j, broker, rate=2000.0)
-    wait_for(lambda: feeder.sent > 20000, 60, "a backlog")
+    feeder = start_two(j, broker, rate=10000.0)
+    wait_for(lambda: feeder.sent > 100000, 60, "a backlog")
     j.start_processor("p3")
-    wait_for(lambda: j.handoffs("catching_up"), 60, "a handoff catching up")
+    wait_for(lambda: j.handoffs("catching_up"), 60, "a handoff catching up",
+             step=lambda: time.sleep(0.005))
     j.signal(["p3"], signal.SIGSTOP)
     assert j.handoffs("catching_up"), j.status()["handoffs"]
     assert j.coordinator is not None
