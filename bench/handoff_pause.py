@@ -17,7 +17,7 @@ p1 has processed it all, then
 Targets (issue 5): p99 <= 500 ms, and the 1M-key p99 within 1.5x of the 10k-key p99.
 
     .venv/bin/python bench/handoff_pause.py [--keys 10000 1000000] [--handoffs 20] [--json]
-        [--logs DIR]
+        [--logs DIR] [--source input|changelog]
 """
 
 from __future__ import annotations
@@ -332,6 +332,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--keys", type=int, nargs="+", default=[10_000, 1_000_000])
     parser.add_argument("--handoffs", type=int, default=20)
+    parser.add_argument("--source", choices=["input", "changelog"], default="input",
+                        help="catch_up.source")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--logs", type=Path, default=None,
                         help="copy the daemons' logs here (one directory per size)")
@@ -340,7 +342,8 @@ def main() -> None:
     def log(text: str) -> None:
         print(f"# {text}", file=sys.stderr, flush=True)
 
-    results = [run_size(k, args.handoffs, log, keep_logs=args.logs) for k in args.keys]
+    results = [run_size(k, args.handoffs, log, source=args.source, keep_logs=args.logs)
+               for k in args.keys]
     summary: dict[str, Any] = {"sizes": results}
     if len(results) >= 2 and results[0]["pause_ms_p99"]:
         summary["p99_ratio_largest_to_smallest"] = round(
