@@ -182,6 +182,18 @@ def _wait(client: CoordinatorClient, done: Callable[[dict[str, Any]], bool],
             time.sleep(_POLL_S)
 
 
+def _await_token_file(config: Config, deadline: float, timeout: float) -> None:
+    """`baton wait` run right after `baton coordinator`: the coordinator creates its
+    token file on its first start, a moment later, so wait for it (within --timeout)
+    instead of failing; exit 1 when it never comes."""
+    while not config.token_file.exists():
+        if time.monotonic() >= deadline:
+            _fail(f"timed out after {timeout:g} s waiting for the coordinator's token file "
+                  f"{config.token_file} (coordinator.token_file in {config.path}): is the "
+                  f"coordinator running?", 1)
+        time.sleep(0.1)
+
+
 def _balanced(status: dict[str, Any]) -> bool:
     return bool(status.get("balanced")) and not status.get("handoffs")
 
@@ -229,8 +241,11 @@ def wait_command(config_path: str, until: str, processors: str, timeout: float,
         status["pending"] = missing + list(status.get("pending", []))
         return not missing and _balanced(status)
 
+    deadline = time.monotonic() + timeout
+    _await_token_file(config, deadline, timeout)
     with _client(config) as client:
-        status = _wait(client, done, timeout, "balanced", as_json)
+        status = _wait(client, done, max(0.0, deadline - time.monotonic()), "balanced",
+                       as_json)
     if as_json:
         _print_json(status)
     else:

@@ -170,3 +170,25 @@ def test_monitor_applies_growth_and_reports_refusals(coordinated, daemons, broke
     error = client.status()["errors"][0]
     assert topic in error and "from 4 to 6" in error
     assert client.status()["generation"] == 2
+
+
+def test_wait_started_before_the_coordinator_waits_for_it(coordinated, daemons) -> None:
+    """As an operator's script does it: `baton wait` right after starting the daemons,
+    before the coordinator has created its token file. Without a coordinator at all, the
+    timeout names the token file."""
+    config, path = coordinated(partitions=2)
+    alone = baton("wait", "-c", path, "--until", "balanced", "--timeout", "1")
+    assert alone.returncode == 1
+    assert str(config.token_file) in alone.stderr and "timed out" in alone.stderr
+    waiting = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "wait", "-c",
+                                str(path), "--until", "balanced", "--timeout", "90"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               cwd=ROOT)
+    try:
+        daemons("coordinator", "coordinator", "-c", path)
+        daemons("p1", "processor", "-c", path, "--id", "p1")
+        out, err = waiting.communicate(timeout=120)
+    finally:
+        waiting.kill()
+    assert waiting.returncode == 0, err
+    assert "balanced at generation" in out
