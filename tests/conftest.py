@@ -4,6 +4,7 @@ BATON_TEST_BOOTSTRAP), topic factories, and configs pointing at it."""
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -354,7 +355,9 @@ def daemons(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
     yield start
     for daemon in started:
         daemon.kill()
-        tail = daemon.log().splitlines()[-15:]
+        # one that died on its own shows its whole traceback, not only its end
+        died = daemon.proc.returncode not in (0, -signal.SIGKILL, -signal.SIGTERM)
+        tail = daemon.log().splitlines()[-80 if died else -15:]
         print(f"---- {daemon.name} (exit {daemon.proc.returncode}) ----", *tail, sep="\n")
 
 

@@ -254,7 +254,10 @@ class _Daemon:
 
     def _standby_turn(self) -> None:
         """Follow the stream; take over after `takeover_ms` of the leader's silence."""
-        assert self.tail is not None
+        if self.tail is None:           # stepped down while the stream was unreadable
+            self._follow()
+            self.stop.wait(_TICK_S)
+            return
         alive = self.tail.poll()
         now = self.clock.monotonic()
         if alive is not False:          # life, or no evidence (the broker is away)
@@ -301,18 +304,30 @@ class _Daemon:
         lead.wait(_TICK_S)
 
     def _step_down(self) -> None:
+        """Become a standby. Nothing here ends the daemon: the leadership is abandoned
+        whatever its close says, and a tail that cannot be read yet is retried by the
+        standby turns."""
         self.gate.app = None
-        self.metrics.set_leader(False)
-        if self.lead is not None:
-            self.lead.close()
-            self.lead = None
-        self.tail = StreamTail(self.config.kafka_settings(), self.config.job.name)
-        self._last_life = self.clock.monotonic()
         self.gate.leader_url = None
+        self.metrics.set_leader(False)
+        lead, self.lead = self.lead, None
+        self._last_life = self.clock.monotonic()
+        if lead is not None:
+            try:
+                lead.close()
+            except Exception:   # noqa: BLE001 - discarded either way; say why it failed
+                log.exception("closing the deposed leadership failed; standing by anyway")
+        self._follow()
+
+    def _follow(self) -> None:
+        """Open the stream's tail if need be and read it to its end (at most
+        `takeover_s`), so the leader it names is current."""
         try:
+            if self.tail is None:
+                self.tail = StreamTail(self.config.kafka_settings(), self.config.job.name)
             self.tail.catch_up(self.takeover_s)
-        except StreamError as exc:
-            log.warning("standby: cannot read the stream yet: %s", exc)
+        except (StreamError, KafkaException) as exc:
+            log.warning("standby: cannot read the stream yet (will retry): %s", exc)
         self.gate.leader_url = self._leader_url()
 
     def _leader_url(self) -> str | None:

@@ -237,7 +237,11 @@ class StreamTail:
         """Apply what arrived. True: the leader showed life (records, or the end of the
         stream moved); False: silence; None: the broker did not answer (no evidence)."""
         seen = 0
-        for msg in self._consumer.consume(_BATCH, 0.05):
+        try:
+            msgs = self._consumer.consume(_BATCH, 0.05)
+        except KafkaException:
+            return None
+        for msg in msgs:
             if msg.error() is not None:
                 continue
             seen += 1

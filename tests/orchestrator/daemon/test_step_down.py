@@ -1,0 +1,68 @@
+"""A deposed leader stands by, whatever its abandoned leadership does on close: the
+daemon in-process against the shared broker, deposed by a second writer of its stream."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from orchestrator.daemon.main import _Daemon
+from orchestrator.kafka.stream import CoordinatorStream, FencedError
+from orchestrator.wire.clock import SystemClock
+
+pytestmark = pytest.mark.integration
+
+NEW_LEADER = "http://127.0.0.1:9"
+
+
+@pytest.fixture
+def leading(coordinated: Callable[..., tuple[Any, Any]]) -> Iterator[_Daemon]:
+    config, _ = coordinated()
+    daemon = _Daemon(config, SystemClock(), threading.Event())
+    try:
+        daemon._first_turn()
+        assert daemon.lead is not None, "a fresh job's first coordinator leads"
+        yield daemon
+    finally:
+        daemon.close()
+
+
+def _depose(daemon: _Daemon) -> None:
+    """Another coordinator takes the stream over and names itself."""
+    usurper = CoordinatorStream(daemon.config.kafka_settings(), daemon.config.job.name)
+    try:
+        usurper.open()
+        usurper.write({"leader": {"url": NEW_LEADER}})
+    finally:
+        usurper.close()
+
+
+def _fail_on_close() -> None:
+    raise RuntimeError("close failed")
+
+
+def test_a_deposed_leader_names_the_new_one(leading: _Daemon) -> None:
+    _depose(leading)
+    lead = leading.lead
+    assert lead is not None
+    with pytest.raises(FencedError):
+        lead.service.keepalive(lead.identity())
+    leading._step_down()
+    assert leading.lead is None and leading.gate.app is None
+    assert leading.gate.leader_url == NEW_LEADER
+    leading._standby_turn()                 # and it keeps following the stream
+    assert leading.lead is None and leading.gate.leader_url == NEW_LEADER
+
+
+def test_a_leadership_that_fails_to_close_still_stands_by(
+        leading: _Daemon, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    _depose(leading)
+    assert leading.lead is not None
+    monkeypatch.setattr(leading.lead, "close", _fail_on_close)
+    leading._step_down()
+    assert leading.lead is None and leading.gate.leader_url == NEW_LEADER
+    assert "close failed" in caplog.text, "the failure is logged with its traceback"
