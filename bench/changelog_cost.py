@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "ok" if result["ok"] else "MISSED"
     print(f"active, input source     {result['input_rate']:>10,.0f} records/s")
     print(f"active, changelog source {result['changelog_rate']:>10,.0f} records/s  "
-          f"ratio {result['ratio']:.2f} (target >= {TARGET}: {verdict})")
+          f"ratio {result['ratio']:.3f} (target >= {TARGET}: {verdict})")
     print(f"changelog apply          {result['apply_rate']:>10,.0f} changelog records/s  "
           f"{result['apply_ratio']:.2f}x the raw consume of the same partitions "
           f"({result['raw_rate']:,.0f}/s; target >= {APPLY_TARGET}: "
