@@ -389,7 +389,8 @@ def test_standby_coordinator_finishes_the_scale_out(job, broker, phase) -> None:
 
 def test_a_deposed_leader_cannot_write_and_stands_by(job, broker) -> None:
     """SIGSTOP the leader past the takeover: the standby leads; SIGCONT: the old leader's
-    next write is fenced, it becomes a standby pointing at the new leader."""
+    next write is fenced, it becomes a standby pointing at the new leader; SIGKILL the
+    new leader: the old one, following the stream since, leads again."""
     import httpx
 
     j = job(**PATIENT)
@@ -418,6 +419,9 @@ def test_a_deposed_leader_cannot_write_and_stands_by(job, broker) -> None:
 
     wait_for(names_the_leader, 30, "the old leader naming the new one")
     assert all(a.status_code == 503 for a in answers), [a.text for a in answers]
-    _verify("leader SIGSTOP past takeover, then SIGCONT", j, feeder, broker,
+    assert "leads job" not in old.log().split("deposed", 1)[1], "a spurious take-over"
+    standby.kill()              # the new leader dies too: the deposed one, following, leads
+    wait_for(lambda: "leads job" in old.log().split("deposed", 1)[1], 30,
+             "the deposed leader leading again")
+    _verify("deposed leader leads again after the new one dies", j, feeder, broker,
             ("p1", "p2", "p3"))
-    assert "leads job" not in old.log().split("deposed", 1)[1]
