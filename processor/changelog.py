@@ -35,7 +35,7 @@ from confluent_kafka import KafkaError, Message
 from orchestrator.kafka.watched_producer import WatchedProducer
 from orchestrator.wire.changelog import changelog_topic
 from orchestrator.wire.partitions import format_partition
-from store import Change, Store, changelog_offset_record
+from store import Change, Changes, Store, changelog_offset_record
 
 __all__ = ["ChangelogTarget", "ChangelogWriter", "transaction_records"]
 
@@ -76,7 +76,7 @@ class ChangelogWriter:
         self.position: int | None = None     # after the open transaction's last record
         # the open transaction's state records as written (encoded): the store's commit
         # takes them as they are; None after a snapshot
-        self.changes: list[Change] | None = None
+        self.changes: Changes | None = None
         self.records_total = 0
 
     def write(self, producer: WatchedProducer, store: Store, offsets: Mapping[str, int],
@@ -96,14 +96,16 @@ class ChangelogWriter:
         self.changes = None
         if self.snapshot_due:
             records = transaction_records(store.snapshot(), {**committed, **offsets})
+            keys, values = list(map(_KEY, records)), list(map(_VALUE, records))
         else:
-            self.changes = store.changes()
-            records = transaction_records(self.changes, offsets)
-        if not records:
+            self.changes = changes = store.changes()
+            marks = transaction_records((), offsets)
+            keys = changes.raw_keys + list(map(_KEY, marks))
+            values = changes.raw_values + list(map(_VALUE, marks))
+        if not keys:
             return 0
         topic, number = self.target.topic, self.target.number
-        keys, values = list(map(_KEY, records)), list(map(_VALUE, records))
-        done, last = 0, len(records) - 1
+        done, last = 0, len(keys) - 1
         while done < last:                  # all but the last, as the queue takes them
             done += _produce_run(producer.produce, topic, number, keys[done:last],
                                  values[done:last])
@@ -115,8 +117,8 @@ class ChangelogWriter:
                 break
             except BufferError:
                 producer.poll(0.05)
-        self.records_total += len(records)
-        return len(records)
+        self.records_total += len(keys)
+        return len(keys)
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
         """Delivery report of a transaction's last record: only records its offset (a

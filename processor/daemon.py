@@ -31,7 +31,7 @@ from processor.runtime import TaskRuntime
 from processor.runtime.dead_letters import DeadLetterTopicError
 from store.layout import ProcessorStateDir
 
-__all__ = ["run_processor"]
+__all__ = ["ROUND_S", "run_processor"]
 
 log = logging.getLogger("baton.processor")
 
@@ -39,7 +39,7 @@ log = logging.getLogger("baton.processor")
 # between rounds and processes new records within one; transactions still commit every
 # commit_interval_ms (a round as long as that made a release wait up to 100 ms for the
 # round to end, and a new owner's first output wait a full round after activation)
-_ROUND_S = 0.01
+ROUND_S = 0.01
 
 
 def _execution_id() -> str:
@@ -120,7 +120,7 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
             publish()
             monitor.settle()
         monitor.fast = runtime.handoff_imminent()
-        runtime.poll(min(poll_s, _ROUND_S))
+        runtime.poll(min(poll_s, ROUND_S))
         publish()
         collector.turn()
         if draining and not runtime.active:

@@ -3,7 +3,7 @@ applied offsets committed atomically with the data, and SST bulk ingest."""
 
 from __future__ import annotations
 
-from store.base import Change, Offsets, Store
+from store.base import Change, Changes, Offsets, Store
 from store.codec import (
     Key,
     changelog_offset,
@@ -23,6 +23,7 @@ from store.sst import write_sst
 
 __all__ = [
     "Change",
+    "Changes",
     "Key",
     "Offsets",
     "Store",

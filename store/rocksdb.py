@@ -38,13 +38,12 @@ from store._overlay import (
     ABSENT,
     DELETED,
     add_to_batch,
-    entry_bytes,
     freeze,
     merge,
     overlay_changes,
     undo,
 )
-from store.base import Change, Offsets
+from store.base import Change, Changes, Offsets
 from store.codec import (
     BYTES_TAG,
     DATA_END,
@@ -254,7 +253,7 @@ class TaskStore(MutableMapping[Key, Any]):
     def _merged(self) -> Iterator[tuple[bytes, bytes]]:
         """Committed data merged with a snapshot of the overlay, in encoded-key order."""
         self._check_open()
-        pending = sorted((encode_key(k), entry_bytes(e)) for k, e in self._overlay.items())
+        pending = list(overlay_changes(self._overlay))
         read_opts = rocksdict.ReadOptions()
         read_opts.set_iterate_upper_bound(DATA_END)
         stored = self._db.items(from_key=BYTES_TAG, read_opt=read_opts)
@@ -285,7 +284,7 @@ class TaskStore(MutableMapping[Key, Any]):
         undo(self._overlay, self._undo)
         self._undo.clear()
 
-    def commit(self, offsets: Offsets, changes: Sequence[Change] | None = None) -> None:
+    def commit(self, offsets: Offsets, changes: Changes | None = None) -> None:
         """Write the overlay and the applied `offsets` in one atomic WriteBatch.
 
         Args:
@@ -321,18 +320,15 @@ class TaskStore(MutableMapping[Key, Any]):
             raise StoreError(self._path, f"commit to task store {self._path} failed: {exc}"
                              ) from exc
 
-    def changes(self) -> list[Change]:
+    def changes(self) -> Changes:
         """The open transaction's writes, one per key: the last value written, encoded
         as the store keeps it (None: deleted). A changelog batch: whatever a record
         wrote and then overwrote or deleted inside the transaction is not in it.
 
         In key order: RocksDB's memtable inserts keys in order cheaper than in a random
         order (1.07 against 1.50 us a key into a memtable of 500,000 keys, measured),
-        for this store's commit and for every replica applying the changelog; the sort
-        costs ~0.2 us a key."""
-        changes = overlay_changes(self._overlay)
-        changes.sort(key=_KEY_OF)
-        return changes
+        for this store's commit and for every replica applying the changelog."""
+        return overlay_changes(self._overlay)
 
     def snapshot(self) -> Iterator[Change]:
         """The whole state (open transaction included) as changelog records, in key
@@ -552,8 +548,12 @@ if TYPE_CHECKING:
     _conforms: type[Store] = TaskStore
 
 
-def _put_changes(batch: rocksdict.WriteBatch, changes: Sequence[Change]) -> None:
-    """Encoded (key, value or None) records into `batch`, in order."""
+def _put_changes(batch: rocksdict.WriteBatch, changes: Changes) -> None:
+    """Encoded changes into `batch`, in order; without a Python step per change when
+    none is a delete."""
+    if None not in changes.raw_values:
+        deque(map(batch.put, changes.raw_keys, changes.raw_values), maxlen=0)
+        return
     put, delete = batch.put, batch.delete
     for raw_key, raw in changes:
         if raw is None:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from store import (
@@ -21,6 +21,8 @@ from store import (
     decode_key,
     decode_value,
     encode_changelog,
+    encode_key,
+    encode_value,
 )
 from store.codec import rare_keys
 from store.options import MEMTABLE_BLOOM_RATIO
@@ -61,6 +63,42 @@ def test_changes_come_in_key_order(store: TaskStore) -> None:
     assert keys == sorted(keys) and len(keys) == 5
 
 
+_SCALARS = st.one_of(st.integers(), st.booleans(), st.none(), st.text(max_size=5),
+                    st.floats(allow_nan=False))
+_VALUES = st.one_of(_SCALARS, st.lists(st.integers(), max_size=3))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(
+    st.dictionaries(st.text(max_size=6), st.integers(min_value=-2**63, max_value=2**64 - 1)),
+    st.dictionaries(st.binary(max_size=6), st.binary(max_size=6).map(list)),
+    st.dictionaries(st.text(max_size=6), st.integers()),
+    st.dictionaries(st.one_of(st.text(max_size=6), st.binary(max_size=6)),
+                    st.one_of(_VALUES, st.just(None)))),
+    st.sets(st.integers(min_value=0, max_value=20)))
+@example({"big": 2**64, "small": 1}, set())
+@example({"least": -2**63 - 1, "most": 2**64 - 1}, set())
+@example({"t": True, "f": 0, "n": None}, {2})
+def test_changes_are_the_plain_encoding_of_every_write_in_key_order(
+        tmp_path_factory: pytest.TempPathFactory, writes: dict[object, object],
+        deleted: set[int]) -> None:
+    """However the keys and values are shaped (the common shapes take a path without a
+    Python step per key), the changes are each key's encoding with its value's, sorted."""
+    with TaskStore(tmp_path_factory.mktemp("s") / "s", reads=False) as store:
+        expected = {}
+        for n, (key, value) in enumerate(writes.items()):
+            if n in deleted:
+                store.delete(key)
+                expected[encode_key(key)] = None
+            else:
+                store[key] = value
+                expected[encode_key(key)] = encode_value(value)
+        changes = store.changes()
+        assert list(changes) == sorted(expected.items())
+        for raw_key, raw in changes:
+            assert raw is None or decode_value(raw) == store[decode_key(raw_key)]
+
+
 def test_a_rolled_back_record_leaves_no_change(store: TaskStore) -> None:
     store["kept"] = 1
     store.begin_record()
@@ -73,10 +111,10 @@ def test_a_rolled_back_record_leaves_no_change(store: TaskStore) -> None:
 def test_commit_and_abort_empty_the_changes(store: TaskStore) -> None:
     store["a"] = 1
     store.commit({"t:0": 1})
-    assert store.changes() == []
+    assert list(store.changes()) == []
     store["a"] = 2
     store.abort()
-    assert store.changes() == []
+    assert list(store.changes()) == []
 
 
 def test_apply_changes_rebuilds_another_store(store_factory: StoreFactory) -> None:

@@ -11,7 +11,7 @@ from store import Store, TaskStore
 
 def test_public_names_are_pinned() -> None:
     assert sorted(store.__all__) == sorted([
-        "Change", "Key", "Offsets", "Store", "StoreCorruptError", "StoreError",
+        "Change", "Changes", "Key", "Offsets", "Store", "StoreCorruptError", "StoreError",
         "StoreLockedError", "TaskStore", "changelog_offset", "changelog_offset_record",
         "check_changelog_key", "decode_changelog", "decode_key", "decode_value", "encode_changelog",
         "encode_key", "encode_value",
