@@ -2,10 +2,11 @@
 
 For each --source (input, changelog), in one run:
 
-alone    the catch-up by itself, in this process (a warmup TaskRuntime, no daemons, no
-         traffic): `input` replays --keys records (one per key, 4 partitions) through
-         process() (bench/processor_rates.py's warmup); `changelog` applies the
-         changelog an active task wrote for the same records (bench/changelog_cost.py).
+alone    the catch-up by itself, in this process (a warmup TaskRuntime driven in the
+         processor daemon's rounds, ROUND_S; no daemons, no traffic): `input` replays
+         --keys records (one per key, 4 partitions) through process()
+         (bench/processor_rates.py's warmup); `changelog` applies the changelog an
+         active task wrote for the same records (bench/changelog_cost.py).
 join     a coordinator and p1 holding that state (--keys keys over 4 partitions), then
          p2 joins (no traffic) and catches up half of the state (bench/handoff_pause.py
          with no handoffs after the join): the records p2 caught up (its
@@ -51,6 +52,7 @@ from orchestrator.devkit.embedded import (  # noqa: E402
     EMBEDDED_KAFKA_SETTINGS,
     EmbeddedBroker,
 )
+from processor.daemon import ROUND_S  # noqa: E402
 
 TARGET = 0.5
 JOB = "processor.examples:RunningSum"
@@ -73,7 +75,7 @@ def alone(source: str, keys: int, beside_idle: bool = False) -> float:
         handoff_pause.wait_broker_quiet(broker.pid)    # as before the join
         with _idle_consumer(broker.bootstrap, bench.topic) if beside_idle else nullcontext():
             if source == "input":
-                return keys / processor_rates.run_warmup(bench, keys)
+                return keys / processor_rates.run_warmup(bench, keys, ROUND_S)
             seconds, applied = changelog_cost.run_apply(bench, job, JOB, catch_up)
             return applied / seconds
 

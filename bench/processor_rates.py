@@ -181,8 +181,9 @@ def _drive(runtime: TaskRuntime, done: Callable[[], bool], what: str,
         poll(round_s)
 
 
-def run_warmup(bench: Bench, records: int) -> float:
-    """Seconds for warmups of every task to replay the topic up to the committed end."""
+def run_warmup(bench: Bench, records: int, round_s: float = _POLL_TIMEOUT_S) -> float:
+    """Seconds for warmups of every task to replay the topic up to the committed end,
+    polling in rounds of `round_s`."""
     job = f"bench-warmup-{uuid.uuid4().hex[:8]}"
     commit_group_at_end(bench, f"baton.{job}")
     runtime = bench.runtime(job)
@@ -197,7 +198,7 @@ def run_warmup(bench: Bench, records: int) -> float:
         started = time.perf_counter()
         runtime.apply(HeartbeatReply(alive=True, tasks=model,
                                      assignment=RoleListing(warmup=list(model))))
-        _drive(runtime, done, "warmup replay")
+        _drive(runtime, done, "warmup replay", round_s)
         seconds = time.perf_counter() - started
         applied = sum(r.applied_total for r in runtime.replicas.values())
     finally:
