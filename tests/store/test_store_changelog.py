@@ -242,6 +242,12 @@ def test_commit_takes_the_changes_already_encoded(store_factory: StoreFactory) -
     given.commit({"in:0": 4}, given.changes())
     assert dict(given.items()) == dict(plain.items()) == {"a": {"x": [1, 2]}, b"b": 2}
     assert given.applied_offsets() == plain.applied_offsets() == {"in:0": 4}
+    for s in (plain, given):            # no delete among them: put without a loop
+        s["a"] = 3
+        s["c"] = 4
+    plain.commit({"in:0": 6})
+    given.commit({"in:0": 6}, given.changes())
+    assert dict(given.items()) == dict(plain.items()) == {"a": 3, b"b": 2, "c": 4}
 
 
 def test_changes_encode_every_kind_of_value_as_a_commit_does(
