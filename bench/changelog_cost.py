@@ -11,7 +11,8 @@ changelog  the same with catch_up.source = "changelog": each transaction also wr
            partition of a compacted changelog topic.
 apply      warmups of every task applying the changelog the `changelog` phase wrote
            (no process()), timed until each has reached its partition's committed end.
-raw        a plain confluent-kafka consumer (read_committed, batches of 10,000) reading
+raw        a plain confluent-kafka consumer (read_committed, batches of 10,000, waiting
+           at most --loop-ms for one, as the apply's rounds do) reading
            the same changelog partitions to their end: the limit the apply loop is
            measured against in the same round. Target: apply >= 0.6 x raw.
 floor      the raw consumer again, putting each batch's records as they are into a
@@ -142,10 +143,13 @@ def run_apply(bench: Bench, job: str, job_class: str, catch_up: dict[str, Any],
     return seconds, applied
 
 
-def run_raw(bench: Bench, job: str, write_to: Path | None = None) -> tuple[float, int]:
-    """Seconds for a plain consumer to read `job`'s changelog partitions to their end;
-    with `write_to`, each batch's records are also put, as they are, into a RocksDB
-    store per partition (a changelog replica's store options): the floor of any apply loop."""
+def run_raw(bench: Bench, job: str, write_to: Path | None = None,
+            loop_s: float = ROUND_S) -> tuple[float, int]:
+    """Seconds for a plain consumer to read `job`'s changelog partitions to their end,
+    waiting at most `loop_s` for a batch, as the apply's rounds do (a longer wait for a
+    batch that is not full yet idles it); with `write_to`, each batch's records are also
+    put, as they are, into a RocksDB store per partition (a changelog replica's store
+    options): the floor of any apply loop."""
     topic = changelog_topic(job)
     consumer = Consumer({"bootstrap.servers": bench.bootstrap, "group.id": f"raw-{job}",
                          "enable.auto.commit": False, "isolation.level": "read_committed",
@@ -163,7 +167,7 @@ def run_raw(bench: Bench, job: str, write_to: Path | None = None) -> tuple[float
         count = 0
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
-            batch = [m for m in consumer.consume(10_000, 0.1) if not m.error()]
+            batch = [m for m in consumer.consume(10_000, loop_s) if not m.error()]
             count += len(batch)
             if stores:
                 _write(stores, batch)
@@ -212,12 +216,12 @@ def measure(records: int, keys: int, partitions: int, rounds: int, job_class: st
                     report(f"round {r + 1}: apply {applied:,} changelog records "
                            f"{apply_s:7.2f}s {applied / apply_s:>10,.0f} records/s")
                     best["apply"] = min(best.get("apply", float("inf")), apply_s)
-                    raw_s, read = run_raw(bench, job)
+                    raw_s, read = run_raw(bench, job, loop_s=loop_s)
                     report(f"round {r + 1}: raw consume {read:,} changelog records "
                            f"{raw_s:7.2f}s {read / raw_s:>10,.0f} records/s; apply / raw "
                            f"{(applied / apply_s) / (read / raw_s):.2f}")
                     best["raw"] = min(best.get("raw", float("inf")), raw_s)
-                    floor_s, _ = run_raw(bench, job, Path(tempfile.mkdtemp(dir=tmp)))
+                    floor_s, _ = run_raw(bench, job, Path(tempfile.mkdtemp(dir=tmp)), loop_s)
                     report(f"round {r + 1}: raw consume + RocksDB writes of the same records "
                            f"{floor_s:7.2f}s {read / floor_s:>10,.0f} records/s: "
                            f"{(read / floor_s) / (read / raw_s):.2f}x raw")
