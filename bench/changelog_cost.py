@@ -156,13 +156,15 @@ def run_raw(bench: Bench, job: str, write_to: Path | None = None,
                          # as the replay consumer: librdkafka's default (1 s) idles a
                          # reader that drains its queue faster than it fills
                          "fetch.queue.backoff.ms": 5, **bench.extra})
+    # timed from here, as the apply is from runtime.apply(): its consumers exist, its
+    # stores open and its partitions' ends are looked up inside the time
+    started = time.perf_counter()
     stores = {p: rocksdict.Rdict(str(write_to / str(p)), options=db_options(True, reads=False))
               for p in range(bench.partitions)} if write_to is not None else {}
     try:
         parts = [TopicPartition(topic, p, 0) for p in range(bench.partitions)]
         ends = [consumer.get_watermark_offsets(tp, timeout=_ADMIN_TIMEOUT_S)[1]
                 for tp in parts]
-        started = time.perf_counter()
         consumer.assign(parts)
         count = 0
         deadline = time.monotonic() + 600
