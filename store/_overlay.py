@@ -21,7 +21,7 @@ fragments the heap (measured at ~2 us per write on a VM with slow page faults).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import rocksdict
@@ -146,24 +146,28 @@ def undo(overlay: dict[Key, Any], log: list[tuple[Key, Any]]) -> None:
             overlay[key] = previous
 
 
-def merge(pending: list[tuple[bytes, bytes | None]],
-          stored: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
-    """Merge sorted overlay entries over sorted stored ones; None entries hide keys."""
-    i, n = 0, len(pending)
+def merge(pending: Changes, stored: Iterator[tuple[bytes, bytes]]
+          ) -> Iterator[tuple[bytes, bytes]]:
+    """Merge the overlay's sorted changes over sorted stored entries; None values hide
+    keys. The changes past the last stored key (all of them, on an empty store: a first
+    snapshot) are passed on without a Python step each when none is a delete."""
+    keys, values = pending.raw_keys, pending.raw_values
+    i, n = 0, len(keys)
     for key, raw in stored:
-        while i < n and pending[i][0] < key:
-            yield from _live(pending[i])
+        while i < n and keys[i] < key:
+            value = values[i]
+            if value is not None:
+                yield keys[i], value
             i += 1
-        if i < n and pending[i][0] == key:
-            yield from _live(pending[i])
+        if i < n and keys[i] == key:
+            value = values[i]
+            if value is not None:
+                yield key, value
             i += 1
         else:
             yield key, raw
-    for entry in pending[i:]:
-        yield from _live(entry)
-
-
-def _live(entry: tuple[bytes, bytes | None]) -> Iterator[tuple[bytes, bytes]]:
-    key, raw = entry
-    if raw is not None:
-        yield key, raw
+    rest = values[i:]
+    if None in rest:
+        yield from ((k, v) for k, v in zip(keys[i:], rest, strict=True) if v is not None)
+    else:
+        yield from cast("Iterator[tuple[bytes, bytes]]", zip(keys[i:], rest, strict=True))

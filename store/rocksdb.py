@@ -253,7 +253,7 @@ class TaskStore(MutableMapping[Key, Any]):
     def _merged(self) -> Iterator[tuple[bytes, bytes]]:
         """Committed data merged with a snapshot of the overlay, in encoded-key order."""
         self._check_open()
-        pending = list(overlay_changes(self._overlay))
+        pending = overlay_changes(self._overlay)
         read_opts = rocksdict.ReadOptions()
         read_opts.set_iterate_upper_bound(DATA_END)
         stored = self._db.items(from_key=BYTES_TAG, read_opt=read_opts)

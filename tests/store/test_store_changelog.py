@@ -163,6 +163,33 @@ def test_offset_records_round_trip() -> None:
         changelog_offset_record("no-partition", 1)
 
 
+_KEYS = st.one_of(st.text(max_size=3), st.binary(max_size=3))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(_KEYS, st.integers()), st.dictionaries(_KEYS, st.integers()),
+       st.sets(_KEYS))
+def test_snapshot_is_the_stored_state_under_the_open_transaction(
+        tmp_path_factory: pytest.TempPathFactory, committed: dict[object, int],
+        written: dict[object, int], deleted: set[object]) -> None:
+    """Committed keys, then writes and deletes left open, read back as one state in key
+    order, whichever side of the stored keys the open ones fall."""
+    with TaskStore(tmp_path_factory.mktemp("s") / "s") as store:
+        for key, value in committed.items():
+            store[key] = value
+        store.commit({})
+        model = dict(committed)
+        for key, value in written.items():
+            store[key] = value
+            model[key] = value
+        for key in deleted:
+            store.delete(key)
+            model.pop(key, None)
+        expected = sorted((encode_key(k), encode_value(v)) for k, v in model.items())
+        assert list(store.snapshot()) == expected
+        assert dict(store.items()) == model
+
+
 def test_snapshot_is_the_whole_state_as_changelog_records(store_factory: StoreFactory) -> None:
     owner, replica = store_factory("owner"), store_factory("replica")
     owner["a"] = 1
