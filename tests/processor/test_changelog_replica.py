@@ -52,6 +52,21 @@ def test_records_the_store_has_are_skipped(store: Any) -> None:
     assert store["a"] == 9 and replica.applied_total == 1
 
 
+def test_skipping_what_the_store_has_follows_offsets_with_gaps(store: Any) -> None:
+    """Offsets skip the transaction markers: the records taken are those at or past the
+    store's position, whichever batch they come in."""
+    store.apply_changes([encode_changelog("a", 5)], {CL: 7})
+    replica = _replica(store, position=7, fetch_from=0)
+    values = iter(range(100))
+    def batch(*offsets: int) -> list[Message]:
+        return [Msg(o, *encode_changelog("a", next(values))) for o in offsets]
+    replica.apply(batch(0, 1, 3, 4))                     # all below the position
+    assert replica.applied_total == 0 and replica.positions == {CL: 7}
+    replica.apply(batch(5, 6, 7, 9))                     # 7 and 9 are new
+    replica.commit()
+    assert replica.applied_total == 2 and store["a"] == 7 and replica.positions == {CL: 10}
+
+
 def test_settle_moves_t2_past_markers_not_back(store: Any) -> None:
     replica = _replica(store, end=12)
     replica.apply(_records(0, *[encode_changelog("k", n) for n in range(10)]))
