@@ -42,16 +42,13 @@ from processor.runtime.reports import StoreSizes, task_reports
 from processor.sources import ReplaySources, replay_sources, topic_counts
 from store import Store, StoreError, TaskStore, task_store_path
 
-__all__ = ["TaskRuntime"]
+__all__ = ["TaskRuntime", "replay_bite"]
 
 log = logging.getLogger("baton.processor.runtime")
 
 _BATCH = 5000                 # records per consume() call: amortises Python per-call cost
 _REPLAY_BATCH_BESIDE_ACTIVE = 1000
-# while an activation here is next or running, a replay takes bites this small: a full
-# bite of an input replay through process() held the loop ~100 ms, and the activation
-# it was about to take waited for it, inside the handoff pause
-_REPLAY_BATCH_BEFORE_ACTIVATION = 1000
+_REPLAY_BATCH_BEFORE_ACTIVATION = 1000   # see replay_bite
 # Active tasks commit side by side, on this many threads: a commit is a few broker round
 # trips (flush, offsets, end of transaction) waited out with the GIL released, and one
 # after the other four tasks' commits held the round, and so a release, for 50-280 ms.
@@ -61,6 +58,27 @@ _IDLE_WHILE_ACTIVATING_S = 0.01
 # what a change of one task may raise and still leave the other tasks running
 _TASK_ERRORS = (StoreError, StoreAheadError, KafkaException, OSError, TaskFenced,
                 ProducerFatal, TaskFailed, ChangelogError)
+
+
+def replay_bite(active_took: int | None, activation_next: bool, input_replays: bool) -> int:
+    """The most records one round's replay batch may hold.
+
+    Args:
+        active_took: what the round's active batch took (None: no active task here);
+            the replay has what it left of a full batch, and at least a small bite.
+        activation_next: an activation here is running, or a warmup has caught up.
+        input_replays: a replica here replays the input through process().
+
+    Then an input replay takes small bites: a full one held the loop ~100 ms, and the
+    activation waited for it, inside the handoff pause. A changelog apply keeps its
+    bite: a full one takes ~5 ms (about a million records/s), and small ones only added
+    rounds to the other tasks' catch-up in a join.
+    """
+    bite = _BATCH if active_took is None else max(_REPLAY_BATCH_BESIDE_ACTIVE,
+                                                  _BATCH - active_took)
+    if activation_next and input_replays:
+        return min(bite, _REPLAY_BATCH_BEFORE_ACTIVATION)
+    return bite
 
 
 class TaskRuntime:
@@ -407,14 +425,13 @@ class TaskRuntime:
         # a replay with a backlog must not wait on quiet active tasks: their poll does
         # not block, and the replay's bite is what their batch left of a full one
         backlog = any(r.lag() > 0 for r in self.replicas.values())
-        room = _BATCH
+        took: int | None = None
         if self.active:
             took = self._poll_active(0.0 if backlog else split, self._commit_due(timeout))
             handled += took
-            room = max(_REPLAY_BATCH_BESIDE_ACTIVE, _BATCH - took)
-        if self.replicas and self._activation_next():
-            room = min(room, _REPLAY_BATCH_BEFORE_ACTIVATION)
         if self.replicas:
+            room = replay_bite(took, self._activation_next(),
+                               any(isinstance(r, Replica) for r in self.replicas.values()))
             handled += self._poll_replicas(split, room)
         if not self.active and not self.replicas:
             self.clock.sleep(min(timeout, _IDLE_WHILE_ACTIVATING_S)
@@ -522,17 +539,18 @@ class TaskRuntime:
         return len(messages)
 
     def _consume_replays(self, batch: int, timeout: float) -> list[Message]:
-        """While an activation runs (fencing, then its replay: a handoff's pause), only
-        its records are read: the warmups and standbys wait, their fetched records kept
-        in the replay consumer's queue, and the activation has the CPU to itself."""
-        messages: list[Message] = []
-        if not self.activations.pending and not self.consumers.activating:
-            messages = self.consumers.replay.consume(batch, timeout)
-        elif self.consumers.activating:
-            messages = self.consumers.activation.consume(
-                batch, min(timeout, _IDLE_WHILE_ACTIVATING_S))
-        else:                                   # fencing: nothing to read yet
-            self.clock.sleep(min(timeout, _IDLE_WHILE_ACTIVATING_S))
+        """While an activation replays (a handoff's pause), only its records are read:
+        the warmups and standbys wait, their fetched records kept in the replay
+        consumer's queue, and the activation has the CPU to itself. While it only fences
+        (broker round trips, 10-60 ms, waited out on a thread without the GIL) they go
+        on, in the small bites of `replay_bite`: in a join, the next task's catch-up
+        stood still for every fence of the tasks before it."""
+        consumer = self.consumers.replay
+        if self.consumers.activating:
+            consumer = self.consumers.activation
+        if self.consumers.activating or self.activations.pending:
+            timeout = min(timeout, _IDLE_WHILE_ACTIVATING_S)
+        messages: list[Message] = consumer.consume(batch, timeout)
         return messages
 
     def _apply_replica(self, task: str, messages: list[Message], read: Mapping[str, int]
