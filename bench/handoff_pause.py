@@ -17,7 +17,14 @@ p1 has processed it all, then
 Targets (issue 5): p99 <= 500 ms, and the 1M-key p99 within 1.5x of the 10k-key p99.
 
     .venv/bin/python bench/handoff_pause.py [--keys 10000 1000000] [--handoffs 20] [--json]
-        [--logs DIR] [--source input|changelog]
+        [--logs DIR] [--source input|changelog] [--changelog-read-from beginning|store]
+
+With `--source changelog` the embedded profile reads changelog partitions from their
+beginning (`catch_up.changelog_read_from`, see the README): an activation then fetches
+its whole partition to apply the few records it lacks, and the pause grows with the
+state. `--changelog-read-from store` starts those reads at the store's position, as on
+a real Kafka broker; noida-db may then drop committed records after an aborted
+transaction, which a clean drain-and-restart like this one does not produce.
 """
 
 from __future__ import annotations
@@ -233,10 +240,11 @@ def _caught_up_records(metrics_url: str) -> int:
 
 
 def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
-             keep_logs: Path | None = None) -> dict[str, Any]:
+             keep_logs: Path | None = None, read_from: str | None = None) -> dict[str, Any]:
     """Preload `keys` keys, let p2 join (catching up half of them), then `handoffs`
-    handoffs under traffic; `source`: catch_up.source; the daemons' logs are copied to
-    `keep_logs`/<keys> when given."""
+    handoffs under traffic; `source`: catch_up.source; `read_from`:
+    catch_up.changelog_read_from (None: the embedded profile's); the daemons' logs are
+    copied to `keep_logs`/<keys> when given."""
     with tempfile.TemporaryDirectory(prefix="baton-pause-") as tmp, EmbeddedBroker() as broker:
         workdir = Path(tmp)
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
@@ -244,11 +252,13 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
                                            NewTopic("sums", PARTITIONS, 1)]).values():
             future.result(30)
         config = _make_config(workdir, broker.bootstrap, ("events", "sums"))
-        if source != "input":
+        if source != "input" or read_from is not None:
             import tomllib
 
             raw = tomllib.loads(config.read_text())
             raw["catch_up"]["source"] = source
+            if read_from is not None:
+                raw["catch_up"]["changelog_read_from"] = read_from
             config.write_text(dump_config(raw))
         demo = Demo(None)
         cluster = _Cluster(workdir, config, log)
@@ -334,6 +344,8 @@ def main() -> None:
     parser.add_argument("--handoffs", type=int, default=20)
     parser.add_argument("--source", choices=["input", "changelog"], default="input",
                         help="catch_up.source")
+    parser.add_argument("--changelog-read-from", choices=["beginning", "store"], default=None,
+                        help="catch_up.changelog_read_from (default: the embedded profile's)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--logs", type=Path, default=None,
                         help="copy the daemons' logs here (one directory per size)")
@@ -342,8 +354,8 @@ def main() -> None:
     def log(text: str) -> None:
         print(f"# {text}", file=sys.stderr, flush=True)
 
-    results = [run_size(k, args.handoffs, log, source=args.source, keep_logs=args.logs)
-               for k in args.keys]
+    results = [run_size(k, args.handoffs, log, source=args.source, keep_logs=args.logs,
+                        read_from=args.changelog_read_from) for k in args.keys]
     summary: dict[str, Any] = {"sizes": results}
     if len(results) >= 2 and results[0]["pause_ms_p99"]:
         summary["p99_ratio_largest_to_smallest"] = round(
