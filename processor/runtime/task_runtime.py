@@ -53,7 +53,8 @@ _REPLAY_BATCH_BEFORE_ACTIVATION = 1000   # see replay_bite
 # trips (flush, offsets, end of transaction) waited out with the GIL released, and one
 # after the other four tasks' commits held the round, and so a release, for 50-280 ms.
 _COMMIT_THREADS = 4
-# with nothing to poll, the loop sleeps this long at most while an activation is fencing
+# while an activation runs, a round waits this long at most for records (or sleeps, with
+# nothing to poll): the fence's end, or the activation's next step, is taken within it
 _IDLE_WHILE_ACTIVATING_S = 0.01
 # what a change of one task may raise and still leave the other tasks running
 _TASK_ERRORS = (StoreError, StoreAheadError, KafkaException, OSError, TaskFenced,
