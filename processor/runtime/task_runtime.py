@@ -544,8 +544,8 @@ class TaskRuntime:
         the warmups and standbys wait, their fetched records kept in the replay
         consumer's queue, and the activation has the CPU to itself. While it only fences
         (broker round trips, 10-60 ms, waited out on a thread without the GIL) they go
-        on, in the small bites of `replay_bite`: in a join, the next task's catch-up
-        stood still for every fence of the tasks before it."""
+        on, in `replay_bite`'s bites: in a join, the next task's catch-up stood still
+        for every fence of the tasks before it."""
         consumer = self.consumers.replay
         if self.consumers.activating:
             consumer = self.consumers.activation
