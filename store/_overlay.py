@@ -128,7 +128,7 @@ def _change_value(entry: Any) -> bytes | None:
         return None
     if cls is int and _INT_MIN <= entry <= _INT_MAX:
         return _INT_FORMAT(entry)
-    return bytes(memoryview(encode_value(entry)))
+    return freeze(entry)
 
 
 def _sorted_changes(overlay: dict[Key, Any]) -> Changes:
