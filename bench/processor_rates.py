@@ -68,6 +68,7 @@ class Bench:
         self.topic = f"bench-events-{run}"
         self.output = f"bench-sums-{run}"
         self.ends: dict[int, int] = {}
+        self.broker_pid: int | None = None     # the embedded broker's (its autosave)
 
     def settings(self, **more: Any) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap, **self.extra, **more}
@@ -242,12 +243,15 @@ def prepared(stack: ExitStack, bootstrap: str | None, partitions: int, records: 
     that measures against the same input starts here."""
     tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
     extra: dict[str, Any] = {}
+    broker_pid = None
     if bootstrap is None:
         broker = EmbeddedBroker(tmp / "broker")
         bootstrap = broker.start()
         stack.callback(broker.close)
         extra = dict(EMBEDDED_KAFKA_SETTINGS)     # the daemons' profile
+        broker_pid = broker.pid
     bench = Bench(bootstrap, extra, partitions, tmp / "state")
+    bench.broker_pid = broker_pid
     bench.create_topics()
     produce_s = bench.produce(records, keys)
     report(f"wrote {records:,} records over {keys:,} keys to {bench.topic} "
