@@ -18,6 +18,7 @@ from orchestrator.devkit.embedded import (
     EMBEDDED_CATCH_UP_SETTINGS,
     EMBEDDED_CLIENT_SETTINGS,
     EMBEDDED_KAFKA_SETTINGS,
+    EMBEDDED_PROCESSOR_SETTINGS,
     EmbeddedBroker,
 )
 
@@ -43,6 +44,10 @@ class Broker:
     def catch_up_table(self) -> dict[str, Any]:
         """The [catch_up] settings this broker needs (the embedded one's quirks)."""
         return dict(EMBEDDED_CATCH_UP_SETTINGS) if self.embedded is not None else {}
+
+    def processor_table(self) -> dict[str, Any]:
+        """The [processor] settings this broker needs (the embedded one's idle back-off)."""
+        return dict(EMBEDDED_PROCESSOR_SETTINGS) if self.embedded is not None else {}
 
     def create_topic(self, name: str, partitions: int) -> str:
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
@@ -137,7 +142,7 @@ def job_config(broker: Broker, tmp_path: Path, unique: Callable[[str], str]
             "job": {"name": name, "class": "processor.examples:RunningSum",
                     "inputs": [inputs], "output": output},
             "kafka": broker.kafka_table(),
-            "processor": {"state_dir": str(tmp_path / "state")},
+            "processor": {"state_dir": str(tmp_path / "state"), **broker.processor_table()},
             "coordinator": {"token_file": str(tmp_path / "coordinator.token")},
             "catch_up": broker.catch_up_table(),
         }

@@ -38,6 +38,7 @@ from rich.table import Table
 from orchestrator.devkit.embedded import (
     EMBEDDED_CATCH_UP_SETTINGS,
     EMBEDDED_KAFKA_SETTINGS,
+    EMBEDDED_PROCESSOR_SETTINGS,
     EmbeddedBroker,
     free_port,
 )
@@ -171,7 +172,8 @@ def _make_config(workdir: Path, bootstrap: str, topics: tuple[str, str]) -> Path
                         "token_file": str(workdir / "coordinator.token"),
                         "release_timeout_ms": 10000, "monitor_interval_ms": 1000},
         "processor": {"state_dir": str(workdir / "state"), "heartbeat_interval_ms": 100,
-                      "coordinator_grace_ms": 15000, "commit_interval_ms": 100},
+                      "coordinator_grace_ms": 15000, "commit_interval_ms": 100,
+                      **EMBEDDED_PROCESSOR_SETTINGS},
         "catch_up": {"acceptable_lag": 300, "max_warmups": 4, **EMBEDDED_CATCH_UP_SETTINGS},
     }
     path = workdir / "demo.toml"

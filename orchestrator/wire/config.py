@@ -127,6 +127,10 @@ class ProcessorConfig(_Section):
     metrics_port: int = Field(default=0, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"
     on_error: Literal["fail", "skip", "dlq"] = "fail"
+    # for brokers that answer an empty fetch at once (no long poll, as noida-db): an
+    # active consumer idle this long stops fetching for this long (processor/runtime/
+    # idle_fetch.py); 0: never (Apache Kafka parks the fetch itself)
+    idle_fetch_backoff_ms: int = Field(default=0, ge=0, le=10_000)
     # the certificate a processor presents under mutual TLS; its common name must be
     # the processor id
     tls_cert_file: str = ""

@@ -39,8 +39,9 @@ from orchestrator.wire.partitions import split_partition
 from orchestrator.wire.protocol import Barrier
 from processor.active import ActiveTask
 from processor.replica import Replay
+from processor.runtime.idle_fetch import IdleFetch, after_poll, before_poll
 
-__all__ = ["Consumers", "by_task", "replay_by_task", "topic_partition"]
+__all__ = ["Consumers", "by_task", "ends_of", "replay_by_task", "topic_partition"]
 
 log = logging.getLogger("baton.processor.runtime")
 
@@ -80,6 +81,10 @@ def by_task(messages: Sequence[Message], task_of: Callable[[str], str | None],
     grouped: dict[str, list[Message]] = {}
     for _, same_number in itertools.groupby(messages, _PARTITION):
         run = list(same_number)
+        if _is_end(run[-1]):        # a fetch read its partition to the end (idle_fetch.py)
+            run.pop()
+            if not run:
+                continue
         if any(map(_ERROR, run)) or len(set(map(_TOPIC, run))) > 1:
             _group_one_by_one(run, task_of, on_error, grouped)
             continue
@@ -87,6 +92,22 @@ def by_task(messages: Sequence[Message], task_of: Callable[[str], str | None],
         if task is not None:
             _add_run(grouped, task, run)
     return grouped
+
+
+def _is_end(msg: Message) -> bool:
+    """The event of a partition read to its end (enable.partition.eof)."""
+    err = msg.error()
+    return err is not None and err.code() == KafkaError._PARTITION_EOF  # noqa: SLF001
+
+
+def ends_of(messages: Sequence[Message]) -> tuple[set[str], set[str]]:
+    """The partitions a batch holds records of, and those it says were read to their end
+    (a partition's end event follows its records), without a Python step per record."""
+    events = list(filter(_ERROR, messages))
+    ends = {f"{m.topic()}:{m.partition()}" for m in events if _is_end(m)}
+    records = list(itertools.filterfalse(_ERROR, messages)) if events else messages
+    seen = set(zip(map(_TOPIC, records), map(_PARTITION, records), strict=True))
+    return {f"{t}:{n}" for t, n in seen}, ends
 
 
 def replay_by_task(messages: Sequence[Message], owner: Mapping[str, str],
@@ -148,7 +169,10 @@ class Consumers:
             "isolation.level": "read_committed", "auto.offset.reset": "earliest",
             "enable.partition.eof": False, "fetch.wait.max.ms": _FETCH_WAIT_MS,
             "fetch.queue.backoff.ms": _FETCH_QUEUE_BACKOFF_MS})
-        self.active = Consumer({**settings, **client_logging("processor.active")})
+        # an idle back-off needs to know when a fetch has read a partition to its end
+        self._idle_backoff_s = config.processor.idle_fetch_backoff_ms / 1000
+        self.active = Consumer({**settings, **client_logging("processor.active"),
+                                "enable.partition.eof": self._idle_backoff_s > 0})
         self.replay = Consumer({**settings, **client_logging("processor.replay")})
         # activations (a handoff's silent replay T2 -> T1) read on a consumer of their
         # own: on the shared one they waited behind a warmup's fetched backlog, and
@@ -163,6 +187,11 @@ class Consumers:
         self._paused: set[str] = set()
         self._activating: set[str] = set()       # partitions on the activation consumer
         self._caps_due = Deadline.after(clock, 0.0)
+        self._clock = clock
+        self._idle = IdleFetch()
+        self._at_end: set[str] = set()          # active partitions read to their end
+        self._resume_at: dict[str, int] = {}    # paused active partition -> next offset
+        self.idle_pauses = 0                     # how often the idle back-off paused
 
     # ---- offsets ---------------------------------------------------------------------
 
@@ -292,6 +321,55 @@ class Consumers:
 
     # ---- active tasks ----------------------------------------------------------------
 
+    def poll_active(self, batch: int, timeout: float, tasks: Mapping[str, ActiveTask]
+                    ) -> list[Message]:
+        """A batch of the active tasks' records. With processor.idle_fetch_backoff_ms,
+        the partitions pause once every one of them was read to its end and nothing
+        came for that long, and fetch again that long after (processor/runtime/
+        idle_fetch.py)."""
+        if self._idle_backoff_s <= 0:
+            return list(self.active.consume(batch, timeout))
+        self._idle, resume = before_poll(self._idle, self._clock.monotonic())
+        if resume:
+            self._resume_active()
+        messages: list[Message] = self.active.consume(batch, timeout)
+        found, ends = ends_of(messages)
+        self._at_end.difference_update(found)
+        self._at_end.update(ends)
+        at_end = bool(self.owner) and self._at_end.issuperset(self.owner)
+        self._idle, pause = after_poll(self._idle, self._clock.monotonic(), len(found),
+                                       at_end, self._idle_backoff_s)
+        if pause:
+            self._pause_active(tasks)
+        return messages
+
+    def _pause_active(self, tasks: Mapping[str, ActiveTask]) -> None:
+        """Stop fetching every active partition, noting where each goes on."""
+        self._resume_at = {p: tasks[t].pending.get(p, tasks[t].committed.get(p, -1))
+                           for p, t in self.owner.items() if t in tasks}
+        self.active.pause([_tp(p) for p in self.owner])
+        self.idle_pauses += 1
+
+    def _resume_active(self) -> None:
+        """Fetch the paused partitions again, from where their tasks go on: librdkafka
+        drops what it fetched of a paused partition and resumes past it."""
+        paused, self._resume_at = self._resume_at, {}
+        self._at_end.clear()        # a fetch after the seek says again where the end is
+        if not paused:
+            return
+        self.active.resume([_tp(p) for p in paused])
+        for p, offset in paused.items():
+            if offset >= 0:
+                self.active.seek(_tp(p, offset))
+
+    def _wake_active(self, changing: Iterable[str] = ()) -> None:
+        """Before the active assignment of `changing` changes: fetch again, and a new
+        idle spell (a partition assigned again must be read to its end anew)."""
+        if self._idle.paused:
+            self._resume_active()
+        self._idle = IdleFetch()
+        self._at_end.difference_update(changing)
+
     def add_active(self, active: ActiveTask) -> None:
         """Start fetching a new active task's partitions (barriers permitting)."""
         self._held[active.name] = set()
@@ -300,21 +378,27 @@ class Consumers:
     def _assign_active(self, active: ActiveTask, partitions: Sequence[str]) -> None:
         ready = [p for p in partitions if not self._barrier_holds(active, p)]
         self._held[active.name].update(p for p in partitions if p not in ready)
+        if not ready:
+            return
+        self._wake_active(ready)
         for p in ready:
             self.owner[p] = active.name
-        if ready:
-            self.active.incremental_assign([_tp(p, active.committed[p]) for p in ready])
+        self.active.incremental_assign([_tp(p, active.committed[p]) for p in ready])
 
     def unassign_active(self, task: str) -> None:
         mine = [p for p, t in self.owner.items() if t == task]
+        self._held.pop(task, None)
+        if not mine:
+            return
+        # librdkafka keeps a partition's pause across incremental_unassign/assign
+        self._wake_active(mine)
         for p in mine:
             del self.owner[p]
-        self._held.pop(task, None)
-        if mine:
-            self.active.incremental_unassign([_tp(p) for p in mine])
+        self.active.incremental_unassign([_tp(p) for p in mine])
 
     def rewind(self, active: ActiveTask) -> None:
         """Seek the task's partitions back to its committed offsets (T1)."""
+        self._wake_active(active.committed)
         for p, offset in active.committed.items():
             if p in self.owner:
                 self.active.seek(_tp(p, offset))
@@ -375,6 +459,8 @@ class Consumers:
         """Stop consuming some partitions of an active task (a split child leaves it)."""
         gone = set(partitions)
         mine = [p for p in gone if self.owner.get(p) == active.name]
+        if mine:
+            self._wake_active(mine)
         for p in mine:
             del self.owner[p]
         if mine:

@@ -455,7 +455,7 @@ class TaskRuntime:
     def _poll_active(self, timeout: float, commit: bool = True) -> int:
         self.consumers.release_barriers(self.active)
         self.children.prune(self.active)
-        messages = self.consumers.active.consume(_BATCH, timeout)
+        messages = self.consumers.poll_active(_BATCH, timeout, self.active)
         batches = by_task(messages, self.consumers.owner.get, self.consumers.log_error)
         for task, batch in batches.items():
             self._run_active(task, functools.partial(ActiveTask.process, messages=batch))

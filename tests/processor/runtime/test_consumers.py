@@ -6,7 +6,7 @@ from confluent_kafka import KafkaError, Message
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor.runtime.consumers import by_task, replay_by_task
+from processor.runtime.consumers import by_task, ends_of, replay_by_task
 
 OWNERS = {"a:0": "t0", "a:1": "t1", "b:0": "t2"}
 
@@ -85,3 +85,38 @@ def test_replay_grouping_leaves_a_partitions_error_to_its_replica() -> None:
     grouped = replay_by_task(batch, REPLAY, errors.append)
     assert grouped["t0"] == batch[:3]               # the replica skips and logs it
     assert errors == [of_consumer]
+
+
+def _end(topic: str, partition: int, offset: int) -> Message:
+    return Message(topic=topic, partition=partition, offset=offset,
+                   error=KafkaError(KafkaError._PARTITION_EOF))
+
+
+def test_a_partitions_end_event_is_left_out_of_its_run() -> None:
+    errors: list[Message] = []
+    batch = [_msg("a", 0, 1), _msg("a", 0, 2), _end("a", 0, 3), _end("a", 1, 7)]
+    assert _seen(by_task(batch, OWNERS.get, errors.append)) == {
+        "t0": [("a", 0, 1), ("a", 0, 2)]}
+    assert errors == []
+
+
+def test_ends_of_a_batch() -> None:
+    batch = [_msg("a", 0, 1), _end("a", 0, 2), _msg("b", 0, 5), _end("a", 1, 7)]
+    assert ends_of(batch) == ({"a:0", "b:0"}, {"a:0", "a:1"})
+    assert ends_of([_end("a", 1, 7)]) == (set(), {"a:1"})
+    assert ends_of([]) == (set(), set())
+
+
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 1),
+                          st.sampled_from(["record", "end", "error"]))))
+def test_end_events_change_no_grouping(records: list[tuple[str, int, str]]) -> None:
+    """A batch with end events groups as the batch without them."""
+    def message(i: int, t: str, p: int, kind: str) -> Message:
+        if kind == "end":
+            return _end(t, p, i)
+        return Message(topic=t, partition=p, offset=i,
+                       error=KafkaError(KafkaError._TRANSPORT) if kind == "error" else None)
+    batch = [message(i, *r) for i, r in enumerate(records)]
+    without = [m for m, (_, _, kind) in zip(batch, records, strict=True) if kind != "end"]
+    assert _seen(by_task(batch, OWNERS.get, lambda m: None)) == \
+        _seen(by_task(without, OWNERS.get, lambda m: None))
