@@ -3,15 +3,17 @@
 Apache Kafka parks a fetch that finds nothing for up to fetch.wait.max.ms, so an idle
 consumer costs it and the client almost nothing. A broker that answers an empty fetch at
 once (the embedded noida-db) gets the next one at once: librdkafka has no back-off for
-an empty answer, and every idle processor spins, ~0.3-0.5 of a core in the client and
-~0.25-0.4 in the broker (bench/idle_consumer.py). With a back-off, an active consumer
-whose polls have found nothing for that long pauses its partitions for that long, then
-fetches again: one fetch per back-off while idle, and a record that arrives meanwhile
-waits at most that long. Records never wait on it under traffic: a poll that finds any
-ends the idle spell.
+an empty answer, and every idle processor spins, ~0.45 of a core in the client and ~0.4
+in the broker (bench/idle_consumer.py). With a back-off, an active consumer whose
+partitions were all read to their end (a fetch since the last resume said so: librdkafka
+drops what a fetch brings for a paused partition, so a pause before the answer came
+would wait on nothing) and that has found nothing for that long pauses them for that
+long, then fetches again: one fetch per back-off while idle, and a record that arrives
+meanwhile waits at most that long. Under traffic nothing changes: a poll that finds
+records ends the idle spell.
 
 The decisions are pure functions over `IdleFetch`; `processor/runtime/consumers.py`
-pauses and resumes the consumer as they say.
+pauses the consumer as they say, and resumes each partition where its task goes on.
 """
 
 from __future__ import annotations
