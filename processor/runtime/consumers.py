@@ -191,6 +191,7 @@ class Consumers:
         self._idle = IdleFetch()
         self._at_end: set[str] = set()          # active partitions read to their end
         self._resume_at: dict[str, int] = {}    # paused active partition -> next offset
+        self._read_to: dict[str, int] = {}      # ... -> the consumer's position then
         self.idle_pauses = 0                     # how often the idle back-off paused
 
     # ---- offsets ---------------------------------------------------------------------
@@ -344,23 +345,36 @@ class Consumers:
         return messages
 
     def _pause_active(self, tasks: Mapping[str, ActiveTask]) -> None:
-        """Stop fetching every active partition, noting where each goes on."""
-        self._resume_at = {p: tasks[t].pending.get(p, tasks[t].committed.get(p, -1))
+        """Stop fetching every active partition, noting where each goes on. Unassigned,
+        not paused: librdkafka resumes a paused partition only at its next wake-up,
+        ~1 s later (measured on an empty partition, and after any resume without a seek),
+        and drops what it had fetched past the position it resumes from."""
+        self._resume_at = {p: tasks[t].pending.get(p, tasks[t].committed[p])
                            for p, t in self.owner.items() if t in tasks}
-        self.active.pause([_tp(p) for p in self.owner])
+        if not self._resume_at:
+            return
+        parts = [_tp(p) for p in self._resume_at]
+        self._read_to = {f"{tp.topic}:{tp.partition}": tp.offset
+                         for tp in self.active.position(parts) if tp.offset >= 0}
+        self.active.incremental_unassign(parts)
         self.idle_pauses += 1
 
     def _resume_active(self) -> None:
-        """Fetch the paused partitions again, from where their tasks go on: librdkafka
-        drops what it fetched of a paused partition and resumes past it."""
-        paused, self._resume_at = self._resume_at, {}
-        self._at_end.clear()        # a fetch after the seek says again where the end is
-        if not paused:
-            return
-        self.active.resume([_tp(p) for p in paused])
-        for p, offset in paused.items():
-            if offset >= 0:
-                self.active.seek(_tp(p, offset))
+        """Fetch the paused partitions again, from where their tasks go on."""
+        paused, self._resume_at, self._read_to = self._resume_at, {}, {}
+        self._at_end.difference_update(paused)     # assigned anew: their end is told anew
+        if paused:
+            self.active.incremental_assign([_tp(p, o) for p, o in paused.items()])
+
+    def _position(self, partitions: Sequence[str]) -> dict[str, int]:
+        """How far the active consumer has read each partition (past transaction markers);
+        while the idle back-off has it unassigned, as far as it had read then."""
+        paused = {p: self._read_to[p] for p in partitions if p in self._read_to}
+        live = [p for p in partitions if p not in self._resume_at]
+        if live:
+            paused.update({f"{tp.topic}:{tp.partition}": tp.offset
+                           for tp in self.active.position([_tp(p) for p in live])})
+        return paused
 
     def _wake_active(self, changing: Iterable[str] = ()) -> None:
         """Before the active assignment of `changing` changes: fetch again, and a new
@@ -436,7 +450,7 @@ class Consumers:
         if active.pending.get(barrier.parent) != committed \
                 or self.owner.get(barrier.parent) != active.name:
             return True
-        position = self.active.position([_tp(barrier.parent)])[0].offset
+        position = self._position([barrier.parent]).get(barrier.parent, -1)
         return bool(position < barrier.offset)
 
     def consumed_through(self, active: ActiveTask) -> dict[str, int]:
@@ -449,10 +463,9 @@ class Consumers:
                    if active.pending.get(p) == o and self.owner.get(p) == active.name]
         if not settled:
             return positions
-        for tp in self.active.position([_tp(p) for p in settled]):
-            name = f"{tp.topic}:{tp.partition}"
-            if tp.offset > positions[name]:
-                positions[name] = tp.offset
+        for name, offset in self._position(settled).items():
+            if offset > positions[name]:
+                positions[name] = offset
         return positions
 
     def drop_active(self, active: ActiveTask, partitions: Iterable[str]) -> None:

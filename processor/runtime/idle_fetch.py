@@ -5,15 +5,16 @@ consumer costs it and the client almost nothing. A broker that answers an empty 
 once (the embedded noida-db) gets the next one at once: librdkafka has no back-off for
 an empty answer, and every idle processor spins, ~0.45 of a core in the client and ~0.4
 in the broker (bench/idle_consumer.py). With a back-off, an active consumer whose
-partitions were all read to their end (a fetch since the last resume said so: librdkafka
-drops what a fetch brings for a paused partition, so a pause before the answer came
-would wait on nothing) and that has found nothing for that long pauses them for that
+partitions were all read to their end (a fetch since they were last assigned said so:
+a pause while the answer to a fetch that would bring records is on its way would drop
+it, again and again) and that has found nothing for that long pauses them for that
 long, then fetches again: one fetch per back-off while idle, and a record that arrives
 meanwhile waits at most that long. Under traffic nothing changes: a poll that finds
 records ends the idle spell.
 
 The decisions are pure functions over `IdleFetch`; `processor/runtime/consumers.py`
-pauses the consumer as they say, and resumes each partition where its task goes on.
+carries them out, unassigning the partitions for the back-off and assigning each again
+where its task goes on (librdkafka's pause and resume would wait ~1 s to fetch again).
 """
 
 from __future__ import annotations
