@@ -18,7 +18,8 @@ join     a coordinator and p1 holding that state (--keys keys over 4 partitions)
          the join (with noida-db, idle consumers spin: it answers fetches at once).
 
 beside   the alone run again beside an idle consumer of the input's 4 partitions in
-         another process (what p1, idle in the join, costs on this broker; not a target).
+         another process (what p1, idle in the join, cost on this broker before the
+         embedded profile's idle back-off, processor.idle_fetch_backoff_ms; not a target).
 
 Each of them starts once the embedded broker's saves of what was written before are
 done (handoff_pause.wait_broker_quiet): it rewrites everything it holds after writes,
