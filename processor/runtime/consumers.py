@@ -325,9 +325,9 @@ class Consumers:
     def poll_active(self, batch: int, timeout: float, tasks: Mapping[str, ActiveTask]
                     ) -> list[Message]:
         """A batch of the active tasks' records. With processor.idle_fetch_backoff_ms,
-        the partitions pause once every one of them was read to its end and nothing
-        came for that long, and fetch again that long after (processor/runtime/
-        idle_fetch.py)."""
+        the partitions stop being fetched once every one of them was read to its end and
+        nothing came for that long, and are fetched again that long after
+        (processor/runtime/idle_fetch.py)."""
         if self._idle_backoff_s <= 0:
             return list(self.active.consume(batch, timeout))
         self._idle, resume = before_poll(self._idle, self._clock.monotonic())
@@ -404,8 +404,7 @@ class Consumers:
         self._held.pop(task, None)
         if not mine:
             return
-        # librdkafka keeps a partition's pause across incremental_unassign/assign
-        self._wake_active(mine)
+        self._wake_active(mine)     # what the idle back-off unassigned is assigned first
         for p in mine:
             del self.owner[p]
         self.active.incremental_unassign([_tp(p) for p in mine])
