@@ -15,7 +15,9 @@ module owns everything about them:
   committed offsets moves the cap on; a changelog replica is never capped (all it
   reads has committed), its cap is the partition's committed end, for its lag;
 - expansion barriers: a new partition waits until its parent is consumed up to the
-  offset recorded at expansion, so a key's records are never processed out of order.
+  offset recorded at expansion, so a key's records are never processed out of order;
+- the idle back-off (processor.idle_fetch_backoff_ms, processor/runtime/idle_fetch.py):
+  an idle active consumer's partitions are unassigned for a while, then assigned again.
 """
 
 from __future__ import annotations
@@ -328,12 +330,13 @@ class Consumers:
         the partitions stop being fetched once every one of them was read to its end and
         nothing came for that long, and are fetched again that long after
         (processor/runtime/idle_fetch.py)."""
-        if self._idle_backoff_s <= 0:
-            return list(self.active.consume(batch, timeout))
-        self._idle, resume = before_poll(self._idle, self._clock.monotonic())
-        if resume:
-            self._resume_active()
+        if self._idle_backoff_s > 0:
+            self._idle, resume = before_poll(self._idle, self._clock.monotonic())
+            if resume:
+                self._resume_active()
         messages: list[Message] = self.active.consume(batch, timeout)
+        if self._idle_backoff_s <= 0:
+            return messages
         found, ends = ends_of(messages)
         self._at_end.difference_update(found)
         self._at_end.update(ends)
@@ -346,11 +349,9 @@ class Consumers:
 
     def _pause_active(self, tasks: Mapping[str, ActiveTask]) -> None:
         """Stop fetching every active partition, noting where each goes on. Unassigned,
-        not paused: librdkafka resumes a paused partition only at its next wake-up,
-        ~1 s later (measured on an empty partition, and after any resume without a seek),
-        and drops what it had fetched past the position it resumes from."""
-        self._resume_at = {p: tasks[t].pending.get(p, tasks[t].committed[p])
-                           for p, t in self.owner.items() if t in tasks}
+        not paused: librdkafka fetched a resumed partition only at its next wake-up, ~1 s
+        later (measured on an empty partition, and after any resume without a seek)."""
+        self._resume_at = {p: tasks[t].pending[p] for p, t in self.owner.items() if t in tasks}
         if not self._resume_at:
             return
         parts = [_tp(p) for p in self._resume_at]

@@ -3,8 +3,8 @@
 Apache Kafka parks a fetch that finds nothing for up to fetch.wait.max.ms, so an idle
 consumer costs it and the client almost nothing. A broker that answers an empty fetch at
 once (the embedded noida-db) gets the next one at once: librdkafka has no back-off for
-an empty answer, and every idle processor spins, ~0.45 of a core in the client and ~0.4
-in the broker (bench/idle_consumer.py). With a back-off, an active consumer whose
+an empty answer, and every idle processor spins, ~0.3-0.5 of a core in the client and
+~0.25-0.4 in the broker (bench/idle_consumer.py). With a back-off, an active consumer whose
 partitions were all read to their end (a fetch since they were last assigned said so:
 a pause while the answer to a fetch that would bring records is on its way would drop
 it, again and again) and that has found nothing for that long pauses them for that
@@ -49,7 +49,7 @@ def after_poll(state: IdleFetch, now: float, found: int, at_end: bool, backoff_s
                ) -> tuple[IdleFetch, bool]:
     """The state after a poll that returned records of `found` partitions, and whether
     the consumer's partitions pause now: every one was read to its end (`at_end`: a
-    fetch since the last resume said so, so no fetched record is dropped by the pause)
+    fetch since they were last assigned said so, so each pause waits for an answer)
     and nothing came for `backoff_s` (0: never)."""
     if found:
         return IdleFetch(), False
