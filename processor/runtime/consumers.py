@@ -304,7 +304,11 @@ class Consumers:
             self._resume(replica, replica.gates)
 
     def _resume(self, replica: Replay, partitions: Iterable[str]) -> None:
-        """Fetch again, from the replica's position, the paused partitions it may read."""
+        """Fetch again, from the replica's position, the paused partitions it may read.
+
+        Resumed, then seeked: librdkafka fetches again within ~5 ms. Resumed alone it
+        waits ~0.7 s, seeked first then resumed mostly ~1 s; a partition paused before
+        its first fetch waits ~0.75 s either way (measured on noida-db)."""
         resume = [p for p in partitions
                   if p in self._paused and replica.positions[p] < replica.cap(p)]
         if not resume:
