@@ -8,7 +8,8 @@ A standby answers every control request with 503, `"standby": true` and the lead
 URL (clients with several `coordinator.url`s go there next), serves its own
 `/metrics` (`baton_coordinator_leader` 0), and answers the pinned
 `GET /containerHeartbeat` with the leader's answer, so a liveness probe may ask any
-coordinator.
+coordinator. A coordinator that is stopping answers everything but `/metrics` the same
+way, without a leader, from the moment the stop begins.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ class Gate:
         self.leader_url: str | None = None
         # whether the leader's lease holds (a recent stream write); set with `app`
         self.confirmed: Callable[[], bool] = lambda: True
+        # the daemon is stopping: its stream may be closed under a request
+        self.stopping = False
         self._job, self._registry, self._tls = job, registry, tls
 
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
@@ -53,6 +56,9 @@ class Gate:
         if scope["type"] != "http":
             return
         path = scope.get("path", "")
+        if self.stopping and path != "/metrics":
+            await self._refuse_stopping(send)
+            return
         if app is not None and (path == "/metrics" or self.confirmed()):
             await app(scope, receive, send)
             return
@@ -72,6 +78,14 @@ class Gate:
                  else "no leader is known yet (one takes over within coordinator.takeover_ms)")
         body = {"detail": f"standby coordinator of job {self._job}: {why or where}",
                 "standby": True, "leader": None if why else self.leader_url}
+        await _respond(send, 503, json.dumps(body).encode(), "application/json")
+
+    async def _refuse_stopping(self, send: _Send) -> None:
+        """A clear 503 that sends clients to the other coordinators, instead of a write
+        failing against the stream the stop is closing."""
+        body = {"detail": f"the coordinator of job {self._job} is stopping; another one "
+                          f"takes over within coordinator.takeover_ms",
+                "standby": True, "leader": None}
         await _respond(send, 503, json.dumps(body).encode(), "application/json")
 
     async def _relay(self, scope: _Scope, send: _Send, leader: str) -> None:

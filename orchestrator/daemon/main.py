@@ -336,8 +336,11 @@ class _Daemon:
         return str(url) if url else None
 
     def close(self) -> None:
-        """Resign if leading, stop the HTTP thread, then the Kafka clients; bounded,
-        idempotent."""
+        """Refuse requests, resign if leading, stop the HTTP thread, then the Kafka
+        clients; bounded, idempotent."""
+        gate = getattr(self, "gate", None)
+        if gate is not None:
+            gate.stopping = True
         if self.lead is not None:
             self.lead.resign()
             self.lead.close()

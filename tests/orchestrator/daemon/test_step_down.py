@@ -66,3 +66,17 @@ def test_a_leadership_that_fails_to_close_still_stands_by(
     leading._step_down()
     assert leading.lead is None and leading.gate.leader_url == NEW_LEADER
     assert "close failed" in caplog.text, "the failure is logged with its traceback"
+
+
+def test_a_stopping_leader_refuses_requests_before_it_closes_its_stream(
+        leading: _Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A processor's goodbye that came in while the stream closed failed with "write
+    before open()" (an ERROR in the coordinator's log, a 503 naming nothing the operator
+    could act on): the gate refuses from the stop's first step instead."""
+    lead = leading.lead
+    assert lead is not None and not leading.gate.stopping
+    seen: list[bool] = []
+    close = lead.close
+    monkeypatch.setattr(lead, "close", lambda: (seen.append(leading.gate.stopping), close()))
+    leading.close()
+    assert seen == [True]

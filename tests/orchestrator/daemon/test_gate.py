@@ -1,0 +1,52 @@
+"""The coordinator's front door, on its own: what it answers while the daemon stops."""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from typing import Any
+
+from fastapi.testclient import TestClient
+from prometheus_client import CollectorRegistry
+
+from orchestrator.daemon.gate import Gate
+from orchestrator.wire.tls import TlsSettings
+
+
+class _Leader:
+    """The leader's API: answers 200 and counts what reached it."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        self.paths.append(scope["path"])
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+
+def _gate() -> tuple[Gate, _Leader]:
+    gate, leader = Gate("orders", CollectorRegistry(), TlsSettings(None, None, None)), _Leader()
+    gate.app = leader
+    return gate, leader
+
+
+def test_a_leading_gate_passes_requests_to_the_leader() -> None:
+    gate, leader = _gate()
+    answer = TestClient(gate).post("/processors/heartbeat", json={})
+    assert answer.status_code == 200 and leader.paths == ["/processors/heartbeat"]
+
+
+def test_a_stopping_coordinator_sends_clients_elsewhere_and_still_serves_metrics() -> None:
+    gate, leader = _gate()
+    gate.stopping = True
+    client = TestClient(gate)
+    for path in ("/processors/heartbeat", "/status", "/containerHeartbeat"):
+        answer = client.post(path, json={}) if path.startswith("/processors") \
+            else client.get(path)
+        assert answer.status_code == 503, path
+        body = answer.json()
+        assert body["standby"] is True and body["leader"] is None
+        assert "orders is stopping" in body["detail"]
+    assert client.get("/metrics").status_code == 200
+    assert leader.paths == ["/metrics"]       # nothing else reached the closing leader
