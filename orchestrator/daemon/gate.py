@@ -8,8 +8,8 @@ A standby answers every control request with 503, `"standby": true` and the lead
 URL (clients with several `coordinator.url`s go there next), serves its own
 `/metrics` (`baton_coordinator_leader` 0), and answers the pinned
 `GET /containerHeartbeat` with the leader's answer, so a liveness probe may ask any
-coordinator. A coordinator that is stopping answers everything but `/metrics` the same
-way, without a leader, from the moment the stop begins.
+coordinator. A coordinator that is stopping answers every other request the same way,
+without a leader, from the moment the stop begins.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ _Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 _Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 _App = Callable[[_Scope, _Receive, _Send], Awaitable[None]]
 _PROXY_TIMEOUT_S = 5.0
+# read-only, and the pinned liveness answer keeps its shape for as long as it can
+_ANSWERED_WHILE_STOPPING = frozenset({"/metrics", "/containerHeartbeat"})
 
 
 class Gate:
@@ -56,7 +58,7 @@ class Gate:
         if scope["type"] != "http":
             return
         path = scope.get("path", "")
-        if self.stopping and path != "/metrics":
+        if self.stopping and path not in _ANSWERED_WHILE_STOPPING:
             await self._refuse_stopping(send)
             return
         if app is not None and (path == "/metrics" or self.confirmed()):
