@@ -59,7 +59,9 @@ class Gate:
             return
         path = scope.get("path", "")
         if self.stopping and path not in _ANSWERED_WHILE_STOPPING:
-            await self._refuse_stopping(send)
+            # not a write against the stream the stop is closing: the others answer
+            await self._refuse(send, "it is stopping; another coordinator takes over "
+                               "within coordinator.takeover_ms")
             return
         if app is not None and (path == "/metrics" or self.confirmed()):
             await app(scope, receive, send)
@@ -80,14 +82,6 @@ class Gate:
                  else "no leader is known yet (one takes over within coordinator.takeover_ms)")
         body = {"detail": f"standby coordinator of job {self._job}: {why or where}",
                 "standby": True, "leader": None if why else self.leader_url}
-        await _respond(send, 503, json.dumps(body).encode(), "application/json")
-
-    async def _refuse_stopping(self, send: _Send) -> None:
-        """A clear 503 that sends clients to the other coordinators, instead of a write
-        failing against the stream the stop is closing."""
-        body = {"detail": f"the coordinator of job {self._job} is stopping; another one "
-                          f"takes over within coordinator.takeover_ms",
-                "standby": True, "leader": None}
         await _respond(send, 503, json.dumps(body).encode(), "application/json")
 
     async def _relay(self, scope: _Scope, send: _Send, leader: str) -> None:

@@ -374,12 +374,12 @@ class Consumers:
     def _position(self, partitions: Sequence[str]) -> dict[str, int]:
         """How far the active consumer has read each partition (past transaction markers);
         while the idle back-off has it unassigned, as far as it had read then."""
-        paused = {p: self._read_to[p] for p in partitions if p in self._read_to}
+        positions = {p: self._read_to[p] for p in partitions if p in self._read_to}
         live = [p for p in partitions if p not in self._resume_at]
         if live:
-            paused.update({f"{tp.topic}:{tp.partition}": tp.offset
-                           for tp in self.active.position([_tp(p) for p in live])})
-        return paused
+            positions.update({f"{tp.topic}:{tp.partition}": tp.offset
+                              for tp in self.active.position([_tp(p) for p in live])})
+        return positions
 
     def _wake_active(self, changing: Iterable[str] = ()) -> None:
         """Before the active assignment of `changing` changes: fetch again, and a new

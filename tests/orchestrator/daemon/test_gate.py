@@ -46,7 +46,7 @@ def test_a_stopping_coordinator_sends_clients_elsewhere() -> None:
         assert answer.status_code == 503
         body = answer.json()
         assert body["standby"] is True and body["leader"] is None
-        assert "orders is stopping" in body["detail"]
+        assert body["detail"].startswith("standby coordinator of job orders: it is stopping")
     # read-only answers go on: metrics, and the pinned liveness probe's {"alive": ...}
     assert client.get("/metrics").status_code == 200
     assert client.get("/containerHeartbeat?executionContainerId=x").status_code == 200
