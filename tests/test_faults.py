@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -88,9 +89,13 @@ def _backlog_scale_out(j: Job, broker: Broker) -> Feeder:
     feeder = _two(j, broker, rate=2000.0)
     wait_for(lambda: feeder.sent > 20000, 60, "a backlog")
     j.start_processor("p3", registered=False)
-    wait_for(lambda: any(j.handoffs(p) for p in _BEFORE_RELEASE), 60,
-             "a handoff to p3 before its release", step=lambda: None)
-    j.signal(["p3"], signal.SIGSTOP)          # hold the handoff before the release
+    # p3 catches ~5,000 records a task up in a few tens of ms, ~0.1 s after the plan: read
+    # the plan from the coordinator's log, not from /status (whose answers can wait on a
+    # decision), and freeze p3 at once to hold the handoff before its release
+    wait_for(lambda: "-> p3 planned" in j.coordinator.log(), 60, "a handoff to p3 planned",
+             step=lambda: time.sleep(0.002))
+    j.signal(["p3"], signal.SIGSTOP)
+    assert any(j.handoffs(p) for p in _BEFORE_RELEASE), j.status()["handoffs"]
     return feeder
 
 
