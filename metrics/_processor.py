@@ -117,6 +117,11 @@ class ProcessorMetrics:
             "baton_process_errors_total", "Records whose process() raised, by what "
             "processor.on_error did (fail | skip | dlq).", [*base, "task", "outcome"],
             registry=registry)
+        self._misrouted = Counter(
+            "baton_misrouted_records_total", "Records that reached a parent partition past "
+            "its expansion barrier with a key of a child partition (a producer staler than "
+            "[job] expansion_grace_ms): forwarded to the child, never applied in place.",
+            [*base, "task"], registry=registry)
         view_errors = Counter(
             "baton_store_view_errors_total", "Scrapes where the store size callback raised.",
             base, registry=registry).labels(job=job, processor=processor)
@@ -185,11 +190,17 @@ class ProcessorMetrics:
         self._errors.labels(job=self.job, processor=self.processor, task=task,
                             outcome=outcome).inc()
 
+    def record_misrouted(self, task: str, source: str = "", child: str = "") -> None:
+        """One misrouted record forwarded from `source` to `child` (not labels: the
+        partition vocabulary is unbounded; the processor's log names them)."""
+        self._misrouted.labels(job=self.job, processor=self.processor, task=task).inc()
+
     def forget_task(self, task: str) -> None:
         """Remove `task`'s series: the processor no longer holds the task."""
         me = (self.job, self.processor, task)
         _remove(self._processed, me)
         _remove(self._fallbacks, me)
+        _remove(self._misrouted, me)
         for path in CATCH_UP_PATHS:
             for source in CATCH_UP_SOURCES:
                 _remove(self._catch_up, (*me, path, source))
@@ -239,6 +250,9 @@ class NullProcessorMetrics(ProcessorMetrics):
         pass
 
     def record_process_error(self, task: str, outcome: ProcessErrorOutcome) -> None:
+        pass
+
+    def record_misrouted(self, task: str, source: str = "", child: str = "") -> None:
         pass
 
     def forget_task(self, task: str) -> None:

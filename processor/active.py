@@ -30,8 +30,9 @@ from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponen
 from orchestrator.kafka.offsets import to_topic_partitions
 from orchestrator.kafka.retry import is_fatal, kafka_error
 from orchestrator.kafka.watched_producer import WatchedProducer
+from orchestrator.wire.barrier import Marker, Reroute, decode_marker
 from orchestrator.wire.clock import Clock, SystemClock
-from orchestrator.wire.partitions import format_partition
+from orchestrator.wire.partitions import format_partition, split_partition
 from processor.changelog import ChangelogWriter
 from processor.job import Job, Record
 from processor.replica import new_record
@@ -52,6 +53,8 @@ _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
 
 # the record `_abort_everywhere` writes into a transaction it then aborts
 _VOID = [("baton.void", b"1")]
+# misrouted records are logged at most once per this many seconds per task
+_MISROUTE_LOG_S = 60.0
 
 
 class TaskFenced(Exception):
@@ -140,6 +143,15 @@ class ActiveTask:
         self.on_process_error: Callable[[str, OnError], None] = lambda task, outcome: None
         # a fencing error was seen (its later calls then fail with a bare fatal error)
         self.fenced = False
+        # expansion barriers (orchestrator/wire/barrier.py): the job whose markers count,
+        # the parent partitions whose misrouted records go to a child, and who hears of
+        # a marker the model did not name yet (it returns the new reroutes)
+        self.job_name = ""
+        self.reroutes: dict[str, Reroute] = {}
+        self.on_marker: Callable[[str, int, Marker], None] = lambda partition, offset, m: None
+        self.on_misrouted: Callable[[str, str, str], None] = lambda task, source, child: None
+        self.misrouted_total = 0
+        self._misroute_logged: tuple[float, int] = (-_MISROUTE_LOG_S, 0)
 
     def process(self, messages: Sequence[Message]) -> None:
         """Run process() over one poll batch's records of this task, inside a transaction.
@@ -181,16 +193,60 @@ class ActiveTask:
         topic: str | None = None
         number = -1
         name = ""
+        reroute: Reroute | None = None
         for msg in messages:
             offset = msg.offset()
             t, p = msg.topic(), msg.partition()
             if p != number or t != topic:
                 topic, number, name = t, p, format_partition(t, p)
+                reroute = self.reroutes.get(name)
             if offset < pending.get(name, 0):
                 continue                      # already in this transaction or committed
-            process_one(msg, t, p, offset)
+            if msg.key() is None and self._is_marker(msg, name, offset):
+                reroute = self.reroutes.get(name)     # never process()ed
+            elif reroute is not None and offset > reroute.first \
+                    and (child := reroute.target(msg.key(), offset)) is not None:
+                self._forward(msg, name, child)
+            else:
+                process_one(msg, t, p, offset)
             pending[name] = offset + 1
             self.processed += 1
+
+    def _is_marker(self, msg: Message, name: str, offset: int) -> bool:
+        """A barrier marker (any job's): skipped; this job's may settle a barrier the
+        model has not named yet (it commits with the model, so it is the truth)."""
+        marker = decode_marker(self.job_name, msg.headers(), msg.value())
+        if isinstance(marker, Marker):
+            self.on_marker(name, offset, marker)
+        return marker is not False
+
+    def _forward(self, msg: Message, source: str, child: str) -> None:
+        """A record a producer staler than the expansion grace wrote to a parent past
+        its barrier: it goes, unchanged, to the child partition its key belongs to,
+        inside this transaction; it never touches this task's state."""
+        topic, number = split_partition(child)
+        kind, timestamp = msg.timestamp()
+        while True:
+            try:
+                self.producer.produce(topic, value=msg.value(), key=msg.key(), partition=number,
+                                      timestamp=timestamp if kind else 0,
+                                      headers=msg.headers())
+                break
+            except BufferError:
+                self.producer.poll(0.05)      # local queue full: let deliveries drain
+        self.misrouted_total += 1
+        self.on_misrouted(self.name, source, child)
+        now = self._clock.monotonic()
+        logged_at, logged_count = self._misroute_logged
+        if now - logged_at >= _MISROUTE_LOG_S:
+            log.warning("task %r: %d record(s) arrived on %s past its expansion barrier with "
+                        "keys of %s (the latest: offset %d), written by a producer whose "
+                        "metadata is older than [job] expansion_grace_ms; forwarded to %s. "
+                        "Make producers refresh metadata sooner (librdkafka "
+                        "topic.metadata.refresh.interval.ms, Java metadata.max.age.ms)",
+                        self.name, self.misrouted_total - logged_count, source, child,
+                        msg.offset(), child)
+            self._misroute_logged = (now, self.misrouted_total)
 
     def _process_one(self, msg: Message, topic: str, partition: int, offset: int) -> None:
         record = new_record(msg.key(), msg.value(), topic, partition, offset, msg.timestamp()[1])

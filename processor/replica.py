@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from confluent_kafka import KafkaError, Message
 
+from orchestrator.wire.barrier import Marker, Reroute, decode_marker
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.partitions import format_partition
 from processor.job import Job, Record
@@ -114,6 +115,13 @@ class Replay:
         self.caps = dict(caps)                # T1: never apply at or past these
         self.applied_total = 0
         self.dirty = False
+        # expansion barriers (orchestrator/wire/barrier.py), as on the active path: the
+        # job whose markers count, the own partitions whose misrouted records are
+        # skipped (their forwarded copies count), who hears of a marker the model has
+        # not named yet
+        self.job_name = ""
+        self.reroutes: dict[str, Reroute] = {}
+        self.on_marker: Callable[[str, int, Marker], None] = lambda partition, offset, m: None
         self._clock = clock or SystemClock()
         self._rate_mark = (self._clock.monotonic(), 0)
         self.rate = 0.0
@@ -172,6 +180,13 @@ class Replica(Replay):
         self.gates = {p: list(g) for p, g in (gates or {}).items()}
         self.job = job
 
+    def _is_marker(self, msg: Message, name: str, offset: int) -> bool:
+        """A barrier marker (any job's): skipped, this job's reported (see ActiveTask)."""
+        marker = decode_marker(self.job_name, msg.headers(), msg.value())
+        if isinstance(marker, Marker):
+            self.on_marker(name, offset, marker)
+        return marker is not False
+
     def cap(self, partition: str) -> int:
         """Where `partition` must stop now: its cap, or its position while one of its
         ancestors still has records to apply."""
@@ -187,6 +202,7 @@ class Replica(Replay):
         state = store.state
         begin, drain, filters = store.begin_record, _drain, self.filters
         keep: KeyFilter | None = None
+        reroute: Reroute | None = None
         # a poll batch comes in runs of one partition: look its name, position and cap
         # up once per run, not per record
         topic: str | None = None
@@ -204,12 +220,20 @@ class Replica(Replay):
                     topic, number, name = t, p, format_partition(t, p)
                     position, cap = positions.get(name, 0), self.cap(name)
                     keep = filters.get(name)
+                    reroute = self.reroutes.get(name)
                 if offset < position:
                     continue
                 if offset >= cap:
                     capped.add(name)
                     continue
-                if keep is not None and not keep(msg.key()):
+                key = msg.key()
+                if key is None and self._is_marker(msg, name, offset):
+                    position = positions[name] = offset + 1   # never process()ed
+                    reroute = self.reroutes.get(name)
+                    continue
+                if (keep is not None and not keep(key)) or (
+                        reroute is not None and offset > reroute.first
+                        and reroute.target(key, offset) is not None):
                     position = positions[name] = offset + 1   # another task's key
                     continue
                 record = new_record(msg.key(), msg.value(), t, p, offset, msg.timestamp()[1])

@@ -288,7 +288,8 @@ class Coordinator:
         # defaults are slow to compute)
         return HeartbeatReply.model_construct(
             alive=True, generation=self.model.generation, tasks=self.model.tasks,
-            barriers={c: Barrier(parent=p, offset=o) for c, (p, o) in self.model.barriers.items()},
+            barriers={c: Barrier(parent=p, offset=o, settled=c not in self.model.unsettled)
+                      for c, (p, o) in self.model.barriers.items()},
             embedded=self.embedded(), pending=dict(self.model.pending),
             changelog=dict(self.model.changelog), assignment=self.roles.peek(processor.id).wire(),
             moving=self._moving_from(processor.id), stop=self._drained(processor.id),
@@ -382,6 +383,17 @@ class Coordinator:
             log.info("task %s split: child %s takes %s (S2 %s), generation %d", split.parent,
                      split.child, ", ".join(split.partitions), ", ".join(split.s2),
                      model.generation)
+        if self.metrics is not None:
+            self.metrics.set_generation(self.model.generation)
+        self._reconcile()
+
+    def apply_settlement(self, model: JobModel, markers: Mapping[str, int]) -> None:
+        """The daemon wrote barrier markers (child -> offset) with `model`: the
+        children's barriers are settled (orchestrator/wire/barrier.py)."""
+        self.model = model
+        log.info("expansion barriers settled by markers: %s, generation %d",
+                 {c: f"{model.barriers[c][0]}@{o}" for c, o in sorted(markers.items())},
+                 model.generation)
         if self.metrics is not None:
             self.metrics.set_generation(self.model.generation)
         self._reconcile()
@@ -581,6 +593,8 @@ class Coordinator:
         t1 = self.t1(task)
         if any(v is None for v in t1.values()):
             return None  # T1 unknown: never call a replica caught up on a guess
+        if self.model.waits_for_settlement(self.model.tasks.get(task, [])):
+            return None  # where the child's keys leave its parent is not decided yet
         ends = {a.partition: a.end for a in self.ancestry_of(task)}
         if any((t1[a] or 0) < end for a, end in ends.items()):
             return None  # the parent has not reached a barrier yet: the child must wait

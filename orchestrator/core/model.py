@@ -45,7 +45,11 @@ class JobModel:
         generation: bumped on every change of the grouping or the barriers.
         grouping: tasks and their input partitions.
         barriers: child partition -> (parent partition, offset): start the child only
-            once the parent is consumed up to the offset recorded at expansion.
+            once the parent is consumed up to the offset, its barrier marker's
+            (orchestrator/wire/barrier.py); while the child is in `unsettled`, the
+            parent's end when the expansion was seen (the barrier is never lower).
+        unsettled: child partition -> when (wall-clock seconds) its barrier is due to
+            be settled: `[job] expansion_grace_ms` after the expansion was seen.
         pending: split child task -> its parent task, until the child first goes live;
             meanwhile the parent's owner keeps consuming the child's partitions.
         changelog: task -> its partition of `baton.<job>.changelog`; empty until the
@@ -58,6 +62,7 @@ class JobModel:
     grouping: Grouping
     barriers: dict[str, tuple[str, int]] = field(default_factory=dict)
     pending: dict[str, str] = field(default_factory=dict)
+    unsettled: dict[str, float] = field(default_factory=dict)
     changelog: dict[str, int] = field(default_factory=dict)
     changelog_retired: int = 0
 
@@ -94,22 +99,60 @@ class JobModel:
         return grouping, expansion_parents(self.grouping, grouping)
 
     def expanded(self, grouping: Grouping, parents: Mapping[str, str],
-                 ends: Mapping[str, int]) -> Expansion:
+                 ends: Mapping[str, int], due: float = 0.0) -> Expansion:
         """Apply a planned expansion with the parents' end offsets `ends`.
 
         Args:
             grouping: from `plan_expansion`.
             parents: from `plan_expansion`.
-            ends: parent partition -> its end offset (high watermark) now.
+            ends: parent partition -> its end offset (high watermark) now: each new
+                partition's barrier floor until it is settled.
+            due: when (wall-clock seconds) the new barriers are to be settled (0: at once).
         """
         barriers = dict(self.barriers)
+        unsettled = dict(self.unsettled)
         for child, parent in parents.items():
             barriers[child] = (parent, int(ends.get(parent, 0)))
+            unsettled[child] = due
         old = self.counts()
         grown = {t: (old.get(t, 0), n) for t, n in grouping.inputs if old.get(t, 0) != n}
         model = replace(self, generation=self.generation + 1, grouping=grouping,
-                        barriers=barriers)
+                        barriers=barriers, unsettled=unsettled)
         return Expansion(model, dict(parents), grown)
+
+    def due(self, now: float) -> dict[str, list[str]]:
+        """Parent partition -> its children whose barrier is due to be settled at `now`."""
+        out: dict[str, list[str]] = {}
+        for child, when in sorted(self.unsettled.items()):
+            if when <= now:
+                out.setdefault(self.barriers[child][0], []).append(child)
+        return out
+
+    def waits_for_settlement(self, partitions: Iterable[str]) -> bool:
+        """Whether a barrier on the lineage of any of `partitions` is still unsettled
+        (then a replay cannot know where its ancestors end)."""
+        for partition in partitions:
+            current, seen = partition, set()
+            while current in self.barriers and current not in seen:
+                if current in self.unsettled:
+                    return True
+                seen.add(current)
+                current = self.barriers[current][0]
+        return False
+
+    def settled(self, markers: Mapping[str, int]) -> JobModel:
+        """The model with the barriers of `markers` (child -> its marker's offset)
+        settled; a marker below the floor is a corrupt answer and raises ValueError."""
+        barriers = dict(self.barriers)
+        for child, offset in markers.items():
+            parent, floor = barriers[child]
+            if offset < floor:
+                raise ValueError(f"barrier marker of {child} at {parent} offset {offset} "
+                                 f"is below the parent's end {floor} at the expansion")
+            barriers[child] = (parent, int(offset))
+        unsettled = {c: w for c, w in self.unsettled.items() if c not in markers}
+        return replace(self, generation=self.generation + 1, barriers=barriers,
+                       unsettled=unsettled)
 
     def plan_split(self) -> tuple[JobModel, tuple[Split, ...]]:
         """The model after splitting every task that can split (itself when none can).
@@ -196,6 +239,8 @@ class JobModel:
                   "barriers": {c: {"parent": p, "offset": o}
                                for c, (p, o) in sorted(self.barriers.items())},
                   "pending": dict(sorted(self.pending.items()))}
+        if self.unsettled:
+            record["unsettled"] = dict(sorted(self.unsettled.items()))
         if self.changelog:     # absent for a job that never used the changelog source
             record["changelog"] = dict(sorted(self.changelog.items()))
         if self.changelog_retired:
@@ -213,5 +258,6 @@ class JobModel:
                     for c, b in dict(record.get("barriers", {})).items()}
         pending = {str(c): str(p) for c, p in dict(record.get("pending", {})).items()}
         changelog = {str(t): int(n) for t, n in dict(record.get("changelog", {})).items()}
+        unsettled = {str(c): float(w) for c, w in dict(record.get("unsettled", {})).items()}
         return cls(int(record["generation"]), Grouping.from_json(record["grouping"]), barriers,
-                   pending, changelog, int(record.get("changelog_retired", 0)))
+                   pending, unsettled, changelog, int(record.get("changelog_retired", 0)))

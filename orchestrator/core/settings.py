@@ -27,6 +27,9 @@ class CoreConfig:
     failure_backoff_s: float = DEFAULT_BACKOFF_S
     # attempts per (task, processor) before that processor never gets the task again
     max_task_attempts: int = DEFAULT_MAX_ATTEMPTS
+    # an expansion's barriers are settled this long after it was seen ([job]
+    # expansion_grace_ms): how stale the producers' metadata may be
+    expansion_grace_s: float = 300.0
 
     @classmethod
     def from_config(cls, config: Config) -> CoreConfig:
@@ -41,4 +44,5 @@ class CoreConfig:
             handoff=hs.HandoffConfig(k.acceptable_lag, c.release_timeout_ms / 1000,
                                      c.activate_timeout_ms / 1000),
             failure_backoff_s=c.failure_backoff_ms / 1000,
-            max_task_attempts=c.max_task_attempts)
+            max_task_attempts=c.max_task_attempts,
+            expansion_grace_s=config.job.expansion_grace_ms / 1000)

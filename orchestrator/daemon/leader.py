@@ -140,6 +140,7 @@ class Leadership:
         if self._offsets.expired():
             _paced(self._offsets, _OFFSETS_S, _REFRESH_SPACING, self.service.refresh_offsets)
         _guard(self.monitor.poll_if_due)
+        _guard(lambda: self.service.settle_barriers(self.stream.write_markers))
         if self.service.fenced is not None:
             raise self.service.fenced
 

@@ -39,7 +39,8 @@ from orchestrator.kafka.topics import Watermarks
 from orchestrator.wire.changelog import changelog_partition
 from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest
 
-__all__ = ["Admin", "CoordinatorService", "ExpansionError", "InvalidReport", "PersistRecords"]
+__all__ = ["Admin", "CoordinatorService", "ExpansionError", "InvalidReport", "PersistRecords",
+           "WriteMarkers"]
 
 log = logging.getLogger("baton.coordinator")
 
@@ -47,6 +48,11 @@ _T = TypeVar("_T")
 # a registration waits at most this long for the loop's next decision
 _REGISTER_WAIT_S = 2.0
 PersistRecords = Callable[[Mapping[str, Any | None]], None]
+# writes barrier markers (parent partition -> children) and, in the same transaction,
+# the records `changes_for(offsets)` gives for the markers' offsets; returns the offsets
+WriteMarkers = Callable[[Mapping[str, Sequence[str]], Mapping[str, int],
+                         Callable[[Mapping[str, int]], Mapping[str, Any | None]]],
+                        Mapping[str, int]]
 
 
 class Admin(Protocol):
@@ -436,8 +442,50 @@ class CoordinatorService:
         ends = {p: m.high for p, m in marks.items()}
         with self._deciding():
             if self.core.model is model:
-                self.core.apply_expansion(model.expanded(grouping, parents, ends))
+                due = self._clock.time() + self.core.config.expansion_grace_s
+                self.core.apply_expansion(model.expanded(grouping, parents, ends, due))
                 self.commit()
+
+    def settle_barriers(self, write: WriteMarkers) -> bool:
+        """Settle the expansion barriers that are due (orchestrator/wire/barrier.py):
+        their markers and the model naming the markers' offsets commit in one stream
+        transaction, so no reader of a parent meets a marker the job does not know.
+        Returns whether any was settled.
+
+        Raises:
+            FencedError, StreamError: the write failed; nothing changed (the markers
+                of an aborted transaction are invisible), the next turn tries again.
+        """
+        if not self.core.model.unsettled or not self.core.model.due(self._clock.time()):
+            return False        # the common case: no lock taken, no reply cache dropped
+        with self._deciding():
+            model = self.core.model
+            due = model.due(self._clock.time())
+            if not due:
+                return False
+            written: dict[str, Any] = {}
+
+            def changes_for(offsets: Mapping[str, int]) -> Mapping[str, Any | None]:
+                markers = {c: offsets[p] for p, kids in due.items() for c in kids}
+                written["model"] = model.settled(markers)
+                written["markers"] = markers
+                changes: dict[str, Any | None] = {**self.core.pending_changes(),
+                                                  "model": written["model"].to_record()}
+                written["changes"] = changes
+                return changes
+
+            try:
+                with self._write_lock:
+                    write(due, model.counts(), changes_for)
+            except FencedError as exc:
+                self.fenced = exc
+                self.fenced_event.set()
+                self.wake.set()
+                raise
+            self.last_write = self._clock.monotonic()
+            self.core.apply_settlement(written["model"], written["markers"])
+            self.core.confirm(written["changes"])
+            return True
 
     def refresh_offsets(self) -> None:
         """Watermarks and committed offsets of every input partition, for lags, and the

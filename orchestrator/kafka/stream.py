@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -33,6 +33,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from orchestrator.kafka.logs import client_logging
 from orchestrator.kafka.settings import producer_settings
 from orchestrator.kafka.watched_producer import WatchedProducer
+from orchestrator.wire.barrier import encode_marker
+from orchestrator.wire.partitions import split_partition
 
 __all__ = ["CoordinatorStream", "FencedError", "StreamError", "StreamTail", "stream_topic"]
 
@@ -72,6 +74,7 @@ class CoordinatorStream:
 
     def __init__(self, settings: Mapping[str, Any], job: str) -> None:
         self._settings = dict(settings)
+        self.job = job
         self.topic = stream_topic(job)
         self._producer: WatchedProducer | None = None
 
@@ -126,6 +129,55 @@ class CoordinatorStream:
                         "again", self.topic)
         raise StreamError(f"cannot write to {self.topic}: the brokers kept going away "
                           f"({_REWRITES} attempts)")
+
+    def write_markers(self, due: Mapping[str, Sequence[str]], counts: Mapping[str, int],
+                      changes_for: Callable[[Mapping[str, int]], Mapping[str, Any | None]]
+                      ) -> dict[str, int]:
+        """Write a barrier marker to each parent partition of `due` (parent -> the
+        children it settles; `counts`: topic -> partition count) and, in the same
+        transaction, `changes_for(offsets)`.
+
+        Unlike `write`, a transaction during which the brokers went away is aborted,
+        not written again: a second marker would stand at another offset.
+
+        Returns:
+            parent partition -> its marker's offset.
+
+        Raises:
+            FencedError: another coordinator took over; stop now.
+            StreamError: the transaction failed or was aborted: no marker is visible.
+        """
+        producer = self._require_open()
+        offsets: dict[str, int] = {}
+        failures: list[str] = []
+
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                failures.append(f"{msg.topic()}:{msg.partition()}: {err.str()}")
+            else:
+                offsets[f"{msg.topic()}:{msg.partition()}"] = msg.offset()
+
+        losses = producer.losses()
+        try:
+            producer.begin_transaction()
+            for parent, children in due.items():
+                topic, number = split_partition(parent)
+                value, headers = encode_marker(self.job, parent, children, counts[topic])
+                producer.produce(topic, value=value, partition=number, headers=headers,
+                                 on_delivery=delivered)
+            producer.flush(_TXN_TIMEOUT_S)
+            if failures or len(offsets) != len(due) or producer.losses() != losses:
+                producer.abort_transaction(_TXN_TIMEOUT_S)
+                raise StreamError(f"cannot write the barrier markers of {', '.join(due)}: "
+                                  f"{'; '.join(failures) or 'the brokers went away'}; "
+                                  "retrying at the next turn (no marker is visible)")
+            for key, change in changes_for(offsets).items():
+                producer.produce(self.topic, key=key.encode(),
+                                 value=None if change is None else orjson.dumps(change))
+            producer.commit_transaction(_TXN_TIMEOUT_S)
+        except KafkaException as exc:
+            self._fail(producer, exc)
+        return offsets
 
     def _write_once(self, producer: WatchedProducer, changes: Mapping[str, Any | None]) -> None:
         try:

@@ -58,6 +58,11 @@ class JobConfig(_Section):
     grouping: Literal["partition", "ssp", "cogroup", "single"] = "partition"
     # the producers' key -> partition function; a split's key filter must agree with it
     partitioner: PartitionerName = "consistent_random"
+    # how stale the producers' metadata may be after an expansion: a new partition's
+    # barrier is its parent's end this long after the expansion was seen. The default
+    # is librdkafka's topic.metadata.refresh.interval.ms and the Java client's
+    # metadata.max.age.ms (both 5 minutes): default producers keep every key's order
+    expansion_grace_ms: int = Field(default=300000, ge=0, le=86_400_000)
 
     @field_validator("inputs")
     @classmethod

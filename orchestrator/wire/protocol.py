@@ -78,10 +78,15 @@ class RoleListing(_Message):
 
 
 class Barrier(_Message):
-    """Partition expansion barrier: start `child` only once `parent` reached `offset`."""
+    """Partition expansion barrier: start `child` only once `parent` reached `offset`.
+
+    Until `settled`, `offset` is only a floor: the parent's end when the expansion was
+    seen; the child waits for the marker that settles it (orchestrator/wire/barrier.py).
+    """
 
     parent: str
     offset: int = Field(ge=0)
+    settled: bool = True
 
 
 class HeartbeatReply(_Message):

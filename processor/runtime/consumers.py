@@ -445,6 +445,8 @@ class Consumers:
         barrier = self.barriers.get(partition)
         if barrier is None:
             return False
+        if not barrier.settled:
+            return True         # its marker is not written yet: where it starts is open
         if barrier.parent not in active.committed:
             parent = self.committed([barrier.parent])[barrier.parent]
             return bool(parent < barrier.offset)

@@ -32,6 +32,7 @@ from processor.changelog_replica import ChangelogError, ChangelogReplica
 from processor.job import Job, load_job
 from processor.replica import Replay, Replica, ReplicaRole
 from processor.runtime.activation import Activations, StoreAheadError
+from processor.runtime.barriers import BarrierBook, BarrierHolder
 from processor.runtime.bulk_path import BulkPath, bulk_plan, changelog_bulk_plan
 from processor.runtime.changelog_source import ChangelogSource
 from processor.runtime.children import SplitChildren
@@ -108,6 +109,8 @@ class TaskRuntime:
         self.job = job or load_job(config.job.class_)()
         self.group = f"baton.{config.job.name}"
         self.consumers = Consumers(config, self.group, self.clock)
+        self.barrier_book = BarrierBook(config.job.name, config.job.partitioner,
+                                        self.consumers.barriers, self._barrier_holders)
         self.active: dict[str, ActiveTask] = {}
         self.replicas: dict[str, Replay] = {}
         self.released: dict[str, dict[str, int]] = {}
@@ -154,7 +157,7 @@ class TaskRuntime:
         """
         if not reply.same_model:
             self.model = {t: list(ps) for t, ps in reply.tasks.items()}
-            self.consumers.barriers = dict(reply.barriers)
+            self.barrier_book.update(reply.barriers, topic_counts(self.model))
             self.changelog.update(reply.changelog, reply.generation)
             self.generation = reply.generation
         pending = self.children.pending if reply.same_model else reply.pending
@@ -212,8 +215,13 @@ class TaskRuntime:
         positions = {p: applied[p] if p in applied else self.consumers.low_watermark(p)
                      for p in sources.partitions}     # a lookup only when the store lacks it
         caps = {p: sources.cap(p, max(committed[p], 0)) for p in sources.partitions}
-        return Replica(task, sources.partitions, self.job, store, role, positions, caps,
-                       sources.filters, sources.gates, clock=self.clock)
+        replica = Replica(task, sources.partitions, self.job, store, role, positions, caps,
+                          sources.filters, sources.gates, clock=self.clock)
+        self.barrier_book.attach(replica)
+        return replica
+
+    def _barrier_holders(self) -> list[BarrierHolder]:
+        return [*self.active.values(), *self.replicas.values()]
 
     def _child_left(self, child: str, parent: str) -> None:
         """A split child's handoff reached the release: release it from its parent here.
@@ -304,6 +312,8 @@ class TaskRuntime:
                      if self.changelog.enabled else None)
         active = self.activations.go_active(replay, self.partitions_of(replay.name),
                                             changelog)
+        self.barrier_book.attach(active)
+        active.on_misrouted = self.metrics.record_misrouted
         self.active[active.name] = active
         self.consumers.add_active(active)
         log.info("task %r: active from %s", active.name, active.committed)
