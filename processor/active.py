@@ -30,7 +30,7 @@ from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponen
 from orchestrator.kafka.offsets import to_topic_partitions
 from orchestrator.kafka.retry import is_fatal, kafka_error
 from orchestrator.kafka.watched_producer import WatchedProducer
-from orchestrator.wire.barrier import Marker, Reroute, decode_marker
+from orchestrator.wire.barrier import FORWARDED_HEADER, Marker, Reroute, decode_marker
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.partitions import format_partition, split_partition
 from processor.changelog import ChangelogWriter
@@ -226,11 +226,12 @@ class ActiveTask:
         inside this transaction; it never touches this task's state."""
         topic, number = split_partition(child)
         kind, timestamp = msg.timestamp()
+        origin = f"{source}@{msg.offset()}".encode()
+        headers = [*(msg.headers() or ()), (FORWARDED_HEADER, origin)]
         while True:
             try:
                 self.producer.produce(topic, value=msg.value(), key=msg.key(), partition=number,
-                                      timestamp=timestamp if kind else 0,
-                                      headers=msg.headers())
+                                      timestamp=timestamp if kind else 0, headers=headers)
                 break
             except BufferError:
                 self.producer.poll(0.05)      # local queue full: let deliveries drain

@@ -147,6 +147,14 @@ def _render_status(status: dict[str, Any], console: Console) -> None:
             moves.add_row(h["task"], h["from"] or "-", h["to"], h["phase"],
                           "?" if h["lag"] is None else str(h["lag"]))
         console.print(moves)
+    barriers = status.get("barriers") or {}
+    if barriers:
+        table = Table("partition", "parent", "barrier", "reached", title="expansion barriers")
+        for child, b in sorted(barriers.items()):
+            at = (f"offset {b['offset']}" if b.get("settled", True)
+                  else f"not settled (at or after offset {b['offset']})")
+            table.add_row(child, b["parent"], at, "yes" if b.get("reached") else "no")
+        console.print(table)
     for line in status.get("pending", []):
         console.print(f"pending: {line}")
     for line in status.get("errors", []):
@@ -342,8 +350,9 @@ def expand_command(config_path: str, topic: str, partitions: int, timeout: float
     else:
         click.echo(f"{topic} has {partitions} partitions; generation {generation} is live")
         for child, barrier in result["barriers"].items():
-            click.echo(f"  {child} starts after {barrier['parent']} reaches offset "
-                       f"{barrier['offset']}")
+            click.echo(f"  {child} starts after {barrier['parent']} reaches its barrier "
+                       f"(at or after offset {barrier['offset']}, settled "
+                       f"[job] expansion_grace_ms after the expansion)")
 
 
 # ---- split --------------------------------------------------------------------------------

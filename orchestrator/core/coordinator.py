@@ -556,12 +556,12 @@ class Coordinator:
             reported.update(holder.positions)
         if released is not None and released.role == "released":
             reported.update(released.positions)
-        out = {a.partition: self._consumed_position(a.partition) for a in self.ancestry_of(task)}
+        out = {a.partition: self.consumed_position(a.partition) for a in self.ancestry_of(task)}
         out.update({p: reported.get(p, self.committed.get(p, self.low.get(p)))
                     for p in self.consumed(task)})
         return out
 
-    def _consumed_position(self, partition: str) -> int | None:
+    def consumed_position(self, partition: str) -> int | None:
         """How far the task consuming `partition` has got (its owner's report), else the
         group's committed offset."""
         for task in self.model.tasks:

@@ -58,8 +58,22 @@ def status(core: Coordinator) -> dict[str, Any]:
         "errors": list(core.errors) + [_stuck(core, t) for t in core.failed_tasks()
                                         if _exhausted(core, t)],
         "inputs": [{"topic": t, "partitions": n} for t, n in core.model.grouping.inputs],
-        "barriers": {c: {"parent": p, "offset": o} for c, (p, o) in core.model.barriers.items()},
+        "barriers": {c: _barrier(core, c) for c in core.model.barriers},
     }
+
+
+def _barrier(core: Coordinator, child: str) -> dict[str, Any]:
+    """A child partition's expansion barrier: `settled` once its marker is written (the
+    offset is the marker's; before, the floor it will not fall below, and `due` says
+    when it is settled), `reached` once the task consuming the parent has passed it."""
+    parent, offset = core.model.barriers[child]
+    settled = child not in core.model.unsettled
+    position = core.consumed_position(parent)
+    out: dict[str, Any] = {"parent": parent, "offset": offset, "settled": settled,
+                           "reached": settled and position is not None and position >= offset}
+    if not settled:
+        out["due"] = core.model.unsettled[child]
+    return out
 
 
 def _processor(core: Coordinator, pid: str) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from orchestrator.devkit.embedded import (
     EmbeddedBroker,
     free_port,
 )
+from orchestrator.wire.barrier import input_records
 from orchestrator.wire.client import CoordinatorClient
 from orchestrator.wire.config import dump_config, load_config
 from orchestrator.wire.token import read_token
@@ -166,7 +167,10 @@ def _make_config(workdir: Path, bootstrap: str, topics: tuple[str, str]) -> Path
     port = free_port()
     raw = {
         "job": {"name": "demo", "class": "processor.examples:RunningSum",
-                "inputs": [topics[0]], "output": topics[1], "grouping": "partition"},
+                "inputs": [topics[0]], "output": topics[1], "grouping": "partition",
+                # the demo's producer refreshes its metadata as soon as `baton expand`
+                # returns: a second covers it (the default is the clients' 5 minutes)
+                "expansion_grace_ms": 1000},
         "kafka": {"bootstrap_servers": bootstrap, **EMBEDDED_KAFKA_SETTINGS},
         "coordinator": {"listen": f"127.0.0.1:{port}", "url": f"http://127.0.0.1:{port}",
                         "token_file": str(workdir / "coordinator.token"),
@@ -428,7 +432,8 @@ def run_demo(console: Console | None) -> DemoResult:
             feeder.stop()
             cluster.stop_all()
         del feeder, admin       # their librdkafka handles would log the broker's stop
-        inputs, outputs = _read(broker.bootstrap, topics[0]), _read(broker.bootstrap, topics[1])
+        inputs = input_records(_read(broker.bootstrap, topics[0]))
+        outputs = _read(broker.bootstrap, topics[1])
         oracle = check_running_sums([(m.key(), m.value()) for m in inputs],
                                     [(m.key(), m.value()) for m in outputs])
         _summarise(demo, oracle, _pauses(demo, inputs, outputs, tasks))

@@ -37,20 +37,25 @@ far but no further, and the child's lag is unknown.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
 from orchestrator.wire.partitioners import partitioner
 from orchestrator.wire.partitions import split_partition
 
-__all__ = ["MARKER_HEADER", "BarrierInfo", "Marker", "Reroute", "decode_marker",
-           "encode_marker", "reroutes"]
+__all__ = ["FORWARDED_HEADER", "MARKER_HEADER", "BarrierInfo", "Marker", "Reroute", "decode_marker",
+           "encode_marker", "input_records", "reroutes"]
 
 # the header that marks a barrier record; its value is the job's name, so a job never
 # takes another job's markers (two Baton jobs may read the same input topic)
 MARKER_HEADER = "baton.barrier"
+# the header a forwarded copy gains: where its original is ("topic:N@offset"), so a
+# reader that recomputes the job from its input (an audit, a test's oracle) counts the
+# record once, at the copy
+FORWARDED_HEADER = "baton.forwarded"
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,22 @@ class Marker:
     parent: str
     children: tuple[str, ...]
     count: int          # the topic's partition count the barrier was settled under
+
+
+def input_records(messages: Iterable[Any]) -> list[Any]:
+    """The records a job's input holds for it, in the order given: no barrier marker
+    (any job's), and no original of a forwarded copy (the copy stands for it)."""
+    kept, forwarded = [], set()
+    for msg in messages:
+        headers = msg.headers() or ()
+        names = {name: raw for name, raw in headers}
+        if MARKER_HEADER in names:
+            continue
+        if FORWARDED_HEADER in names:
+            forwarded.add(bytes(names[FORWARDED_HEADER] or b"").decode())
+        kept.append(msg)
+    return [m for m in kept
+            if f"{m.topic()}:{m.partition()}@{m.offset()}" not in forwarded]
 
 
 def encode_marker(job: str, parent: str, children: Sequence[str],
