@@ -38,7 +38,13 @@ def bulk_plan(replica: Replica, threshold: int
     if len({split_partition(a)[0] for a in ancestors}) > 1:
         return None     # filters of several topics: the consumer path sorts them
     chosen = ancestors or replica.partitions
-    ranges = {p: (replica.positions[p], replica.caps[p]) for p in chosen}
+    # a parent partition's bulk range ends at its first expansion barrier: past it,
+    # misrouted records must be skipped, which the consumer path does
+    ends = {p: min(replica.caps[p], r.first) for p, r in replica.reroutes.items()}
+    ranges = {p: (replica.positions[p], ends.get(p, replica.caps[p])) for p in chosen}
+    ranges = {p: (lo, hi) for p, (lo, hi) in ranges.items() if hi > lo}
+    if not ranges:
+        return None
     if sum(hi - lo for lo, hi in ranges.values()) <= threshold:
         return None
     return ranges, replica.filters[ancestors[0]] if ancestors else None

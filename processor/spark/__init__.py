@@ -16,6 +16,7 @@ from processor.spark.reader import (
     plan_chunks,
     read_batches,
     read_range,
+    without_markers,
 )
 from processor.spark.session import (
     EXECUTOR_WAIT_S,
@@ -36,6 +37,6 @@ __all__ = [
     "JAVA_MIN_MAJOR", "MASTER_CONNECT_TIMEOUT_S", "READ_IDLE_TIMEOUT_S", "Ranges",
     "ReadError", "SHUFFLE_PARTITIONS", "SparkError", "SparkUnavailableError",
     "TASK_ATTEMPTS", "Timings", "key_partition", "load_job", "parse_ranges",
-    "plan_chunks", "read_batches", "read_range", "replay", "spark_failure",
+    "plan_chunks", "read_batches", "read_range", "without_markers", "replay", "spark_failure",
     "spark_session", "startup_seconds", "stop_spark",
 ]

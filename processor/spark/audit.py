@@ -38,6 +38,7 @@ from processor.spark import (
     plan_chunks,
     read_range,
     spark_failure,
+    without_markers,
 )
 from processor.spark.bulk import group_chunks
 
@@ -215,7 +216,8 @@ def _replayed_outputs(job_class_path: str, settings: Mapping[str, Any],
     job = load_job(job_class_path)()
     for chunk in chunks:
         state = FoldState()
-        for msg in read_range(settings, chunk.topic, chunk.partition, chunk.start, chunk.end):
+        for msg in without_markers(read_range(settings, chunk.topic, chunk.partition,
+                                              chunk.start, chunk.end), "", refuse=False):
             record = Record(msg.key(), msg.value(), chunk.topic, chunk.partition,
                             msg.offset(), msg.timestamp()[1])
             yield from _tagged(job, record, state, chunk.order)

@@ -77,6 +77,7 @@ from processor.spark.reader import (
     plan_chunks,
     read_batches,
     read_range,
+    without_markers,
 )
 from processor.spark.session import SparkUnavailableError, spark_failure, spark_session
 from store import changelog_offset, decode_changelog, decode_value, encode_key, write_sst
@@ -166,7 +167,10 @@ def _replay_and_write(job_class_path: str, settings: Mapping[str, Any], source: 
     for chunk in chunks:
         began = time.process_time()
         state, count, skipped = FoldState(), 0, 0
-        batches = read_batches(settings, chunk.topic, chunk.partition, chunk.start, chunk.end)
+        where = f"{chunk.topic}:{chunk.partition}"
+        batches = ([*without_markers(batch, where, refuse=True)]
+                   for batch in read_batches(settings, chunk.topic, chunk.partition,
+                                             chunk.start, chunk.end))
         if source == "input":
             count, skipped = _process_batches(load_job(job_class_path)(), chunk, batches,
                                               state)
@@ -217,7 +221,9 @@ def group_chunks(settings: Mapping[str, Any], source: Source, key_filter: KeyFil
         began = time.process_time()
         rows: dict[bytes | None, list[tuple[int, bytes | None, int]]] = {}
         count = 0
-        for msg in read_range(settings, chunk.topic, chunk.partition, chunk.start, chunk.end):
+        for msg in without_markers(read_range(settings, chunk.topic, chunk.partition,
+                                              chunk.start, chunk.end),
+                                   f"{chunk.topic}:{chunk.partition}", refuse=True):
             count += 1
             key = msg.key()
             if key_filter is not None and not key_filter(key):

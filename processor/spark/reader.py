@@ -6,10 +6,11 @@ from __future__ import annotations
 import re
 import time
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.wire.barrier import MARKER_HEADER
 from processor.spark.session import SparkError
 
 __all__ = [
@@ -62,6 +63,25 @@ def read_range(settings: Mapping[str, Any], topic: str, partition: int, start: i
     """
     for batch in read_batches(settings, topic, partition, start, end, idle_timeout_s):
         yield from batch
+
+
+def without_markers(messages: Iterable[Any], where: str, refuse: bool) -> Iterator[Any]:
+    """`messages` less expansion barrier markers (orchestrator/wire/barrier.py).
+
+    Args:
+        refuse: raise ReadError at a marker instead (a bulk replay: its ranges end
+            before the barriers it knows, so a marker in one is a barrier it does not
+            know yet, and the records after it may have to be skipped; the consumer
+            path, which learns the barrier from the marker, takes over).
+    """
+    for msg in messages:
+        if msg.key() is None and any(name == MARKER_HEADER for name, _ in msg.headers() or ()):
+            if refuse:
+                raise ReadError(f"reading {where}: an expansion barrier marker at offset "
+                                f"{msg.offset()} the bulk plan did not know of; the "
+                                "consumer path replays the rest")
+            continue
+        yield msg
 
 
 def read_batches(settings: Mapping[str, Any], topic: str, partition: int, start: int,
