@@ -54,6 +54,7 @@ PROCESSOR_METRIC_NAMES: tuple[str, ...] = (
     "baton_spark_session_start_seconds",
     "baton_bulk_catchup_seconds",
     "baton_bulk_fallbacks_total",
+    "baton_misrouted_records_total",
     "baton_heartbeats_total",
     "baton_process_errors_total",
     "baton_store_view_errors_total",

@@ -21,6 +21,7 @@ ALERT_NAMES = {
     "BatonCatchUpStalled", "BatonHandoffStuck", "BatonHandoffNotStarting",
     "BatonInvalidHeartbeats", "BatonProcessorDead", "BatonCoordinatorDown",
     "BatonProcessorTargetDown", "BatonLagGrowing", "BatonTaskFailed",
+    "BatonMisroutedRecords",
 }
 
 
@@ -170,6 +171,20 @@ CASES: dict[str, dict[str, Any]] = {
             firing("BatonLagGrowing", "40m", {"job": "sums", "task": "Partition 0",
                                               "processor": "p1", "role": "active",
                                               "severity": "warning"}),
+        ],
+    },
+    "misrouted records fire at once and resolve 15 minutes after the last one": {
+        "input_series": [
+            {"series": f'baton_misrouted_records_total{{{J},task="Partition 1",processor="p1"}}',
+             "values": "0 0 3 5 5x30"},
+            {"series": f'baton_misrouted_records_total{{{J},task="Partition 2",processor="p1"}}',
+             "values": "0x35"},
+        ],
+        "promql_expr_test": [
+            firing("BatonMisroutedRecords", "1m"),
+            firing("BatonMisroutedRecords", "4m", {"job": "sums", "task": "Partition 1",
+                                                   "severity": "warning"}),
+            firing("BatonMisroutedRecords", "25m"),
         ],
     },
     "a task failed for 10 minutes fires; one retried within minutes does not": {
