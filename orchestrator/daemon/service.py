@@ -51,7 +51,8 @@ PersistRecords = Callable[[Mapping[str, Any | None]], None]
 # writes barrier markers (parent partition -> children) and, in the same transaction,
 # the records `changes_for(offsets)` gives for the markers' offsets; returns the offsets
 WriteMarkers = Callable[[Mapping[str, Sequence[str]], Mapping[str, int],
-                         Callable[[Mapping[str, int]], Mapping[str, Any | None]]],
+                         Callable[[Mapping[str, int]], Mapping[str, Any | None]],
+                         Mapping[str, int]],
                         Mapping[str, int]]
 
 
@@ -476,7 +477,9 @@ class CoordinatorService:
 
             try:
                 with self._write_lock:
-                    write(due, model.counts(), changes_for)
+                    floors = {model.barriers[c][0]: model.barriers[c][1]
+                              for kids in due.values() for c in kids}
+                    write(due, model.counts(), changes_for, floors)
             except FencedError as exc:
                 self.fenced = exc
                 self.fenced_event.set()

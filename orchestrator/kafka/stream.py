@@ -31,6 +31,7 @@ import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from orchestrator.kafka.logs import client_logging
+from orchestrator.kafka.markers import find_markers
 from orchestrator.kafka.settings import producer_settings
 from orchestrator.kafka.watched_producer import WatchedProducer
 from orchestrator.wire.barrier import encode_marker
@@ -77,6 +78,7 @@ class CoordinatorStream:
         self.job = job
         self.topic = stream_topic(job)
         self._producer: WatchedProducer | None = None
+        self._marker_doubt = False      # a marker transaction may have committed
 
     def open(self) -> dict[str, Any]:
         """Fence any previous writer, then read the stream to its end.
@@ -131,14 +133,17 @@ class CoordinatorStream:
                           f"({_REWRITES} attempts)")
 
     def write_markers(self, due: Mapping[str, Sequence[str]], counts: Mapping[str, int],
-                      changes_for: Callable[[Mapping[str, int]], Mapping[str, Any | None]]
-                      ) -> dict[str, int]:
+                      changes_for: Callable[[Mapping[str, int]], Mapping[str, Any | None]],
+                      floors: Mapping[str, int] | None = None) -> dict[str, int]:
         """Write a barrier marker to each parent partition of `due` (parent -> the
         children it settles; `counts`: topic -> partition count) and, in the same
         transaction, `changes_for(offsets)`.
 
         Unlike `write`, a transaction during which the brokers went away is aborted,
-        not written again: a second marker would stand at another offset.
+        not written again: a second marker would stand at another offset. After a
+        failure whose outcome is unknown, the next call first looks for the markers
+        that may have been committed (orchestrator/kafka/markers.py, from `floors`:
+        parent -> its end at the expansion) and writes only the missing ones.
 
         Returns:
             parent partition -> its marker's offset.
@@ -150,6 +155,9 @@ class CoordinatorStream:
         producer = self._require_open()
         offsets: dict[str, int] = {}
         failures: list[str] = []
+        if self._marker_doubt:
+            offsets.update(find_markers(self._settings, self.job, due, floors or {}))
+            self._marker_doubt = False
 
         def delivered(err: KafkaError | None, msg: Any) -> None:
             if err is not None:
@@ -161,6 +169,8 @@ class CoordinatorStream:
         try:
             producer.begin_transaction()
             for parent, children in due.items():
+                if parent in offsets:
+                    continue            # committed by the attempt whose outcome was unknown
                 topic, number = split_partition(parent)
                 value, headers = encode_marker(self.job, parent, children, counts[topic])
                 producer.produce(topic, value=value, partition=number, headers=headers,
@@ -176,6 +186,7 @@ class CoordinatorStream:
                                  value=None if change is None else orjson.dumps(change))
             producer.commit_transaction(_TXN_TIMEOUT_S)
         except KafkaException as exc:
+            self._marker_doubt = True
             self._fail(producer, exc)
         return offsets
 
