@@ -244,3 +244,31 @@ def test_a_reply_still_in_force_is_not_built_again_and_a_decision_renews_it() ->
     service.tick()
     after = service.try_heartbeat(request(**reports("active", both)))
     assert after is not first and after is not None
+
+
+def test_barriers_are_settled_after_the_grace_with_their_markers_in_one_write() -> None:
+    service, _, written = make_service()     # CoreConfig's default grace: 300 s
+    service.expand("in", 4)
+    due = service.core.clock.time() + 300.0
+    assert written["model"]["unsettled"] == {"in:2": due, "in:3": due}
+    calls: list[Any] = []
+
+    def write(due: Any, counts: Any, changes_for: Any, floors: Any) -> dict[str, int]:
+        offsets = {parent: 140 + i for i, parent in enumerate(sorted(due))}
+        calls.append((dict(due), dict(counts), dict(floors)))
+        written.update(changes_for(offsets))
+        return offsets
+
+    assert not service.settle_barriers(write)                  # within the grace
+    lag_before = service.core.model.waits_for_settlement(["in:2"])
+    service.core.clock.advance(300.0)
+    assert service.settle_barriers(write)
+    assert calls == [({"in:0": ["in:2"], "in:1": ["in:3"]}, {"in": 4},
+                      {"in:0": 100, "in:1": 101})]      # the parents' ends at expansion
+    assert lag_before and not service.core.model.waits_for_settlement(["in:2"])
+    assert written["model"]["barriers"] == {"in:2": {"parent": "in:0", "offset": 140},
+                                            "in:3": {"parent": "in:1", "offset": 141}}
+    assert "unsettled" not in written["model"]
+    assert not service.settle_barriers(write) and len(calls) == 1
+    status = service.status()["barriers"]
+    assert status["in:2"]["settled"] and not status["in:2"]["reached"]
