@@ -415,6 +415,7 @@ class TaskRuntime:
                 self.guard(task, self.activate)
                 return
         self.consumers.grow(active, self.partitions_of(task))
+        self.barrier_book.attach(active)        # its new partitions may be parents too
 
     # ---- the loop ----------------------------------------------------------------------
 
