@@ -41,7 +41,7 @@ from orchestrator.core.handoff.machine import (
 __all__ = [
     "Activated", "Cancel", "Command", "DEFAULT_ACCEPTABLE_LAG",
     "DEFAULT_ACTIVATE_TIMEOUT_S", "DEFAULT_RELEASE_TIMEOUT_S", "DeclareDead", "Event",
-    "Handoff", "HandoffConfig", "HandoffError", "LagReported", "LocalHandoffError", "P",
+    "Handoff", "HandoffConfig", "HandoffError", "LagReported", "LocalHandoffError",
     "Persist", "Phase", "ProcessorLost", "ReleaseAcked", "RemoteHandoffError", "ReplicaFailed",
     "ResumeOwner", "SendActivate", "SendRelease", "StartWarmup", "StopWarmup",
     "TERMINAL_PHASES", "TRANSITIONS", "Tick", "WarmupStarted", "final_owner",

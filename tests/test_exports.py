@@ -1,0 +1,29 @@
+"""Every package's public surface: `from P import *` works for every module of Baton."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import pytest
+
+PACKAGES = ("orchestrator", "processor", "store", "metrics")
+
+
+def _modules() -> list[str]:
+    names: list[str] = []
+    for top in PACKAGES:
+        package = importlib.import_module(top)
+        names.append(top)
+        names += [m.name for m in pkgutil.walk_packages(package.__path__, f"{top}.")
+                  if not m.name.endswith("__main__")]     # runs the CLI when imported
+    return names
+
+
+@pytest.mark.parametrize("module", _modules())
+def test_star_import(module: str) -> None:
+    namespace: dict[str, object] = {}
+    exec(f"from {module} import *", namespace)  # noqa: S102 - the statement under test
+    exported = getattr(importlib.import_module(module), "__all__", None)
+    if exported is not None:
+        assert set(exported) <= set(namespace), module
