@@ -69,15 +69,16 @@ class Session:
         self.console = console or Console(stderr=True)
         self._last, self._at = "", -float("inf")
 
-    def notify(self, message: str) -> None:
-        """Say why the command is still waiting (the client calls this at each retry)."""
+    def notify(self, message: str, waiting: bool = True) -> None:
+        """Say why the command is still `waiting` (the client calls this at each
+        retry), or that it goes on."""
         now = self._clock.monotonic()
         if message == self._last and now - self._at < _REPEAT_S:
             return
         self._last, self._at = message, now
-        self.console.print(f"baton: {message} (trying for up to "
-                           f"{self.deadline.remaining():.0f} s more)",
-                           markup=False, highlight=False, soft_wrap=True)
+        left = f" (trying for up to {self.deadline.remaining():.0f} s more)" if waiting else ""
+        self.console.print(f"baton: {message}{left}", markup=False, highlight=False,
+                           soft_wrap=True)
 
 
 @contextmanager

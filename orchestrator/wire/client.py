@@ -133,8 +133,8 @@ class CoordinatorClient:
         deadline: the command's time limit for every call; without it (and without
             `retry`), each call gets `CLI_LIMIT_S`. No request outlives it by more than
             `_MIN_TRY_S`.
-        notify: told, in a sentence, why a call is still waiting (each retry), and
-            who answered once one leads again.
+        notify: told, in a sentence, why a call is still waiting (`waiting` True, at
+            each retry), and who answered once one leads again (`waiting` False).
         clock: the clock of the deadlines and back-off sleeps.
     """
 
@@ -142,12 +142,12 @@ class CoordinatorClient:
                  retry: dict[str, Any] | None = None, timeout: float = _TIMEOUT_S,
                  transport: httpx.BaseTransport | None = None,
                  tls: TlsSettings | None = None, deadline: Deadline | None = None,
-                 notify: Callable[[str], None] | None = None,
+                 notify: Callable[[str, bool], None] | None = None,
                  clock: Clock | None = None) -> None:
         self.urls = [u.rstrip("/") for u in ([url] if isinstance(url, str) else url)]
         self.url = self.urls[0]
         self._retry, self._deadline, self._timeout = retry, deadline, timeout
-        self._notify = notify or (lambda message: None)
+        self._notify = notify or (lambda message, waiting: None)
         self._clock = clock or SystemClock()
         self._token = token
         headers = {} if callable(token) else {"Authorization": f"Bearer {token}"}
@@ -162,7 +162,8 @@ class CoordinatorClient:
     def for_config(cls, config: Config, token: str | Callable[[], str],
                    retry: dict[str, Any] | None = None, processor: bool = False,
                    deadline: Deadline | None = None,
-                   notify: Callable[[str], None] | None = None) -> CoordinatorClient:
+                   notify: Callable[[str, bool], None] | None = None
+                   ) -> CoordinatorClient:
         """A client of `config`'s coordinator with its TLS settings: the CLI's client
         certificate, or with `processor` the processor's.
 
@@ -212,14 +213,14 @@ class CoordinatorClient:
             raise CoordinatorUnreachable(
                 _gave_up(exc.round, self._clock.monotonic() - started)) from exc
         if attempt.retry_state.attempt_number > 1:
-            self._notify(f"coordinator at {self.url} answered {path} as the leader")
+            self._notify(f"coordinator at {self.url} answered {path} as the leader", False)
         return _checked(response, self.url, method, path)
 
     def _waiting(self, state: RetryCallState) -> None:
         """tenacity's `before_sleep`: say what the call waits for."""
         exc = state.outcome.exception() if state.outcome is not None else None
         if isinstance(exc, _Transient):
-            self._notify(f"no coordinator leads yet: {exc.round.describe()}")
+            self._notify(f"no coordinator leads yet: {exc.round.describe()}", True)
 
     def _send(self, method: str, path: str, body: Any, params: dict[str, str] | None,
               deadline: Deadline) -> httpx.Response:
