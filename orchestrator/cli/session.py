@@ -12,7 +12,6 @@ Exit codes: 0 done, 1 not done (timeout, no leading coordinator, refused operati
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
@@ -63,16 +62,16 @@ class Session:
 
     def __init__(self, limit: float, console: Console | None = None,
                  clock: Clock | None = None) -> None:
-        self._clock = clock or SystemClock()
+        self.clock = clock or SystemClock()
         self.limit = limit
-        self.deadline = Deadline.after(self._clock, limit)
+        self.deadline = Deadline.after(self.clock, limit)
         self.console = console or Console(stderr=True)
         self._last, self._at = "", -float("inf")
 
     def notify(self, message: str, waiting: bool = True) -> None:
         """Say why the command is still `waiting` (the client calls this at each
         retry), or that it goes on."""
-        now = self._clock.monotonic()
+        now = self.clock.monotonic()
         if message == self._last and now - self._at < _REPEAT_S:
             return
         self._last, self._at = message, now
@@ -91,7 +90,7 @@ def coordinator(config: Config, session: Session) -> Iterator[CoordinatorClient]
         fail(f"{exc} (coordinator.token_file in {config.path})", 2)
     try:
         client = CoordinatorClient.for_config(config, token, deadline=session.deadline,
-                                              notify=session.notify)
+                                              notify=session.notify, clock=session.clock)
     except ValueError as exc:
         fail(f"{exc} (in {config.path})", 2)
     try:
@@ -118,6 +117,8 @@ def poll_until(client: CoordinatorClient, done: Callable[[dict[str, Any]], bool]
             try:
                 status = client.status()
             except CoordinatorUnreachable as exc:
+                if not deadline.expired():
+                    raise                   # not for want of time (a refused certificate)
                 fail(f"timed out after {limit:g} s waiting for {what}: {exc}", 1)
             finished = done(status)         # may add its own reasons to "pending"
             waiting = list(status.get("pending", []))
@@ -130,7 +131,7 @@ def poll_until(client: CoordinatorClient, done: Callable[[dict[str, Any]], bool]
             if deadline.expired():
                 pending = "; ".join(waiting) or "the condition is not met yet"
                 fail(f"timed out after {limit:g} s waiting for {what}; pending: {pending}", 1)
-            time.sleep(min(_POLL_S, deadline.remaining()))
+            session.clock.sleep(min(_POLL_S, deadline.remaining()))
 
 
 def await_token_file(config: Config, session: Session) -> None:
@@ -142,4 +143,4 @@ def await_token_file(config: Config, session: Session) -> None:
             fail(f"timed out after {session.limit:g} s waiting for the coordinator's token "
                  f"file {config.token_file} (coordinator.token_file in {config.path}): is "
                  f"the coordinator running?", 1)
-        time.sleep(0.1)
+        session.clock.sleep(0.1)

@@ -126,8 +126,10 @@ class CoordinatorClient:
     Args:
         url: the coordinator's base URL, or every coordinator's (`coordinator.url`).
         token: the bearer token (`orchestrator.wire.token.read_token`).
-        retry: a tenacity policy of its own (the processor's heartbeat: none); without
-            it a call retries until `deadline`.
+        retry: a tenacity policy of its own (the processor's heartbeat: one try, as
+            the next heartbeat is its retry); without it a call retries until
+            `deadline`.
+        timeout: seconds one request may take.
         transport: an httpx transport (tests pass a `MockTransport` or an ASGI one).
         tls: the CA to verify an https coordinator with, and a client certificate.
         deadline: the command's time limit for every call; without it (and without
@@ -162,8 +164,8 @@ class CoordinatorClient:
     def for_config(cls, config: Config, token: str | Callable[[], str],
                    retry: dict[str, Any] | None = None, processor: bool = False,
                    deadline: Deadline | None = None,
-                   notify: Callable[[str, bool], None] | None = None
-                   ) -> CoordinatorClient:
+                   notify: Callable[[str, bool], None] | None = None,
+                   clock: Clock | None = None) -> CoordinatorClient:
         """A client of `config`'s coordinator with its TLS settings: the CLI's client
         certificate, or with `processor` the processor's.
 
@@ -174,7 +176,8 @@ class CoordinatorClient:
         cert, key = ((p.tls_cert_file, p.tls_key_file) if processor
                      else (c.tls_client_cert_file, c.tls_client_key_file))
         tls = TlsSettings(config.file(c.tls_ca_file), config.file(cert), config.file(key))
-        return cls(c.urls, token, retry, tls=tls, deadline=deadline, notify=notify)
+        return cls(c.urls, token, retry, tls=tls, deadline=deadline, notify=notify,
+                   clock=clock)
 
     def close(self) -> None:
         self._http.close()
