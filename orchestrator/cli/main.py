@@ -51,4 +51,9 @@ class _LazyGroup(click.Group):
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="baton")
 def main() -> None:
-    """Scale stateful Kafka stream processors out and in under live traffic."""
+    """Scale stateful Kafka stream processors out and in under live traffic.
+
+    While no coordinator leads (a failover, a restart), the commands that talk to it
+    keep trying within their --timeout (60 s; wait, expand and drain --wait: 600 s),
+    saying on stderr what they wait for.
+    """

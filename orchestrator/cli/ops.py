@@ -2,9 +2,10 @@
 split.
 
 Human output by default (rich tables, a progress bar with an ETA while waiting);
-`--json` prints the API's JSON for scripts. Exit codes follow orchestrator/cli.py:
-0 done, 1 not done (timeout, unreachable coordinator, refused operation), 2 bad
-usage or configuration. The token comes from `coordinator.token_file`.
+`--json` prints the API's JSON for scripts. Each command keeps trying within its own
+time limit while no coordinator leads (`--timeout`; see `session`). Exit codes: 0 done,
+1 not done (timeout, no leading coordinator, refused operation), 2 bad usage or
+configuration. The token comes from `coordinator.token_file`.
 """
 
 from __future__ import annotations
@@ -12,64 +13,28 @@ from __future__ import annotations
 import json
 import re
 import sys
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any, NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from orchestrator.wire.client import CoordinatorClient, CoordinatorError, CoordinatorUnreachable
-from orchestrator.wire.config import Config, ConfigError, load_config
-from orchestrator.wire.token import TokenError, read_token
+from orchestrator.cli.session import Session, await_token_file, coordinator, fail, load, poll_until
+from orchestrator.wire.client import CLI_LIMIT_S
 
 __all__ = ["COMMANDS"]
 
-# How often `wait`, `drain --wait` and `expand` poll /status.
-_POLL_S = 0.5
-_DEFAULT_TIMEOUT_S = 600.0
+# How long `wait`, `drain --wait` and `expand` wait for what they wait for.
+_WAIT_TIMEOUT_S = 600.0
 
 _config_option = click.option("-c", "--config", "config_path", required=True, metavar="FILE",
                                type=click.Path(dir_okay=False), help="The job's TOML config.")
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
-
-
-def _load(path: str, read_secrets: bool = False) -> Config:
-    """The config; only the coordinator reads [kafka] secrets, the other commands talk
-    to it over HTTP (see `load_config`)."""
-    try:
-        return load_config(path, read_secrets)
-    except ConfigError as exc:
-        _fail(str(exc), 2)
-
-
-@contextmanager
-def _client(config: Config) -> Iterator[CoordinatorClient]:
-    """A client with the token; coordinator errors become clear messages and exit codes."""
-    try:
-        token = read_token(config.token_file)
-    except TokenError as exc:
-        _fail(f"{exc} (coordinator.token_file in {config.path})", 2)
-    try:
-        client = CoordinatorClient.for_config(config, token)
-    except ValueError as exc:
-        _fail(f"{exc} (in {config.path})", 2)
-    try:
-        yield client
-    except CoordinatorUnreachable as exc:
-        _fail(str(exc), 1)
-    except CoordinatorError as exc:
-        _fail(str(exc), 2 if exc.status in (400, 404, 422) else 1)
-    finally:
-        client.close()
+_limit_option = click.option(
+    "--timeout", type=click.FloatRange(min=0), default=CLI_LIMIT_S, show_default=True,
+    help="Seconds to keep trying while no coordinator leads (a failover, a restart) "
+         "before giving up (exit 1).")
 
 
 def _print_json(data: Any) -> None:
@@ -85,10 +50,10 @@ def _print_json(data: Any) -> None:
               help="Overrides coordinator.listen (a second coordinator of a job is a standby).")
 def coordinator_command(config_path: str, listen: str | None) -> None:
     """Run the coordinator daemon, leader or standby (SIGTERM: clean exit 0)."""
-    config = _load(config_path, read_secrets=True)
+    config = load(config_path, read_secrets=True)
     if listen is not None:
         if not re.fullmatch(r"[^:\s]+:\d+", listen):
-            _fail(f"--listen {listen!r}: expected HOST:PORT", 2)
+            fail(f"--listen {listen!r}: expected HOST:PORT", 2)
         config = config.model_copy(update={
             "coordinator": config.coordinator.model_copy(update={"listen": listen})})
     from orchestrator.daemon.main import run_coordinator
@@ -103,11 +68,12 @@ def coordinator_command(config_path: str, listen: str | None) -> None:
 
 @click.command("status")
 @_config_option
+@_limit_option
 @_json_option
-def status_command(config_path: str, as_json: bool) -> None:
+def status_command(config_path: str, timeout: float, as_json: bool) -> None:
     """The job model, processors, tasks with lag, handoffs in flight, metrics URLs."""
-    config = _load(config_path)
-    with _client(config) as client:
+    config = load(config_path)
+    with coordinator(config, Session(timeout)) as client:
         status = client.status()
     if as_json:
         _print_json(status)
@@ -164,44 +130,6 @@ def _render_status(status: dict[str, Any], console: Console) -> None:
 # ---- wait ---------------------------------------------------------------------------------
 
 
-def _wait(client: CoordinatorClient, done: Callable[[dict[str, Any]], bool],
-          timeout: float, what: str, as_json: bool) -> dict[str, Any]:
-    """Poll /status until `done`, with a progress bar; exit 1 naming what is pending."""
-    console = Console(stderr=True)
-    deadline = time.monotonic() + timeout
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeRemainingColumn(), TextColumn("{task.fields[now]}"), console=console,
-                  disable=as_json, transient=True) as progress:
-        bar = progress.add_task(what, total=None, now="")
-        most = 0
-        while True:
-            status = client.status()
-            finished = done(status)         # may add its own reasons to "pending"
-            waiting = list(status.get("pending", []))
-            if finished:
-                progress.update(bar, total=max(most, 1), completed=max(most, 1), now="")
-                return status
-            most = max(most, len(waiting), 1)
-            progress.update(bar, total=most, completed=most - len(waiting),
-                            now=waiting[0] if waiting else "")
-            if time.monotonic() >= deadline:
-                pending = "; ".join(waiting) or "the condition is not met yet"
-                _fail(f"timed out after {timeout:g} s waiting for {what}; pending: {pending}", 1)
-            time.sleep(_POLL_S)
-
-
-def _await_token_file(config: Config, deadline: float, timeout: float) -> None:
-    """`baton wait` run right after `baton coordinator`: the coordinator creates its
-    token file on its first start, a moment later, so wait for it (within --timeout)
-    instead of failing; exit 1 when it never comes."""
-    while not config.token_file.exists():
-        if time.monotonic() >= deadline:
-            _fail(f"timed out after {timeout:g} s waiting for the coordinator's token file "
-                  f"{config.token_file} (coordinator.token_file in {config.path}): is the "
-                  f"coordinator running?", 1)
-        time.sleep(0.1)
-
-
 def _balanced(status: dict[str, Any]) -> bool:
     return bool(status.get("balanced")) and not status.get("handoffs")
 
@@ -228,32 +156,33 @@ def _not_holding(status: dict[str, Any], expected: Sequence[str]) -> list[str]:
 @click.option("--processors", default="", metavar="ID[,ID...]",
               help="Also wait until these processors are registered and hold tasks (for a "
                    "wait started right after `baton processor --id ...`).")
-@click.option("--timeout", type=click.FloatRange(min=0), default=_DEFAULT_TIMEOUT_S,
-              show_default=True, help="Seconds before giving up (exit 1).")
+@click.option("--timeout", type=click.FloatRange(min=0), default=_WAIT_TIMEOUT_S,
+              show_default=True,
+              help="Seconds before giving up (exit 1), coordinator failovers included.")
 @_json_option
 def wait_command(config_path: str, until: str, processors: str, timeout: float,
                  as_json: bool) -> None:
     """Block until the job is balanced; exit 1 on timeout naming what is pending.
 
     A processor started a moment ago may not have registered yet, and the job can look
-    balanced without it: name it with --processors to wait for it too.
+    balanced without it: name it with --processors to wait for it too. While no
+    coordinator leads (a failover), it keeps trying and says so on stderr.
     """
-    config = _load(config_path)
+    config = load(config_path)
     expected = [p for p in (x.strip() for x in processors.split(",")) if p]
     bad = [p for p in expected if not _PROCESSOR_ID.fullmatch(p)]
     if bad:
-        _fail(f"--processors: {bad[0]!r} is not a processor id (letters, digits, . _ -)", 2)
+        fail(f"--processors: {bad[0]!r} is not a processor id (letters, digits, . _ -)", 2)
 
     def done(status: dict[str, Any]) -> bool:
         missing = _not_holding(status, expected)
         status["pending"] = missing + list(status.get("pending", []))
         return not missing and _balanced(status)
 
-    deadline = time.monotonic() + timeout
-    _await_token_file(config, deadline, timeout)
-    with _client(config) as client:
-        status = _wait(client, done, max(0.0, deadline - time.monotonic()), "balanced",
-                       as_json)
+    session = Session(timeout)
+    await_token_file(config, session)
+    with coordinator(config, session) as client:
+        status = poll_until(client, done, session, "balanced", as_json)
     if as_json:
         _print_json(status)
     else:
@@ -267,12 +196,13 @@ def wait_command(config_path: str, until: str, processors: str, timeout: float,
 @_config_option
 @click.option("--add", multiple=True, metavar="ID", help="A processor to add (repeatable).")
 @click.option("--remove", multiple=True, metavar="ID", help="A processor to remove (repeatable).")
+@_limit_option
 @_json_option
 def plan_command(config_path: str, add: tuple[str, ...], remove: tuple[str, ...],
-                 as_json: bool) -> None:
+                 timeout: float, as_json: bool) -> None:
     """Dry run: the moves, their S2 sizes in records, the estimated catch-up time."""
-    config = _load(config_path)
-    with _client(config) as client:
+    config = load(config_path)
+    with coordinator(config, Session(timeout)) as client:
         plan = client.plan(add, remove)
     if as_json:
         _print_json(plan)
@@ -305,18 +235,21 @@ def _gone(pid: str) -> Callable[[dict[str, Any]], bool]:
 @click.option("--processor", "processor", required=True, metavar="ID",
               help="The processor to drain.")
 @click.option("--wait", "wait", is_flag=True, help="Wait until it has handed over and exited.")
-@click.option("--timeout", type=click.FloatRange(min=0), default=_DEFAULT_TIMEOUT_S,
-              show_default=True, help="Seconds --wait waits before giving up (exit 1).")
+@click.option("--timeout", type=click.FloatRange(min=0), default=None,
+              help=f"Seconds before giving up (exit 1), coordinator failovers included "
+                   f"[default: {_WAIT_TIMEOUT_S:g} with --wait, else {CLI_LIMIT_S:g}].")
 @_json_option
-def drain_command(config_path: str, processor: str, wait: bool, timeout: float,
+def drain_command(config_path: str, processor: str, wait: bool, timeout: float | None,
                   as_json: bool) -> None:
     """Scale in: move a processor's tasks away with catch-up, then tell it to exit 0."""
-    config = _load(config_path)
-    with _client(config) as client:
+    config = load(config_path)
+    session = Session(timeout if timeout is not None
+                      else _WAIT_TIMEOUT_S if wait else CLI_LIMIT_S)
+    with coordinator(config, session) as client:
         result = client.drain(processor)
         if wait:
-            result = {**result, "status": _wait(client, _gone(processor), timeout,
-                                                f"{processor} drained", as_json)}
+            result = {**result, "status": poll_until(client, _gone(processor), session,
+                                                     f"{processor} drained", as_json)}
     if as_json:
         _print_json(result)
     elif wait:
@@ -333,18 +266,20 @@ def drain_command(config_path: str, processor: str, wait: bool, timeout: float,
 @click.option("--topic", required=True, metavar="T", help="The input topic to grow.")
 @click.option("--partitions", required=True, type=click.IntRange(min=1), metavar="N",
               help="Its new partition count (a multiple of the current one).")
-@click.option("--timeout", type=click.FloatRange(min=0), default=_DEFAULT_TIMEOUT_S,
-              show_default=True, help="Seconds to wait for the new generation to be live.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=_WAIT_TIMEOUT_S,
+              show_default=True, help="Seconds to wait for the new generation to be live "
+                                      "(exit 1), coordinator failovers included.")
 @_json_option
 def expand_command(config_path: str, topic: str, partitions: int, timeout: float,
                    as_json: bool) -> None:
     """Grow an input topic, record the expansion barrier, wait until it is live."""
-    config = _load(config_path)
-    with _client(config) as client:
+    config = load(config_path)
+    session = Session(timeout)
+    with coordinator(config, session) as client:
         result = client.expand(topic, partitions)
         generation = int(result["generation"])
-        _wait(client, lambda s: s["generation"] >= generation and _balanced(s), timeout,
-              f"generation {generation} live", as_json)
+        poll_until(client, lambda s: s["generation"] >= generation and _balanced(s), session,
+                   f"generation {generation} live", as_json)
     if as_json:
         _print_json(result)
     else:
@@ -361,15 +296,16 @@ def expand_command(config_path: str, topic: str, partitions: int, timeout: float
 @click.command("split")
 @_config_option
 @click.option("--dry-run", is_flag=True, help="Plan the splits; record nothing.")
+@_limit_option
 @_json_option
-def split_command(config_path: str, dry_run: bool, as_json: bool) -> None:
+def split_command(config_path: str, dry_run: bool, timeout: float, as_json: bool) -> None:
     """After an expansion, split every task that can split into per-partition tasks.
 
     The children then catch up and take their partitions over like any move; run
     `baton wait --until balanced` to see them through. Running it twice splits once.
     """
-    config = _load(config_path)
-    with _client(config) as client:
+    config = load(config_path)
+    with coordinator(config, Session(timeout)) as client:
         result = client.split(dry_run)
     if as_json:
         _print_json({"splits": result["splits"], "tasks": result["tasks"]})

@@ -126,9 +126,14 @@ def test_unreachable_coordinator_is_named(coordinated) -> None:
     config.token_file.parent.mkdir(parents=True, exist_ok=True)
     config.token_file.write_text("t\n")
     config.token_file.chmod(0o600)
-    result = baton("status", "-c", path)
+    started = time.monotonic()
+    result = baton("status", "-c", path, "--timeout", "3")
     assert result.returncode == 1
-    assert config.coordinator.url in result.stderr and "unreachable" in result.stderr
+    assert 3 <= time.monotonic() - started < 30          # kept trying for --timeout
+    error = result.stderr.splitlines()[-1]
+    assert error.startswith(f"error: coordinator at {config.coordinator.url} is unreachable")
+    assert "kept trying for 3 s" in error
+    assert "no coordinator leads yet" in result.stderr   # said so while it tried
 
 
 def test_plan_drain_refusals_and_expand(coordinated, daemons, broker) -> None:
