@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -41,6 +42,14 @@ from orchestrator.devkit.embedded import (
     EMBEDDED_PROCESSOR_SETTINGS,
     EmbeddedBroker,
     free_port,
+)
+from orchestrator.devkit.pauses import (
+    Gap,
+    Watch,
+    handoff_kind,
+    handoff_pauses,
+    pause_gaps,
+    percentile,
 )
 from orchestrator.wire.client import CoordinatorClient
 from orchestrator.wire.config import dump_config, load_config
@@ -71,6 +80,9 @@ class DemoResult:
     catchup_records_per_s: float = 0.0
     split_children: int = 0
     split_to_balanced_s: float = 0.0   # `baton split` to every child live and balanced
+    # every handoff seen: {"task", "kind" (move | split | drain), "from", "to", "pause_ms",
+    # "at"}, so one slow handoff shows which and where to look in the daemons' logs
+    handoff_pauses: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     ok: bool = False
     metrics: dict[str, str] = field(default_factory=dict)
@@ -151,17 +163,6 @@ class _Cluster:
             self.stop(name, 15)
 
 
-@dataclass
-class _Watch:
-    """What the demo saw of each handoff: when, and how much had to be caught up."""
-
-    task: str
-    first_seen: float
-    last_seen: float
-    max_lag: int = 0
-    caught_up_at: float | None = None
-
-
 def _make_config(workdir: Path, bootstrap: str, topics: tuple[str, str]) -> Path:
     port = free_port()
     raw = {
@@ -185,8 +186,8 @@ class Demo:
     def __init__(self, console: Console | None) -> None:
         self.console = console
         self.result = DemoResult()
-        self.watches: list[_Watch] = []                 # one per handoff seen
-        self._live: dict[tuple[str, str], _Watch] = {}  # handoffs in the last /status
+        self.watches: list[Watch] = []                 # one per handoff seen
+        self._live: dict[tuple[str, str], Watch] = {}  # handoffs in the last /status
 
     def log(self, text: str) -> None:
         self.result.steps.append(text)
@@ -221,13 +222,14 @@ class Demo:
     def _observe(self, status: dict[str, Any], progress: Progress,
                  bars: dict[tuple[str, str], Any]) -> None:
         now = time.monotonic()
-        live: dict[tuple[str, str], _Watch] = {}
+        live: dict[tuple[str, str], Watch] = {}
         for handoff in status.get("handoffs", []):
             key = (handoff["task"], str(handoff.get("to")))
             lag = int(handoff.get("lag") or 0)
             watch = self._live.get(key)
             if watch is None:       # a handoff not in the previous /status: a new one
-                watch = _Watch(handoff["task"], now, now)
+                watch = Watch(handoff["task"], now, now, handoff.get("from"),
+                              handoff.get("to"), handoff_kind(handoff, status))
                 self.watches.append(watch)
             live[key] = watch
             watch.last_seen = now
@@ -294,53 +296,6 @@ def _read(bootstrap: str, topic: str) -> list[Any]:
         consumer.close()
 
 
-def _pauses(demo: Demo, inputs: list[Any], outputs: list[Any],
-            tasks: dict[str, list[str]]) -> list[float]:
-    """Per handoff: the largest gap between outputs of the task's keys while it moved."""
-    return [gap.ms for gap in _pause_gaps(demo, inputs, outputs, tasks)]
-
-
-@dataclass(frozen=True)
-class _Gap:
-    """One handoff's pause: its task, and the wall time (s) its largest gap began."""
-
-    task: str
-    began: float
-    ms: float
-
-
-def _pause_gaps(demo: Demo, inputs: list[Any], outputs: list[Any],
-                tasks: dict[str, list[str]]) -> list[_Gap]:
-    """Per handoff: the largest gap between outputs of the task's keys while it moved,
-    with when it began (to find that handoff in the daemons' logs)."""
-    owner = {p: t for t, ps in tasks.items() for p in ps}
-    key_task = {m.key(): owner.get(f"{m.topic()}:{m.partition()}") for m in inputs}
-    times: dict[str, list[float]] = {}
-    for m in outputs:
-        times.setdefault(key_task.get(m.key()) or "", []).append(m.timestamp()[1] / 1000)
-    wall_offset = time.time() - time.monotonic()
-    gaps = []
-    for watch in demo.watches:
-        task = watch.task
-        # from the moment it was seen past catching_up (the release) to its end: gaps
-        # during the catch-up itself are not the pause
-        began = watch.caught_up_at if watch.caught_up_at is not None else watch.last_seen
-        start, end = began + wall_offset - 0.5, watch.last_seen + wall_offset + 0.5
-        stamps = sorted(t for t in times.get(task, []) if start <= t <= end)
-        if len(stamps) >= 2:
-            width, at = max((b - a, a) for a, b in zip(stamps, stamps[1:], strict=False))
-            gaps.append(_Gap(task, at, width * 1000))
-    return gaps
-
-
-def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
-
-
 def _scale(demo: Demo, cluster: _Cluster, client: CoordinatorClient, feeder: _Feeder,
            topic: str) -> dict[str, Any]:
     demo.wait(client, "coordinator up", lambda s: True, 30)
@@ -390,8 +345,9 @@ def _scale(demo: Demo, cluster: _Cluster, client: CoordinatorClient, feeder: _Fe
     return client.status()
 
 
-def run_demo(console: Console | None) -> DemoResult:
-    """Run the whole scenario; the result says whether the oracle held."""
+def run_demo(console: Console | None, keep_logs: Path | None = None) -> DemoResult:
+    """Run the whole scenario; the result says whether the oracle held. The daemons'
+    logs are copied to `keep_logs` when given (they go with the demo's workdir)."""
     demo = Demo(console)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="baton-demo-") as tmp, EmbeddedBroker() as broker:
@@ -427,11 +383,15 @@ def run_demo(console: Console | None) -> DemoResult:
         finally:
             feeder.stop()
             cluster.stop_all()
+            if keep_logs is not None:
+                keep_logs.mkdir(parents=True, exist_ok=True)
+                for daemon_log in workdir.glob("*.log"):
+                    shutil.copy(daemon_log, keep_logs / daemon_log.name)
         del feeder, admin       # their librdkafka handles would log the broker's stop
         inputs, outputs = _read(broker.bootstrap, topics[0]), _read(broker.bootstrap, topics[1])
         oracle = check_running_sums([(m.key(), m.value()) for m in inputs],
                                     [(m.key(), m.value()) for m in outputs])
-        _summarise(demo, oracle, _pauses(demo, inputs, outputs, tasks))
+        _summarise(demo, oracle, pause_gaps(demo.watches, inputs, outputs, tasks))
     demo.result.seconds = round(time.monotonic() - started, 1)
     return demo.result
 
@@ -446,13 +406,15 @@ def _wait_file(path: Path, cluster: _Cluster) -> None:
     cluster.procs["coordinator"].poll()
 
 
-def _summarise(demo: Demo, oracle: OracleResult, pauses: list[float]) -> None:
+def _summarise(demo: Demo, oracle: OracleResult, gaps: list[Gap]) -> None:
     result = demo.result
+    pauses = [gap.ms for gap in gaps]
+    result.handoff_pauses = handoff_pauses(demo.watches, gaps)
     result.records_in, result.records_out = oracle.records_in, oracle.records_out
     result.lost, result.duplicated, result.wrong = oracle.lost, oracle.duplicated, oracle.wrong
     result.handoffs = len(demo.watches)
-    result.pause_ms_p50 = round(_percentile(pauses, 50), 1)
-    result.pause_ms_p99 = round(_percentile(pauses, 99), 1)
+    result.pause_ms_p50 = round(percentile(pauses, 50), 1)
+    result.pause_ms_p99 = round(percentile(pauses, 99), 1)
     rates = [w.max_lag / (w.caught_up_at - w.first_seen) for w in demo.watches
              if w.caught_up_at is not None and w.caught_up_at > w.first_seen and w.max_lag]
     result.catchup_records_per_s = round(statistics.mean(rates), 1) if rates else 0.0
