@@ -434,6 +434,13 @@ def print_summary(console: Console, result: DemoResult) -> None:
     for name, url in result.metrics.items():
         table.add_row(f"metrics {name}", url)
     console.print(table)
+    moves = Table(title="handoffs")
+    for column in ("task", "kind", "from", "to", "pause_ms", "at"):
+        moves.add_column(column, justify="right" if column == "pause_ms" else "left")
+    for handoff in result.handoff_pauses:
+        moves.add_row(*("-" if handoff[c] is None else str(handoff[c])
+                        for c in ("task", "kind", "from", "to", "pause_ms", "at")))
+    console.print(moves)
     console.print("[bold green]oracle holds[/]" if result.ok else "[bold red]ORACLE FAILED[/]")
 
 
