@@ -36,11 +36,14 @@ def _assert_handoff_list(summary: dict[str, Any]) -> None:
     listed = summary["handoff_pauses"]
     assert len(listed) == summary["handoffs"]
     for handoff in listed:
-        assert set(handoff) >= {"task", "kind", "from", "to", "pause_ms"}, handoff
+        assert set(handoff) >= {"task", "kind", "from", "to", "outcome", "pause_ms"}, handoff
         assert handoff["kind"] in ("move", "split", "drain"), handoff
+        assert handoff["outcome"] in ("done", "cancelled", "failed"), handoff
         assert handoff["task"].startswith("Partition ") and handoff["to"] != handoff["from"]
         assert handoff["pause_ms"] is None or handoff["pause_ms"] >= 0
-    kinds = {h["kind"] for h in listed}
+        if handoff["outcome"] == "cancelled":       # withdrawn before the release
+            assert handoff["pause_ms"] is None, handoff
+    kinds = {h["kind"] for h in listed if h["outcome"] == "done"}
     assert kinds == {"move", "split", "drain"}, listed       # the scenario has all three
     # p1 is the processor drained; the children are the tasks past the original 4
     assert {h["from"] for h in listed if h["kind"] == "drain"} == {"p1"}, listed

@@ -47,6 +47,7 @@ from orchestrator.devkit.pauses import (
     Gap,
     Watch,
     handoff_kind,
+    handoff_outcome,
     handoff_pauses,
     pause_gaps,
     percentile,
@@ -80,8 +81,9 @@ class DemoResult:
     catchup_records_per_s: float = 0.0
     split_children: int = 0
     split_to_balanced_s: float = 0.0   # `baton split` to every child live and balanced
-    # every handoff seen: {"task", "kind" (move | split | drain), "from", "to", "pause_ms",
-    # "at"}, so one slow handoff shows which and where to look in the daemons' logs
+    # every handoff seen: {"task", "kind" (move | split | drain), "from", "to", "outcome"
+    # (done | cancelled | failed), "pause_ms", "at"}, so one slow handoff shows which
+    # and where to look in the daemons' logs (orchestrator/devkit/pauses.py)
     handoff_pauses: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     ok: bool = False
@@ -244,6 +246,9 @@ class Demo:
             rate = f"{(watch.max_lag - lag) / elapsed:.0f}"
             progress.update(bars[key], description=label, total=max(watch.max_lag, 1),
                             completed=watch.max_lag - lag, lag=lag, rate=rate)
+        for key, ended in self._live.items():
+            if key not in live:
+                ended.outcome = handoff_outcome(ended, status)
         self._live = live
         for moved, bar in bars.items():
             if moved not in live:
@@ -435,11 +440,11 @@ def print_summary(console: Console, result: DemoResult) -> None:
         table.add_row(f"metrics {name}", url)
     console.print(table)
     moves = Table(title="handoffs")
-    for column in ("task", "kind", "from", "to", "pause_ms", "at"):
+    for column in ("task", "kind", "from", "to", "outcome", "pause_ms", "at"):
         moves.add_column(column, justify="right" if column == "pause_ms" else "left")
     for handoff in result.handoff_pauses:
         moves.add_row(*("-" if handoff[c] is None else str(handoff[c])
-                        for c in ("task", "kind", "from", "to", "pause_ms", "at")))
+                        for c in ("task", "kind", "from", "to", "outcome", "pause_ms", "at")))
     console.print(moves)
     console.print("[bold green]oracle holds[/]" if result.ok else "[bold red]ORACLE FAILED[/]")
 

@@ -3,11 +3,15 @@
 Theory of operation: a script polling `/status` sees each handoff while it is in flight
 (task, from, to, phase). Each one becomes a `Watch`, with its kind read from the same
 status: `split` for a split child's first move out of its parent (the task still has
-`split_from`), `drain` for a move away from a draining processor, `move` otherwise. Its
-pause is read from the output topic afterwards: the largest gap between consecutive
-outputs of the task's keys from the moment it was seen past catching up (the release)
-to its end. Gaps during the catch-up itself are not the pause: the old owner is still
-producing then.
+`split_from`), `drain` for a move away from a draining processor, `move` otherwise. How it
+ended comes from `recent_handoffs` once it has left the list in flight: `done`;
+`cancelled` by the assignor before the release (the coordinator's reason then starts
+"cancelled: "; the machine takes a Cancel so only in planned and catching_up): the task
+never stopped, so there is no pause; or `failed` (any other cancel: a party was lost or
+failed, possibly after the release, so its gap is measured). The pause is read from the
+output topic afterwards: the largest gap between consecutive outputs of the task's keys
+from the moment it was seen past catching up (the release) to its end. Gaps during the
+catch-up itself are not the pause: the old owner is still producing then.
 """
 
 from __future__ import annotations
@@ -18,10 +22,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["Gap", "HandoffKind", "Watch", "handoff_kind", "handoff_pauses", "pause_gaps",
-           "percentile"]
+__all__ = ["Gap", "HandoffKind", "Outcome", "Watch", "handoff_kind", "handoff_outcome",
+           "handoff_pauses", "pause_gaps", "percentile"]
 
 HandoffKind = Literal["move", "split", "drain"]
+Outcome = Literal["done", "cancelled", "failed"]
+# the coordinator's reason for a move the assignor withdrew before its release
+# (orchestrator/core/handoff/machine.py: Cancel in planned and catching_up)
+_WITHDRAWN = "cancelled: "
 # the output timestamps come from the producers' clocks and the watch's from the demo's
 # /status polls (200 ms apart): the window is widened by this much on either side
 _WINDOW_SLACK_S = 0.5
@@ -37,6 +45,7 @@ class Watch:
     source: str | None = None
     target: str | None = None
     kind: HandoffKind = "move"
+    outcome: Outcome = "done"
     max_lag: int = 0
     caught_up_at: float | None = None
 
@@ -61,9 +70,23 @@ def handoff_kind(handoff: Mapping[str, Any], status: Mapping[str, Any]) -> Hando
     return "move"
 
 
+def handoff_outcome(watch: Watch, status: Mapping[str, Any]) -> Outcome:
+    """How a handoff no longer in flight ended, from the status's `recent_handoffs`;
+    `done` when it is not listed there any more."""
+    for ended in reversed(status.get("recent_handoffs", [])):
+        if (ended["task"], ended.get("from"), ended.get("to")) != (
+                watch.task, watch.source, watch.target):
+            continue
+        if ended["phase"] != "cancelled":
+            return "done"
+        return "cancelled" if (ended.get("reason") or "").startswith(_WITHDRAWN) else "failed"
+    return "done"
+
+
 def pause_gaps(watches: Sequence[Watch], inputs: Sequence[Any], outputs: Sequence[Any],
                tasks: Mapping[str, Sequence[str]]) -> list[Gap]:
-    """Per handoff whose window holds two outputs or more: its largest output gap.
+    """Per handoff whose window holds two outputs or more: its largest output gap (none
+    for a handoff cancelled before its release: the task never stopped).
 
     Args:
         watches: the handoffs seen, in order.
@@ -79,6 +102,8 @@ def pause_gaps(watches: Sequence[Watch], inputs: Sequence[Any], outputs: Sequenc
     wall_offset = time.time() - time.monotonic()
     gaps = []
     for watch in watches:
+        if watch.outcome == "cancelled":
+            continue
         began = watch.caught_up_at if watch.caught_up_at is not None else watch.last_seen
         start = began + wall_offset - _WINDOW_SLACK_S
         end = watch.last_seen + wall_offset + _WINDOW_SLACK_S
@@ -90,7 +115,8 @@ def pause_gaps(watches: Sequence[Watch], inputs: Sequence[Any], outputs: Sequenc
 
 
 def handoff_pauses(watches: Sequence[Watch], gaps: Sequence[Gap]) -> list[dict[str, Any]]:
-    """Every handoff seen, in order: `{"task", "kind", "from", "to", "pause_ms", "at"}`;
+    """Every handoff seen, in order: `{"task", "kind", "from", "to", "outcome", "pause_ms",
+    "at"}`;
     `at` is the local wall time its largest gap began (as the daemons' logs write it), to
     find it there; `pause_ms` and `at` are None when its window held under two outputs."""
     measured = {id(g.watch): g for g in gaps if g.watch is not None}
@@ -98,7 +124,7 @@ def handoff_pauses(watches: Sequence[Watch], gaps: Sequence[Gap]) -> list[dict[s
     for w in watches:
         gap = measured.get(id(w))
         out.append({"task": w.task, "kind": w.kind, "from": w.source, "to": w.target,
-                    "pause_ms": None if gap is None else round(gap.ms, 1),
+                    "outcome": w.outcome, "pause_ms": None if gap is None else round(gap.ms, 1),
                     "at": None if gap is None else _clock(gap.began)})
     return out
 

@@ -8,6 +8,7 @@ from typing import Any
 from orchestrator.devkit.pauses import (
     Watch,
     handoff_kind,
+    handoff_outcome,
     handoff_pauses,
     pause_gaps,
     percentile,
@@ -71,9 +72,39 @@ def test_the_pause_is_the_largest_gap_of_the_tasks_keys_inside_its_window() -> N
     gaps = pause_gaps(watches, inputs, outputs, tasks)
     assert [(g.task, round(g.ms)) for g in gaps] == [("Partition 0", 400)]
     listed = handoff_pauses(watches, gaps)
-    assert [(h["task"], h["kind"], h["from"], h["to"], h["pause_ms"]) for h in listed] == [
-        ("Partition 0", "move", "p2", "p3", 400.0), ("Partition 1", "drain", "p2", "p3", None)]
+    assert [(h["task"], h["kind"], h["from"], h["to"], h["outcome"], h["pause_ms"])
+            for h in listed] == [("Partition 0", "move", "p2", "p3", "done", 400.0),
+                                 ("Partition 1", "drain", "p2", "p3", "done", None)]
     assert listed[0]["at"] is not None and listed[1]["at"] is None
+
+
+def test_a_move_the_assignor_withdrew_before_its_release_has_no_pause() -> None:
+    now = time.time()
+    inputs = [_Msg(b"a", 0)]
+    outputs = [_Msg(b"a", 0, now + t) for t in (0.0, 0.5, 0.6)]
+    watch = _watch("Partition 0", "move", now, now + 0.6)
+    watch.outcome = "cancelled"
+    gaps = pause_gaps([watch], inputs, outputs, {"Partition 0": ["events:0"]})
+    assert gaps == []
+    assert handoff_pauses([watch], gaps)[0]["pause_ms"] is None
+
+
+def _ended(phase: str, reason: str, to: str = "p3") -> dict[str, Any]:
+    return {"recent_handoffs": [{"task": "Partition 0", "from": "p2", "to": to,
+                                 "phase": phase, "reason": reason}]}
+
+
+def test_how_a_handoff_ended_comes_from_the_coordinators_recent_handoffs() -> None:
+    watch = Watch("Partition 0", 0.0, 1.0, "p2", "p3")
+    assert handoff_outcome(watch, _ended("done", "")) == "done"
+    assert handoff_outcome(watch, _ended(
+        "cancelled", "cancelled: the assignor now wants it on p4")) == "cancelled"
+    for after_release in ("cancelled during the release (x); p2 resumes",
+                          "target p3 was lost while activating"):
+        assert handoff_outcome(watch, _ended("cancelled", after_release)) == "failed"
+    # another move of the task, or one no longer listed: taken as done
+    assert handoff_outcome(watch, _ended("cancelled", "cancelled: x", to="p5")) == "done"
+    assert handoff_outcome(watch, {}) == "done"
 
 
 def test_percentiles() -> None:
