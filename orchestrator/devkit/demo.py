@@ -338,6 +338,10 @@ def _scale(demo: Demo, cluster: _Cluster, client: CoordinatorClient, feeder: _Fe
     split = client.split(dry_run=False)
     demo.result.split_children = len(split["splits"])
     demo.log(f"split: {len(split['splits'])} child task(s), {split['tasks']} tasks in all")
+    # Every daemon here shares the machine's cores: started now, the new processors'
+    # start-up (imports and clients, ~1.5 CPU-seconds each) would run inside the
+    # children's first handoffs, which it does not on hosts of their own
+    demo.wait(client, "split settled", _balanced)
     extra = [f"p{n}" for n in range(4, 4 + FINAL_PROCESSORS - 2)]
     demo.log(f"scale out past the original {INPUT_PARTITIONS} tasks: starting "
              f"{', '.join(extra)}")
