@@ -51,11 +51,10 @@ from orchestrator.devkit.demo import (
     _Cluster,
     _committed_all,
     _make_config,
-    _pause_gaps,
-    _percentile,
     _read,
 )
 from orchestrator.devkit.embedded import EmbeddedBroker
+from orchestrator.devkit.pauses import pause_gaps, percentile
 from orchestrator.wire.client import CoordinatorClient
 from orchestrator.wire.config import dump_config
 from orchestrator.wire.token import read_token
@@ -323,15 +322,15 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
                 for daemon_log in workdir.glob("*.log"):
                     shutil.copy(daemon_log, kept / daemon_log.name)
         inputs, outputs = _read(broker.bootstrap, "events"), _read(broker.bootstrap, "sums")
-        gaps = _pause_gaps(demo, inputs, outputs, tasks)
+        gaps = pause_gaps(demo.watches, inputs, outputs, tasks)
         for gap in gaps:    # to find a slow one in the daemons' logs
             log(f"pause {gap.ms:.0f} ms: {gap.task!r} from "
                 f"{time.strftime('%H:%M:%S', time.localtime(gap.began))}"
                 f".{int(gap.began % 1 * 1000):03d}")
         pauses = [gap.ms for gap in gaps]
         return {"keys": keys, "handoffs": len(pauses),
-                "pause_ms_p50": round(_percentile(pauses, 50), 1),
-                "pause_ms_p99": round(_percentile(pauses, 99), 1),
+                "pause_ms_p50": round(percentile(pauses, 50), 1),
+                "pause_ms_p99": round(percentile(pauses, 99), 1),
                 "pause_ms_max": round(max(pauses), 1) if pauses else 0.0,
                 "join_to_balanced_s": round(join_s, 2), "catch_up_records": volume,
                 "catch_up_records_per_s": round(volume / join_s, 1) if join_s else 0.0,

@@ -1,4 +1,5 @@
-"""`baton demo --json`: the whole scenario end to end, with the pinned summary keys."""
+"""`baton demo --json`: the whole scenario end to end, with the pinned summary keys and
+every handoff listed with its kind and pause."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,3 +28,27 @@ def test_demo_passes_its_oracle() -> None:
     assert summary["records_in"] == summary["records_out"] > 0
     assert summary["handoffs"] > 0
     assert summary["split_children"] == 4        # 4 -> 8 tasks, run on 5 processors
+    _assert_handoff_list(summary)
+
+
+def _assert_handoff_list(summary: dict[str, Any]) -> None:
+    """Every handoff the demo saw, with its task, kind, processors and pause."""
+    listed = summary["handoff_pauses"]
+    assert len(listed) == summary["handoffs"]
+    for handoff in listed:
+        assert set(handoff) >= {"task", "kind", "from", "to", "outcome", "pause_ms"}, handoff
+        assert handoff["kind"] in ("move", "split", "drain"), handoff
+        assert handoff["outcome"] in ("done", "cancelled", "failed"), handoff
+        assert handoff["task"].startswith("Partition ") and handoff["to"] != handoff["from"]
+        assert handoff["pause_ms"] is None or handoff["pause_ms"] >= 0
+        if handoff["outcome"] == "cancelled":       # withdrawn before the release
+            assert handoff["pause_ms"] is None, handoff
+    kinds = {h["kind"] for h in listed if h["outcome"] == "done"}
+    assert kinds == {"move", "split", "drain"}, listed       # the scenario has all three
+    # p1 is the processor drained; the children are the tasks past the original 4
+    assert {h["from"] for h in listed if h["kind"] == "drain"} == {"p1"}, listed
+    assert {h["task"] for h in listed if h["kind"] == "split"} <= {
+        f"Partition {n}" for n in range(4, 8)}, listed
+    measured = [h["pause_ms"] for h in listed if h["pause_ms"] is not None]
+    assert measured and min(measured) <= summary["pause_ms_p50"] <= max(measured)
+    assert summary["pause_ms_p99"] <= max(measured)

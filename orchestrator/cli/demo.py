@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -13,13 +14,15 @@ __all__ = ["demo_command"]
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (for scripts)")
-def demo_command(as_json: bool) -> None:
+@click.option("--logs", "logs", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="copy the daemons' logs to this directory (to follow a slow handoff)")
+def demo_command(as_json: bool, logs: Path | None) -> None:
     """Run, scale out, expand, drain, verify, summarise (exit 1 if the oracle fails)."""
     from orchestrator.devkit.demo import print_summary, run_demo
 
     console = None if as_json else Console()
     try:
-        result = run_demo(console)
+        result = run_demo(console, logs)
     except (TimeoutError, RuntimeError) as exc:
         click.echo(f"baton demo: {exc}", err=True)
         sys.exit(1)

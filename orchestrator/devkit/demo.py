@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -41,6 +42,15 @@ from orchestrator.devkit.embedded import (
     EMBEDDED_PROCESSOR_SETTINGS,
     EmbeddedBroker,
     free_port,
+)
+from orchestrator.devkit.pauses import (
+    Gap,
+    Watch,
+    handoff_kind,
+    handoff_outcome,
+    handoff_pauses,
+    pause_gaps,
+    percentile,
 )
 from orchestrator.wire.barrier import input_records
 from orchestrator.wire.client import CoordinatorClient
@@ -72,6 +82,10 @@ class DemoResult:
     catchup_records_per_s: float = 0.0
     split_children: int = 0
     split_to_balanced_s: float = 0.0   # `baton split` to every child live and balanced
+    # every handoff seen: {"task", "kind" (move | split | drain), "from", "to", "outcome"
+    # (done | cancelled | failed), "pause_ms", "at"}, so one slow handoff shows which
+    # and where to look in the daemons' logs (orchestrator/devkit/pauses.py)
+    handoff_pauses: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     ok: bool = False
     metrics: dict[str, str] = field(default_factory=dict)
@@ -152,17 +166,6 @@ class _Cluster:
             self.stop(name, 15)
 
 
-@dataclass
-class _Watch:
-    """What the demo saw of each handoff: when, and how much had to be caught up."""
-
-    task: str
-    first_seen: float
-    last_seen: float
-    max_lag: int = 0
-    caught_up_at: float | None = None
-
-
 def _make_config(workdir: Path, bootstrap: str, topics: tuple[str, str]) -> Path:
     port = free_port()
     raw = {
@@ -189,8 +192,8 @@ class Demo:
     def __init__(self, console: Console | None) -> None:
         self.console = console
         self.result = DemoResult()
-        self.watches: list[_Watch] = []                 # one per handoff seen
-        self._live: dict[tuple[str, str], _Watch] = {}  # handoffs in the last /status
+        self.watches: list[Watch] = []                 # one per handoff seen
+        self._live: dict[tuple[str, str], Watch] = {}  # handoffs in the last /status
 
     def log(self, text: str) -> None:
         self.result.steps.append(text)
@@ -225,13 +228,14 @@ class Demo:
     def _observe(self, status: dict[str, Any], progress: Progress,
                  bars: dict[tuple[str, str], Any]) -> None:
         now = time.monotonic()
-        live: dict[tuple[str, str], _Watch] = {}
+        live: dict[tuple[str, str], Watch] = {}
         for handoff in status.get("handoffs", []):
             key = (handoff["task"], str(handoff.get("to")))
             lag = int(handoff.get("lag") or 0)
             watch = self._live.get(key)
             if watch is None:       # a handoff not in the previous /status: a new one
-                watch = _Watch(handoff["task"], now, now)
+                watch = Watch(handoff["task"], now, now, handoff.get("from"),
+                              handoff.get("to"), handoff_kind(handoff, status))
                 self.watches.append(watch)
             live[key] = watch
             watch.last_seen = now
@@ -246,6 +250,9 @@ class Demo:
             rate = f"{(watch.max_lag - lag) / elapsed:.0f}"
             progress.update(bars[key], description=label, total=max(watch.max_lag, 1),
                             completed=watch.max_lag - lag, lag=lag, rate=rate)
+        for key, ended in self._live.items():
+            if key not in live:
+                ended.outcome = handoff_outcome(ended, status)
         self._live = live
         for moved, bar in bars.items():
             if moved not in live:
@@ -298,53 +305,6 @@ def _read(bootstrap: str, topic: str) -> list[Any]:
         consumer.close()
 
 
-def _pauses(demo: Demo, inputs: list[Any], outputs: list[Any],
-            tasks: dict[str, list[str]]) -> list[float]:
-    """Per handoff: the largest gap between outputs of the task's keys while it moved."""
-    return [gap.ms for gap in _pause_gaps(demo, inputs, outputs, tasks)]
-
-
-@dataclass(frozen=True)
-class _Gap:
-    """One handoff's pause: its task, and the wall time (s) its largest gap began."""
-
-    task: str
-    began: float
-    ms: float
-
-
-def _pause_gaps(demo: Demo, inputs: list[Any], outputs: list[Any],
-                tasks: dict[str, list[str]]) -> list[_Gap]:
-    """Per handoff: the largest gap between outputs of the task's keys while it moved,
-    with when it began (to find that handoff in the daemons' logs)."""
-    owner = {p: t for t, ps in tasks.items() for p in ps}
-    key_task = {m.key(): owner.get(f"{m.topic()}:{m.partition()}") for m in inputs}
-    times: dict[str, list[float]] = {}
-    for m in outputs:
-        times.setdefault(key_task.get(m.key()) or "", []).append(m.timestamp()[1] / 1000)
-    wall_offset = time.time() - time.monotonic()
-    gaps = []
-    for watch in demo.watches:
-        task = watch.task
-        # from the moment it was seen past catching_up (the release) to its end: gaps
-        # during the catch-up itself are not the pause
-        began = watch.caught_up_at if watch.caught_up_at is not None else watch.last_seen
-        start, end = began + wall_offset - 0.5, watch.last_seen + wall_offset + 0.5
-        stamps = sorted(t for t in times.get(task, []) if start <= t <= end)
-        if len(stamps) >= 2:
-            width, at = max((b - a, a) for a, b in zip(stamps, stamps[1:], strict=False))
-            gaps.append(_Gap(task, at, width * 1000))
-    return gaps
-
-
-def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
-
-
 def _scale(demo: Demo, cluster: _Cluster, client: CoordinatorClient, feeder: _Feeder,
            topic: str) -> dict[str, Any]:
     demo.wait(client, "coordinator up", lambda s: True, 30)
@@ -382,6 +342,10 @@ def _scale(demo: Demo, cluster: _Cluster, client: CoordinatorClient, feeder: _Fe
     split = client.split(dry_run=False)
     demo.result.split_children = len(split["splits"])
     demo.log(f"split: {len(split['splits'])} child task(s), {split['tasks']} tasks in all")
+    # Every daemon here shares the machine's cores: started now, the new processors'
+    # start-up (imports and clients, ~1.5 CPU-seconds each) would run inside the
+    # children's first handoffs, which it does not on hosts of their own
+    demo.wait(client, "split settled", _balanced)
     extra = [f"p{n}" for n in range(4, 4 + FINAL_PROCESSORS - 2)]
     demo.log(f"scale out past the original {INPUT_PARTITIONS} tasks: starting "
              f"{', '.join(extra)}")
@@ -394,8 +358,9 @@ def _scale(demo: Demo, cluster: _Cluster, client: CoordinatorClient, feeder: _Fe
     return client.status()
 
 
-def run_demo(console: Console | None) -> DemoResult:
-    """Run the whole scenario; the result says whether the oracle held."""
+def run_demo(console: Console | None, keep_logs: Path | None = None) -> DemoResult:
+    """Run the whole scenario; the result says whether the oracle held. The daemons'
+    logs are copied to `keep_logs` when given (they go with the demo's workdir)."""
     demo = Demo(console)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="baton-demo-") as tmp, EmbeddedBroker() as broker:
@@ -431,12 +396,16 @@ def run_demo(console: Console | None) -> DemoResult:
         finally:
             feeder.stop()
             cluster.stop_all()
+            if keep_logs is not None:
+                keep_logs.mkdir(parents=True, exist_ok=True)
+                for daemon_log in workdir.glob("*.log"):
+                    shutil.copy(daemon_log, keep_logs / daemon_log.name)
         del feeder, admin       # their librdkafka handles would log the broker's stop
         inputs = input_records(_read(broker.bootstrap, topics[0]))
         outputs = _read(broker.bootstrap, topics[1])
         oracle = check_running_sums([(m.key(), m.value()) for m in inputs],
                                     [(m.key(), m.value()) for m in outputs])
-        _summarise(demo, oracle, _pauses(demo, inputs, outputs, tasks))
+        _summarise(demo, oracle, pause_gaps(demo.watches, inputs, outputs, tasks))
     demo.result.seconds = round(time.monotonic() - started, 1)
     return demo.result
 
@@ -451,13 +420,15 @@ def _wait_file(path: Path, cluster: _Cluster) -> None:
     cluster.procs["coordinator"].poll()
 
 
-def _summarise(demo: Demo, oracle: OracleResult, pauses: list[float]) -> None:
+def _summarise(demo: Demo, oracle: OracleResult, gaps: list[Gap]) -> None:
     result = demo.result
+    pauses = [gap.ms for gap in gaps]
+    result.handoff_pauses = handoff_pauses(demo.watches, gaps)
     result.records_in, result.records_out = oracle.records_in, oracle.records_out
     result.lost, result.duplicated, result.wrong = oracle.lost, oracle.duplicated, oracle.wrong
     result.handoffs = len(demo.watches)
-    result.pause_ms_p50 = round(_percentile(pauses, 50), 1)
-    result.pause_ms_p99 = round(_percentile(pauses, 99), 1)
+    result.pause_ms_p50 = round(percentile(pauses, 50), 1)
+    result.pause_ms_p99 = round(percentile(pauses, 99), 1)
     rates = [w.max_lag / (w.caught_up_at - w.first_seen) for w in demo.watches
              if w.caught_up_at is not None and w.caught_up_at > w.first_seen and w.max_lag]
     result.catchup_records_per_s = round(statistics.mean(rates), 1) if rates else 0.0
@@ -477,6 +448,13 @@ def print_summary(console: Console, result: DemoResult) -> None:
     for name, url in result.metrics.items():
         table.add_row(f"metrics {name}", url)
     console.print(table)
+    moves = Table(title="handoffs")
+    for column in ("task", "kind", "from", "to", "outcome", "pause_ms", "at"):
+        moves.add_column(column, justify="right" if column == "pause_ms" else "left")
+    for handoff in result.handoff_pauses:
+        moves.add_row(*("-" if handoff[c] is None else str(handoff[c])
+                        for c in ("task", "kind", "from", "to", "outcome", "pause_ms", "at")))
+    console.print(moves)
     console.print("[bold green]oracle holds[/]" if result.ok else "[bold red]ORACLE FAILED[/]")
 
 

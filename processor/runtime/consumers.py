@@ -42,6 +42,7 @@ from orchestrator.wire.protocol import Barrier
 from processor.active import ActiveTask
 from processor.replica import Replay
 from processor.runtime.idle_fetch import IdleFetch, after_poll, before_poll
+from processor.runtime.metadata import PartitionCounts
 
 __all__ = ["Consumers", "by_task", "ends_of", "replay_by_task", "topic_partition"]
 
@@ -195,6 +196,8 @@ class Consumers:
         self._resume_at: dict[str, int] = {}    # paused active partition -> next offset
         self._read_to: dict[str, int] = {}      # ... -> the consumer's position then
         self.idle_pauses = 0                     # how often the idle back-off paused
+        # a partition newer than a consumer's cached metadata waited ~1 s to be fetched
+        self._counts = PartitionCounts()
 
     # ---- offsets ---------------------------------------------------------------------
 
@@ -244,8 +247,9 @@ class Consumers:
         if replica.role == "activating":
             consumer = self.activation
             self._activating.update(replica.partitions)
-        consumer.incremental_assign(
-            [_tp(p, replica.start_offset(p)) for p in replica.partitions])
+        assigned = [_tp(p, replica.start_offset(p)) for p in replica.partitions]
+        self._counts.before_assign(consumer, assigned)
+        consumer.incremental_assign(assigned)
 
     def unassign_replay(self, partitions: Sequence[str]) -> None:
         for consumer, mine in self._by_consumer(partitions):
@@ -402,7 +406,9 @@ class Consumers:
         self._wake_active(ready)
         for p in ready:
             self.owner[p] = active.name
-        self.active.incremental_assign([_tp(p, active.committed[p]) for p in ready])
+        assigned = [_tp(p, active.committed[p]) for p in ready]
+        self._counts.before_assign(self.active, assigned)
+        self.active.incremental_assign(assigned)
 
     def unassign_active(self, task: str) -> None:
         mine = [p for p, t in self.owner.items() if t == task]
