@@ -179,8 +179,8 @@ def _replay_and_write(job_class_path: str, settings: Mapping[str, Any], source: 
         if timings is not None:
             timings.add({"replay": written - began, "records": count, "skipped": skipped})
         own = offsets if chunk.order == first else {}
-        yield from _sst_part(chunk.order, state.raw, {**own, **state.carried}, timings,
-                             written)
+        yield from _sst_part(chunk.order, state.settle(), {**own, **state.carried},
+                             timings, written)
 
 
 def _process_batches(job: Job, chunk: Chunk, batches: Iterable[list[Any]],
@@ -254,7 +254,7 @@ def _fold_and_write(job_class_path: str, source: Source, chunks: Mapping[int, Ch
                 if not _apply(job, chunk, key, value, offset, timestamp, state):
                     skipped += 1
         twice.extend(k for k in state.raw if k in raw_state)
-        raw_state.update(state.raw)
+        raw_state.update(state.settle())
         carried.update(state.carried)
     written = time.process_time()
     if timings is not None:
