@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from processor.job import Job, Output, Record, State
 
-__all__ = ["IdentifiedSum", "ResettableSum", "RunningSum"]
+__all__ = ["IdentifiedSum", "KeyStats", "ResettableSum", "RunningSum"]
 
 
 class RunningSum(Job):
@@ -54,3 +54,18 @@ class IdentifiedSum(Job):
         total += int(record.value)
         state[record.key] = [ident, total]
         yield record.key, f"{ident}:{total}"
+
+
+class KeyStats(Job):
+    """Per key, the count and the sum of the integer values seen so far, as one dict:
+    `bench/processor_rates.py --job processor.examples:KeyStats` measures the state's
+    path for lists and dicts with it (a read, a change, an assignment per record)."""
+
+    def process(self, record: Record, state: State) -> Iterator[Output]:
+        if record.key is None or record.value is None:
+            raise ValueError(f"KeyStats needs a key and an integer value, got {record!r}")
+        stats = state.get(record.key) or {"n": 0, "sum": 0}
+        stats["n"] += 1
+        stats["sum"] += int(record.value)
+        state[record.key] = stats
+        yield record.key, f"{stats['n']}:{stats['sum']}"
