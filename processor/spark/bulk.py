@@ -65,7 +65,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, Literal
 
-from processor.job import Job, load_job
+from processor.job import Headers, Job, load_job
 from processor.replica import KeyFilter, new_record
 from processor.spark.fold import FoldState, Timings, replay
 from processor.spark.ingest import BulkCatchUpError, BulkResult, Source, ingest_bulk
@@ -114,7 +114,7 @@ RECORDS_PER_SST = 2_000_000
 
 
 def _apply(job: Job | None, chunk: Chunk, key: bytes | None, value: bytes | None,
-           offset: int, timestamp: int, state: FoldState) -> bool:
+           offset: int, timestamp: int, state: FoldState, headers: Headers = ()) -> bool:
     """Apply one record: process() for `input` (job given), last write for `changelog`.
     False if process() raised (the record is skipped, see `replay`)."""
     if job is None:
@@ -130,7 +130,7 @@ def _apply(job: Job | None, chunk: Chunk, key: bytes | None, value: bytes | None
             state.raw[state_key] = raw
         return True
     return replay(job, state, new_record(key, value, chunk.topic, chunk.partition, offset,
-                                         timestamp))
+                                         timestamp, headers))
 
 
 # (file index, SST bytes, keys, state-key hashes, names of keys folded twice)
@@ -191,7 +191,7 @@ def _process_batches(job: Job, chunk: Chunk, batches: Iterable[list[Any]],
     for batch in batches:
         for msg in batch:
             record = new_record(msg.key(), msg.value(), topic, partition, msg.offset(),
-                                msg.timestamp()[1])
+                                msg.timestamp()[1], msg.headers() or ())
             begin()
             try:
                 drain(process(record, state) or ())
@@ -210,19 +210,19 @@ def group_chunks(settings: Mapping[str, Any], source: Source, key_filter: KeyFil
                  timings: Any, chunks: Iterable[Chunk]) -> Iterator[tuple[Any, Any]]:
     """Shuffle plan, map side: read chunks, yield (key, piece) per key and chunk.
 
-    A piece is (order, first offset, rows), rows [(offset, value, timestamp)] in offset
+    A piece is (order, first offset, rows), rows [(offset, value, timestamp, headers)] in offset
     order; for `changelog` only the chunk's last write of the key.
     """
     for chunk in chunks:
         began = time.process_time()
-        rows: dict[bytes | None, list[tuple[int, bytes | None, int]]] = {}
+        rows: dict[bytes | None, list[tuple[int, bytes | None, int, Headers]]] = {}
         count = 0
         for msg in read_range(settings, chunk.topic, chunk.partition, chunk.start, chunk.end):
             count += 1
             key = msg.key()
             if key_filter is not None and not key_filter(key):
                 continue
-            row = (msg.offset(), msg.value(), msg.timestamp()[1])
+            row = (msg.offset(), msg.value(), msg.timestamp()[1], msg.headers() or ())
             if source == "changelog" or (known := rows.get(key)) is None:
                 rows[key] = [row]
             else:
@@ -250,8 +250,8 @@ def _fold_and_write(job_class_path: str, source: Source, chunks: Mapping[int, Ch
         state = FoldState()
         for order, _, rows in sorted(found, key=lambda piece: (piece[0], piece[1])):
             chunk = chunks[order]
-            for offset, value, timestamp in rows:
-                if not _apply(job, chunk, key, value, offset, timestamp, state):
+            for offset, value, timestamp, headers in rows:
+                if not _apply(job, chunk, key, value, offset, timestamp, state, headers):
                     skipped += 1
         twice.extend(k for k in state.raw if k in raw_state)
         raw_state.update(state.settle())
