@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-__all__ = ["Context", "Emitted", "Headers", "Job", "JobLoadError", "KeyValue", "Output",
-           "Record", "Role", "State", "load_job", "new_job"]
+__all__ = ["Context", "Emitted", "Headers", "Job", "JobLoadError", "JobSpec", "KeyValue",
+           "Output", "Record", "Role", "State", "load_job", "new_job"]
 
 State = MutableMapping[Any, Any]
 # Kafka headers as confluent-kafka gives them: (name, value) pairs, names may repeat
@@ -124,3 +124,29 @@ def new_job(job_class: type[Job], context: Context) -> Job:
     job.params = MappingProxyType(dict(context.params))
     job.setup(context)
     return job
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """How to make a job where only names travel (Spark executors): its class path,
+    the job's name, the `[job.params]` table and the task, picklable. A bare class path
+    is a spec without params."""
+
+    class_path: str
+    job: str = ""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    task: str = ""
+
+    @classmethod
+    def of(cls, job: str | JobSpec) -> JobSpec:
+        return job if isinstance(job, JobSpec) else cls(job)
+
+    def make(self, partitions: Sequence[str], role: Role = "bulk") -> Job:
+        """A set-up instance for one fold of the task (its caller closes it).
+
+        Raises:
+            JobLoadError: the class cannot be loaded.
+        """
+        context = Context(self.job, self.task, tuple(partitions), "spark", role,
+                          dict(self.params))
+        return new_job(load_job(self.class_path), context)
