@@ -197,8 +197,14 @@ class TaskStore(MutableMapping[Key, Any]):
             value = _loads(raw)
         except _JSONDecodeError:
             value = decode_value(raw)
-        if value.__class__ in _LIVE:
-            self._adopt(key, value, raw, entry)
+        if value.__class__ in _LIVE:      # `_adopt`, inlined: a dict job's every read
+            if key.__class__ is not bytes and key.__class__ is not str:
+                key = _normalise_key(key)
+            if self._undo is not None:
+                self._undo.append((key, entry))
+            if entry is ABSENT:
+                self._bases[key] = raw
+            self._overlay[key] = value
         return value
 
     def _adopt(self, key: Key, value: Any, raw: bytes, entry: Any) -> None:
@@ -231,7 +237,10 @@ class TaskStore(MutableMapping[Key, Any]):
         cls = value.__class__
         if cls is not int and cls is not str and cls is not bool and cls is not _NoneType:
             if cls is list or cls is dict:
-                encode_value(value)         # refuses what JSON cannot hold, here
+                # refuses what JSON cannot hold, here; a value read back and assigned
+                # again (`v = state[k]; ...; state[k] = v`) is checked at the commit
+                if self._overlay.get(key) is not value:
+                    encode_value(value)
             else:
                 value = freeze(value)
         if self._undo is not None:

@@ -90,3 +90,13 @@ def test_a_failed_record_is_undone_and_an_abort_drops_the_open_transaction() -> 
         assert harness.state == {"log": [0]}
         run = harness.close()
     assert [r.offset for r, _ in run.failed] == [1] and run.state == {"log": [0]}
+
+
+def test_the_readme_example() -> None:
+    from processor.examples import KeyStats
+
+    run = run_job(KeyStats, [("a", "1"), ("b", "5"), ("a", "2")], commit_every=2)
+    assert [o.value for o in run.outputs] == [b"1:1", b"1:5", b"2:3"]
+    assert run.state == {b"a": {"n": 2, "sum": 3}, b"b": {"n": 1, "sum": 5}}
+    with JobHarness(KeyStats, params={}, on_error="skip") as harness:
+        assert harness.send(("a", "x")) == [] and harness.state == {}
