@@ -210,3 +210,19 @@ def test_many_keys_round_trip_in_order(store_factory: StoreFactory) -> None:
     store.close()
     reopened = store_factory()
     assert list(reopened.items()) == [(b"%05d" % i, i) for i in range(2000)]
+
+
+def test_the_changelog_carries_what_the_commit_writes(store: TaskStore) -> None:
+    """changes() (the changelog's records) holds each changed-in-place value as the
+    commit writes it, and nothing for a value only read."""
+    store["read"] = {"n": 1}
+    store["changed"] = [1]
+    store.commit({})
+    assert store["read"] == {"n": 1}
+    store["changed"].append(2)
+    store.setdefault("new", {})["k"] = "v"
+    changes = store.changes()
+    assert list(changes) == [(b"\x02changed", b"[1,2]"), (b"\x02new", b'{"k":"v"}')]
+    store.commit({"t:0": 5}, changes)
+    assert dict(store.items()) == {"changed": [1, 2], "new": {"k": "v"}, "read": {"n": 1}}
+    assert store.applied_offsets() == {"t:0": 5}
