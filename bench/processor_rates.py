@@ -17,7 +17,7 @@ active  a TaskRuntime holding every task active from offset 0 (fresh job, group 
 Targets (issue 3): warmup >= 0.5 x raw, active >= 0.25 x raw.
 
     .venv/bin/python bench/processor_rates.py [--records N] [--keys K] [--rounds R]
-        [--bootstrap HOST:PORT] [--json]
+        [--bootstrap HOST:PORT] [--job MODULE:CLASS] [--json]
 """
 
 from __future__ import annotations
@@ -53,13 +53,17 @@ _RAW_BATCH = 10_000          # raw consumer's consume() batch: larger than this 
 _POLL_TIMEOUT_S = 0.1
 _PHASE_TIMEOUT_S = 1800.0    # a phase taking longer than this is reported as a failure
 _ADMIN_TIMEOUT_S = 30.0
+# the job the task runtime runs: its state is one int per key; --job
+# processor.examples:KeyStats keeps a dict per key instead (the state's container path)
+DEFAULT_JOB = "processor.examples:RunningSum"
 
 
 class Bench:
     """The broker, the topics and the client settings one run shares."""
 
     def __init__(self, bootstrap: str, extra: dict[str, Any], partitions: int,
-                 state_root: Path) -> None:
+                 state_root: Path, job_class: str = DEFAULT_JOB) -> None:
+        self.job_class = job_class
         self.bootstrap = bootstrap
         self.extra = extra
         self.partitions = partitions
@@ -121,7 +125,7 @@ class Bench:
         return {format_partition(self.topic, p): end for p, end in self.ends.items()}
 
     def runtime(self, job: str) -> TaskRuntime:
-        raw = {"job": {"name": job, "class": "processor.examples:RunningSum",
+        raw = {"job": {"name": job, "class": self.job_class,
                        "inputs": [self.topic], "output": self.output},
                "kafka": {"bootstrap_servers": self.bootstrap, **self.extra},
                "processor": {"state_dir": str(self.state_root / job)},
@@ -260,11 +264,13 @@ def prepared(stack: ExitStack, bootstrap: str | None, partitions: int, records: 
 
 
 def measure(records: int, keys: int, partitions: int, rounds: int, batch: int,
-            bootstrap: str | None, report: Callable[[str], None]) -> dict[str, Any]:
+            bootstrap: str | None, report: Callable[[str], None],
+            job_class: str = DEFAULT_JOB) -> dict[str, Any]:
     """Best rate (records/s) of each phase over `rounds` rounds on one input topic."""
     embedded = bootstrap is None
     with ExitStack() as stack:
         bench, _ = prepared(stack, bootstrap, partitions, records, keys, "baton-bench-", report)
+        bench.job_class = job_class
         best: dict[str, float] = {}
         cpu: dict[str, float] = {}
         phases: dict[str, Callable[[], float]] = {
@@ -286,6 +292,7 @@ def measure(records: int, keys: int, partitions: int, rounds: int, batch: int,
     warmup_ratio = rates["warmup_rate"] / rates["raw_rate"]
     active_ratio = rates["active_rate"] / rates["raw_rate"]
     return {"records": records, "keys": keys, "partitions": partitions, "rounds": rounds,
+            "job": job_class,
             "raw_batch": batch, "embedded": embedded, **rates,
             "warmup_ratio": warmup_ratio, "active_ratio": active_ratio,
             # the same ratios by this process's CPU time per record: steadier than wall time
@@ -307,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=_RAW_BATCH,
                         help="the raw consumer's consume() batch size")
     parser.add_argument("--bootstrap", help="an existing broker instead of the embedded one")
+    parser.add_argument("--job", default=DEFAULT_JOB,
+                        help="job.class the runtime runs (records carry integer values)")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args(argv)
     if args.records <= 0 or args.keys <= 0 or args.partitions <= 0 or args.rounds <= 0:
@@ -316,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
 
     result = measure(args.records, args.keys, args.partitions, args.rounds, args.batch,
-                     args.bootstrap, report)
+                     args.bootstrap, report, args.job)
     if args.json:
         print(json.dumps(result))
         return 0

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from processor.job import Job, Output, Record, State
+from processor.job import Context, Emitted, Job, Output, Record, State, new_job
 
-__all__ = ["Job", "Output", "Record", "State"]
+__all__ = ["Context", "Emitted", "Job", "Output", "Record", "State", "new_job"]

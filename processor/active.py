@@ -35,6 +35,7 @@ from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.partitions import format_partition, split_partition
 from processor.changelog import ChangelogWriter
 from processor.job import Job, Record
+from processor.outputs import OutputError, encode_output, output_fields
 from processor.replica import new_record
 from store import Store
 
@@ -75,12 +76,6 @@ class BrokerLost(Exception):
 
 class TransactionAborted(Exception):
     """The open transaction was aborted; the caller rewinds the task to its committed offsets."""
-
-
-def encode_output(value: bytes | str | None) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    return str(value).encode("utf-8")
 
 
 def _callback_error(exc: SystemError) -> KafkaException:
@@ -124,6 +119,7 @@ class ActiveTask:
         self._state = store.state             # what process() sees, looked up once
         self.producer = producer
         self.output_topic = output_topic
+        self.output_topics = frozenset({output_topic})  # where an Output may go
         self.dlq_topic = dlq_topic
         self.on_error = on_error
         self._group_metadata = group_metadata
@@ -250,7 +246,8 @@ class ActiveTask:
             self._misroute_logged = (now, self.misrouted_total)
 
     def _process_one(self, msg: Message, topic: str, partition: int, offset: int) -> None:
-        record = new_record(msg.key(), msg.value(), topic, partition, offset, msg.timestamp()[1])
+        record = new_record(msg.key(), msg.value(), topic, partition, offset, msg.timestamp()[1],
+                            msg.headers() or ())
         store = self.store
         store.begin_record()
         try:
@@ -260,7 +257,13 @@ class ActiveTask:
             self._on_error(record, exc)
             return
         produce, output_topic = self.producer.produce, self.output_topic
-        for key, value in outputs:
+        # the outputs carry the input's timestamp (0, "now", when it has none)
+        timestamp = record.timestamp if record.timestamp > 0 else 0
+        for out in outputs:
+            if out.__class__ is not tuple:                  # an Output (processor/outputs.py)
+                self._produce_output(out, timestamp)
+                continue
+            key, value = out
             # encode_output, inlined for the exact types jobs yield (str.encode() is utf-8)
             if key.__class__ is str:
                 key = key.encode()
@@ -270,16 +273,29 @@ class ActiveTask:
                 value = value.encode()
             elif value is not None and value.__class__ is not bytes:
                 value = encode_output(value)
-            try:
-                produce(output_topic, value, key)   # positional: ~2x cheaper than keywords
+            try:                        # positional: ~2x cheaper than keywords
+                produce(output_topic, value, key, -1, None, timestamp)
             except BufferError:
-                self._produce(produce, output_topic, key, value)
+                self._produce(produce, output_topic, key, value, timestamp=timestamp)
+
+    def _produce_output(self, out: object, timestamp: int) -> None:
+        """Produce an `Output`: its own topic, headers and timestamp where given."""
+        try:
+            topic, key, value, headers, when = output_fields(out, self.output_topic,
+                                                             self.output_topics)
+        except OutputError as exc:
+            self.abort()
+            raise TaskFailed(f"task {self.name!r}: {exc}; the task stopped at its committed "
+                             f"offsets") from exc
+        self._produce(self.producer.produce, topic, key, value, headers,
+                      timestamp if when is None else when)
 
     def _produce(self, produce: Callable[..., None], topic: str, key: bytes | None,
-                 value: bytes | None, headers: list[tuple[str, bytes]] | None = None) -> None:
+                 value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None = None,
+                 timestamp: int = 0) -> None:
         while True:
             try:
-                produce(topic, key=key, value=value, headers=headers)
+                produce(topic, key=key, value=value, headers=headers, timestamp=timestamp)
                 return
             except BufferError:
                 self.producer.poll(0.05)      # local queue full: let deliveries drain

@@ -5,15 +5,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 
-from processor.job import Job, Output, Record, State
+from processor.job import Emitted, Job, Record, State
 
-__all__ = ["IdentifiedSum", "ResettableSum", "RunningSum"]
+__all__ = ["IdentifiedSum", "KeyStats", "ResettableSum", "RunningSum"]
 
 
 class RunningSum(Job):
     """Per key, the sum of the integer values seen so far (the demo's main job)."""
 
-    def process(self, record: Record, state: State) -> Iterator[Output]:
+    def process(self, record: Record, state: State) -> Iterator[Emitted]:
         if record.key is None or record.value is None:
             raise ValueError(f"RunningSum needs a key and an integer value, got {record!r}")
         total = state.get(record.key, 0) + int(record.value)
@@ -25,7 +25,7 @@ class ResettableSum(Job):
     """RunningSum where a value of 0 forgets the key (its state is deleted): a job whose
     changelog carries deletes (tombstones)."""
 
-    def process(self, record: Record, state: State) -> Iterator[Output]:
+    def process(self, record: Record, state: State) -> Iterator[Emitted]:
         if record.key is None or record.value is None:
             raise ValueError(f"ResettableSum needs a key and an integer value, got {record!r}")
         if int(record.value) == 0:
@@ -46,7 +46,7 @@ class IdentifiedSum(Job):
     intact (processor/oracle.py's `check_identified_sums` checks one id per key).
     """
 
-    def process(self, record: Record, state: State) -> Iterator[Output]:
+    def process(self, record: Record, state: State) -> Iterator[Emitted]:
         if record.key is None or record.value is None:
             raise ValueError(f"IdentifiedSum needs a key and an integer value, got {record!r}")
         known = state.get(record.key)
@@ -54,3 +54,18 @@ class IdentifiedSum(Job):
         total += int(record.value)
         state[record.key] = [ident, total]
         yield record.key, f"{ident}:{total}"
+
+
+class KeyStats(Job):
+    """Per key, the count and the sum of the integer values seen so far, as one dict:
+    `bench/processor_rates.py --job processor.examples:KeyStats` measures the state's
+    path for lists and dicts with it (a read, a change, an assignment per record)."""
+
+    def process(self, record: Record, state: State) -> Iterator[Emitted]:
+        if record.key is None or record.value is None:
+            raise ValueError(f"KeyStats needs a key and an integer value, got {record!r}")
+        stats = state.get(record.key) or {"n": 0, "sum": 0}
+        stats["n"] += 1
+        stats["sum"] += int(record.value)
+        state[record.key] = stats
+        yield record.key, f"{stats['n']}:{stats['sum']}"

@@ -1,27 +1,42 @@
-"""The pinned Job API: what a user subclasses, and the record it receives.
+"""The pinned Job API: what a user subclasses, the record it receives, what it yields.
 
 `process()` is called once per input record with the task's state mapping (backed by
-the task store's transaction overlay) and yields `(key, value)` pairs for the output
-topic. For the `input` catch-up source it must be deterministic: warmups replay the
-same records through it to rebuild the same state.
+the task store's transaction overlay) and yields `(key, value)` pairs, or `Output`s
+(headers, a timestamp, another declared output topic), for the output topic. For the
+`input` catch-up source it must be deterministic: warmups replay the same records
+through it to rebuild the same state.
+
+One `Job` instance serves one task in one role on one processor: it is made by
+`new_job`, which sets `params` (the `[job.params]` table) and calls `setup(context)`;
+the runtime calls `close()` when the task leaves that role (released, dropped,
+promoted, or the processor stops), so a job may open a client or load a model in
+`setup` and let it go in `close`.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, MutableMapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
 
-__all__ = ["Job", "JobLoadError", "Record", "Output", "State", "load_job"]
+__all__ = ["Context", "Emitted", "Headers", "Job", "JobLoadError", "JobSpec", "KeyValue",
+           "Output", "Record", "Role", "State", "load_job", "new_job"]
 
-Output = tuple[bytes | str | None, bytes | str | None]
 State = MutableMapping[Any, Any]
+# Kafka headers as confluent-kafka gives them: (name, value) pairs, names may repeat
+Headers = Sequence[tuple[str, bytes | None]]
+KeyValue = tuple[bytes | str | None, bytes | str | None]
+# where the job runs: a live task, a replay of its input (no output), a Spark fold,
+# or processor.testing
+Role = Literal["active", "warmup", "standby", "activating", "bulk", "testing"]
+_NO_PARAMS: Mapping[str, Any] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One input record, as the job sees it."""
+    """One input record, as the job sees it (`headers`: () when it has none)."""
 
     key: bytes | None
     value: bytes | None
@@ -29,14 +44,58 @@ class Record:
     partition: int
     offset: int
     timestamp: int
+    headers: Headers = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """One output record, when a `(key, value)` pair is not enough.
+
+    Args:
+        key, value: bytes, or str (UTF-8 encoded), or None.
+        headers: (name, value) pairs, value bytes or str; none by default.
+        timestamp: milliseconds since the epoch; None (the default): the input
+            record's timestamp, as for a `(key, value)` pair.
+        topic: None (the default): the job's `output`; else one of `[job] outputs`.
+    """
+
+    key: bytes | str | None
+    value: bytes | str | None
+    headers: Sequence[tuple[str, bytes | str | None]] | None = None
+    timestamp: int | None = None
+    topic: str | None = None
+
+
+Emitted = Output | KeyValue
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What `Job.setup` is told: where this instance runs."""
+
+    job: str                       # the job's name (`[job] name`)
+    task: str                      # e.g. "Partition 3"
+    partitions: tuple[str, ...]    # the task's input partitions, "topic:N"
+    processor: str                 # the processor id (e.g. "p1")
+    role: Role
+    params: Mapping[str, Any] = field(default_factory=lambda: _NO_PARAMS)
 
 
 class Job:
-    """Base class of a stateful job; override `process`."""
+    """Base class of a stateful job; override `process`, optionally `setup`/`close`."""
 
-    def process(self, record: Record, state: State) -> Iterable[Output]:
-        """Update `state` from `record` and yield output `(key, value)` pairs."""
+    # the `[job.params]` table (read-only), set before `setup` is called
+    params: Mapping[str, Any] = _NO_PARAMS
+
+    def setup(self, context: Context) -> None:
+        """Called once, before the first record of this instance's task and role."""
+
+    def process(self, record: Record, state: State) -> Iterable[Emitted]:
+        """Update `state` from `record` and yield `(key, value)` pairs or `Output`s."""
         raise NotImplementedError(f"{type(self).__name__} must implement process()")
+
+    def close(self) -> None:
+        """Called once when the task leaves this role here (its state is not touched)."""
 
 
 class JobLoadError(ValueError):
@@ -57,3 +116,37 @@ def load_job(class_path: str) -> type[Job]:
     if not (isinstance(job_class, type) and issubclass(job_class, Job)):
         raise JobLoadError(f"{class_path!r} is not a processor.Job subclass")
     return job_class
+
+
+def new_job(job_class: type[Job], context: Context) -> Job:
+    """An instance of `job_class` for one task and role: `params` set, `setup` called."""
+    job = job_class()
+    job.params = MappingProxyType(dict(context.params))
+    job.setup(context)
+    return job
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """How to make a job where only names travel (Spark executors): its class path,
+    the job's name, the `[job.params]` table and the task, picklable. A bare class path
+    is a spec without params."""
+
+    class_path: str
+    job: str = ""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    task: str = ""
+
+    @classmethod
+    def of(cls, job: str | JobSpec) -> JobSpec:
+        return job if isinstance(job, JobSpec) else cls(job)
+
+    def make(self, partitions: Sequence[str], role: Role = "bulk") -> Job:
+        """A set-up instance for one fold of the task (its caller closes it).
+
+        Raises:
+            JobLoadError: the class cannot be loaded.
+        """
+        context = Context(self.job, self.task, tuple(partitions), "spark", role,
+                          dict(self.params))
+        return new_job(load_job(self.class_path), context)

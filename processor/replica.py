@@ -30,7 +30,7 @@ from confluent_kafka import KafkaError, Message
 from orchestrator.wire.barrier import Marker, Reroute, decode_marker
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.partitions import format_partition
-from processor.job import Job, Record
+from processor.job import Headers, Job, Record
 from store import Store
 
 __all__ = ["CatchUpSource", "KeyFilter", "Replay", "Replica", "ReplicaRole", "log_error",
@@ -41,10 +41,11 @@ log = logging.getLogger("baton.processor.replica")
 ReplicaRole = Literal["warmup", "standby", "activating"]
 KeyFilter = Callable[[bytes | None], bool]
 
-_RECORD_FIELDS = ("key", "value", "topic", "partition", "offset", "timestamp")
+_RECORD_FIELDS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
 
 
-def _record_factory() -> Callable[[bytes | None, bytes | None, str, int, int, int], Record]:
+def _record_factory() -> Callable[[bytes | None, bytes | None, str, int, int, int, Headers],
+                                  Record]:
     """A constructor of `Record` for the per-record loops, about twice as fast as Record().
 
     A frozen dataclass's __init__ fills each field through object.__setattr__ (~0.7 us,
@@ -57,12 +58,12 @@ def _record_factory() -> Callable[[bytes | None, bytes | None, str, int, int, in
             or getattr(Record, "__slots__", None) != _RECORD_FIELDS
             or hasattr(Record, "__post_init__")):
         return Record
-    set_key, set_value, set_topic, set_partition, set_offset, set_timestamp = (
+    set_key, set_value, set_topic, set_partition, set_offset, set_timestamp, set_headers = (
         Record.__dict__[f].__set__ for f in _RECORD_FIELDS)
     new = object.__new__
 
     def make(key: bytes | None, value: bytes | None, topic: str, partition: int, offset: int,
-             timestamp: int) -> Record:
+             timestamp: int, headers: Headers) -> Record:
         record = new(Record)
         set_key(record, key)
         set_value(record, value)
@@ -70,6 +71,7 @@ def _record_factory() -> Callable[[bytes | None, bytes | None, str, int, int, in
         set_partition(record, partition)
         set_offset(record, offset)
         set_timestamp(record, timestamp)
+        set_headers(record, headers)
         return record
 
     return make
@@ -236,7 +238,8 @@ class Replica(Replay):
                         and reroute.target(key, offset) is not None):
                     position = positions[name] = offset + 1   # another task's key
                     continue
-                record = new_record(msg.key(), msg.value(), t, p, offset, msg.timestamp()[1])
+                record = new_record(msg.key(), msg.value(), t, p, offset, msg.timestamp()[1],
+                                    msg.headers() or ())
                 begin()
                 try:
                     drain(process(record, state))

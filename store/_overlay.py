@@ -1,20 +1,23 @@
-"""The transaction overlay's entries: what a write leaves in the overlay dict.
+"""The transaction overlay's entries: what a write (or a read) leaves in the overlay dict.
 
 An entry is one of:
 
 * a scalar (int, bool, None or str, exact types): the value itself. It is
   immutable, so sharing it with the caller is safe, and it is encoded only at commit,
   where the encoded bytes are freed right after the batch copies them;
-* bytes: a container, a float (NaN must read back as the null it is stored as) or any
-  other JSON-able object, encoded at write time, so a value
-  read back is a fresh copy and mutating it in place changes nothing until it is
-  assigned again, exactly as with a value read from RocksDB. State then does not depend
-  on where commit boundaries fall, which replays (warmups, catch-up) rely on. (User
-  values are never bytes: JSON has no bytes type.);
+* a live value (a list or dict, exact types): the object the job assigned, or the one a
+  read decoded and handed out. Every later read returns this same object, so a change
+  made to it in place is a change to the state, as with a dict: `settle` encodes it
+  when the transaction commits (and drops it if it still holds what RocksDB holds, so
+  a value only read costs no write and no changelog record);
+* bytes: anything else JSON-able (a float, since NaN must read back as the null it is
+  stored as; a tuple, which JSON holds as an array), encoded at write time, so what
+  reads back is what a read after the commit would return. (User values are never
+  bytes: JSON has no bytes type.);
 * DELETED: a delete.
 
-The encoded container is copied into an exact-size object: orjson returns a bytes that
-it over-allocated and shrank, and keeping thousands of those alive until commit
+Encoded values are copied into exact-size objects: orjson returns a bytes that it
+over-allocated and shrank, and keeping thousands of those alive until commit
 fragments the heap (measured at ~2 us per write on a VM with slow page faults).
 """
 
@@ -29,8 +32,8 @@ import rocksdict
 from store.base import Changes
 from store.codec import BYTES_TAG, STR_TAG, Key, encode_key, encode_value
 
-__all__ = ["ABSENT", "DELETED", "freeze", "add_to_batch", "merge", "overlay_changes",
-           "undo"]
+__all__ = ["ABSENT", "DELETED", "LIVE", "freeze", "add_to_batch", "merge", "overlay_changes",
+           "settle", "undo"]
 
 
 class _Sentinel:
@@ -47,6 +50,7 @@ ABSENT: Any = _Sentinel("ABSENT")  # "not in the overlay" (the undo log uses it 
 DELETED: Any = _Sentinel("DELETED")  # a delete in the overlay
 
 _dumps = orjson.dumps
+LIVE = frozenset({list, dict})  # the classes of live entries (mutable JSON containers)
 
 
 def freeze(value: Any) -> bytes:
@@ -137,11 +141,39 @@ def _sorted_changes(overlay: dict[Key, Any]) -> Changes:
     return Changes([k for k, _ in pairs], [v for _, v in pairs])
 
 
+def settle(overlay: dict[Key, Any], bases: dict[Key, bytes]) -> None:
+    """Replace each live entry by its encoding, or drop it when that is `bases[key]`
+    (the committed encoding it was read from: the commit would rewrite the same value).
+
+    A pass over the overlay in C finds whether there is any live entry; an overlay of
+    scalars (a counting job's) pays nothing more.
+
+    Raises:
+        TypeError: a live value no longer JSON-able, naming its key (entries before
+            it in the overlay may be settled; the caller aborts or retries).
+    """
+    if LIVE.isdisjoint(set(map(type, overlay.values()))):
+        bases.clear()
+        return
+    for key, entry in list(overlay.items()):
+        if entry.__class__ in LIVE:
+            try:
+                raw = freeze(entry)
+            except TypeError as exc:
+                raise TypeError(f"the value of state key {key!r} is not JSON-able: {exc}"
+                                ) from None
+            if bases.get(key) == raw:
+                del overlay[key]
+            else:
+                overlay[key] = raw
+    bases.clear()
+
+
 def undo(overlay: dict[Key, Any], log: list[tuple[Key, Any]]) -> None:
     """Restore the overlay entries recorded in `log`, newest first."""
     for key, previous in reversed(log):
         if previous is ABSENT:
-            del overlay[key]
+            overlay.pop(key, None)
         else:
             overlay[key] = previous
 

@@ -51,6 +51,8 @@ class _Section(BaseModel):
 
 class JobConfig(_Section):
     name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
+    # [job.params]: the job's own settings, given to it as `Job.params` (processor/job.py)
+    params: dict[str, Any] = Field(default_factory=dict)
     # import path "module:Class" of a processor.Job subclass
     class_: str = Field(alias="class", pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
     inputs: list[str] = Field(min_length=1)

@@ -33,10 +33,10 @@ from orchestrator.wire.clock import Clock
 from orchestrator.wire.config import Config
 from processor.active import ActiveTask
 from processor.changelog import ChangelogWriter
-from processor.job import Job
 from processor.replica import Replay, Replica, ReplicaRole
 from processor.runtime.consumers import Consumers
 from processor.runtime.dead_letters import dlq_topic
+from processor.runtime.jobs import TaskJobs
 from store import Store
 
 __all__ = ["Activation", "Activations", "StoreAheadError"]
@@ -78,17 +78,17 @@ class Activations:
     Args:
         config: the job's configuration (producer settings, output and error policy).
         group: the job's consumer group; a task's transactional id is `<group>.<task>`.
-        job: the job whose `process()` the new active task runs.
+        jobs: the tasks' job instances (the new active task runs its own).
         consumers: the runtime's consumers (committed offsets, group metadata).
         metrics: where the new active task counts the records process() failed on.
         clock: stamps when an activation began (the start of the handoff pause).
     """
 
-    def __init__(self, config: Config, group: str, job: Job, consumers: Consumers,
+    def __init__(self, config: Config, group: str, jobs: TaskJobs, consumers: Consumers,
                  metrics: ProcessorMetrics, clock: Clock) -> None:
         self._config = config
         self._group = group
-        self._job = job
+        self._jobs = jobs
         self._consumers = consumers
         self._metrics = metrics
         self._clock = clock
@@ -182,7 +182,8 @@ class Activations:
         activation = self.pending.pop(replay.name)
         replay.commit()
         config = self._config
-        active = ActiveTask(replay.name, list(partitions), self._job, replay.store,
+        job = self._jobs.get(replay.name, "activating", partitions)
+        active = ActiveTask(replay.name, list(partitions), job, replay.store,
                             activation.producer, config.job.output, dlq_topic(config.job.name),
                             config.processor.on_error,
                             self._consumers.active.consumer_group_metadata,

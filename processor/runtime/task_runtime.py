@@ -29,7 +29,7 @@ from orchestrator.wire.config import Config
 from orchestrator.wire.protocol import HeartbeatReply, TaskReport
 from processor.active import ActiveTask, ProducerFatal, TaskFailed, TaskFenced, TransactionAborted
 from processor.changelog_replica import ChangelogError, ChangelogReplica
-from processor.job import Job, load_job
+from processor.job import Job
 from processor.replica import Replay, Replica, ReplicaRole
 from processor.runtime.activation import Activations, StoreAheadError
 from processor.runtime.barriers import BarrierBook, BarrierHolder
@@ -38,6 +38,7 @@ from processor.runtime.changelog_source import ChangelogSource
 from processor.runtime.children import SplitChildren
 from processor.runtime.consumers import Consumers, by_task, replay_by_task
 from processor.runtime.dead_letters import ensure_dead_letter_topic
+from processor.runtime.jobs import TaskJobs
 from processor.runtime.reconciliation import reconcile
 from processor.runtime.reports import StoreSizes, task_reports
 from processor.sources import ReplaySources, replay_sources, topic_counts
@@ -106,7 +107,7 @@ class TaskRuntime:
         self.metrics = NullProcessorMetrics() if metrics is None else metrics
         self._sizes = StoreSizes(self.clock)       # snapshot for the scrape-time collector
         self.processor_id = processor_id
-        self.job = job or load_job(config.job.class_)()
+        self.jobs = TaskJobs(config, processor_id, job)     # one instance per task
         self.group = f"baton.{config.job.name}"
         self.consumers = Consumers(config, self.group, self.clock)
         self.barrier_book = BarrierBook(config.job.name, config.job.partitioner,
@@ -120,7 +121,7 @@ class TaskRuntime:
         self.moving: set[str] = set()          # active tasks whose release is near
         self.children = SplitChildren(config.job.partitioner)
         self._awaiting: dict[str, str] = {}   # split child -> its parent, still activating
-        self.activations = Activations(config, self.group, self.job, self.consumers,
+        self.activations = Activations(config, self.group, self.jobs, self.consumers,
                                        self.metrics, self.clock)
         self.bulk = BulkPath(config, self.metrics)
         self.changelog = ChangelogSource(config, self.consumers, self.clock)
@@ -215,7 +216,8 @@ class TaskRuntime:
         positions = {p: applied[p] if p in applied else self.consumers.low_watermark(p)
                      for p in sources.partitions}     # a lookup only when the store lacks it
         caps = {p: sources.cap(p, max(committed[p], 0)) for p in sources.partitions}
-        replica = Replica(task, sources.partitions, self.job, store, role, positions, caps,
+        job = self.jobs.get(task, role, self.partitions_of(task))
+        replica = Replica(task, sources.partitions, job, store, role, positions, caps,
                           sources.filters, sources.gates, clock=self.clock)
         self.barrier_book.attach(replica)
         return replica
@@ -335,6 +337,7 @@ class TaskRuntime:
         finally:
             self.consumers.unassign_active(task)
             active.close()
+            self.jobs.close(task)
             # closed at the next round, after the release is reported: closing a store
             # flushes its memtable (120 ms at 250,000 keys here, more under load), which
             # the new owner's activation, and so the pause, would otherwise wait out
@@ -392,6 +395,7 @@ class TaskRuntime:
         self.consumers.unassign_replay(replica.partitions)
         replica.commit()
         replica.store.close()
+        self.jobs.close(task)
         self.metrics.forget_task(task)
 
     def grow(self, task: str) -> None:
@@ -531,6 +535,7 @@ class TaskRuntime:
         self.consumers.unassign_active(task)
         active.abort()
         active.store.close()
+        self.jobs.close(task)
         self.failed[task] = reason
         self._sizes.forget(task)
         self.metrics.forget_task(task)      # fenced or failed: its series are not ours now
@@ -623,6 +628,7 @@ class TaskRuntime:
         for task in list(self.replicas):
             self.drop(task)
         self.activations.close(self.replicas)
+        self.jobs.close_all()
         self.bulk.close()
         self.consumers.close()
         self._committer.shutdown(wait=True)

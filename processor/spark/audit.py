@@ -29,6 +29,7 @@ from typing import Any
 
 from orchestrator.wire.config import Config
 from processor.job import Job, Record
+from processor.outputs import output_fields
 from processor.spark import (
     Chunk,
     FoldState,
@@ -188,10 +189,6 @@ def _run(sc: Any, job_class_path: str, settings: Mapping[str, Any],
     return _merge(summaries, max_examples)
 
 
-def _as_bytes(value: bytes | str | None) -> bytes | None:
-    return value.encode() if isinstance(value, str) else value
-
-
 def _tagged(job: Job, record: Record, state: FoldState, order: int
             ) -> Iterator[tuple[Any, Any]]:
     """The outputs of one record as (output key, (tag, input position, value)).
@@ -206,8 +203,27 @@ def _tagged(job: Job, record: Record, state: FoldState, order: int
     except Exception:  # noqa: BLE001 - user code, see the docstring
         state.rollback()
         return
-    for i, (out_key, out_value) in enumerate(outputs):
-        yield _as_bytes(out_key), (_EXPECTED, (order, record.offset, i), _as_bytes(out_value))
+    for i, out in enumerate(outputs):
+        topic, out_key, out_value, _, _ = output_fields(out, _OUTPUT, _ANY_TOPIC)
+        if topic == _OUTPUT:        # the audit compares the job's `output` topic only
+            yield out_key, (_EXPECTED, (order, record.offset, i), out_value)
+
+
+class _AnyTopic:
+    """Every topic: the audit follows outputs wherever the job sent them."""
+
+    def __contains__(self, topic: object) -> bool:
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+_OUTPUT = "\x00output"     # stands for the job's output topic (no topic is named so)
+_ANY_TOPIC = _AnyTopic()
 
 
 def _replayed_outputs(job_class_path: str, settings: Mapping[str, Any],
@@ -219,7 +235,7 @@ def _replayed_outputs(job_class_path: str, settings: Mapping[str, Any],
         for msg in without_markers(read_range(settings, chunk.topic, chunk.partition,
                                               chunk.start, chunk.end), "", refuse=False):
             record = Record(msg.key(), msg.value(), chunk.topic, chunk.partition,
-                            msg.offset(), msg.timestamp()[1])
+                            msg.offset(), msg.timestamp()[1], msg.headers() or ())
             yield from _tagged(job, record, state, chunk.order)
 
 
@@ -234,8 +250,9 @@ def _folded_outputs(job_class_path: str, chunks: Mapping[int, Chunk],
         state = FoldState()
         for order, _, rows in sorted(found, key=lambda piece: (piece[0], piece[1])):
             chunk = chunks[order]
-            for offset, value, timestamp in rows:
-                record = Record(key, value, chunk.topic, chunk.partition, offset, timestamp)
+            for offset, value, timestamp, headers in rows:
+                record = Record(key, value, chunk.topic, chunk.partition, offset, timestamp,
+                                headers)
                 yield from _tagged(job, record, state, order)
 
 

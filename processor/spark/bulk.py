@@ -51,6 +51,7 @@ delete, and the fold starts from an empty state.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -65,7 +66,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, Literal
 
-from processor.job import Job, load_job
+from processor.job import Headers, Job, JobSpec, load_job
 from processor.replica import KeyFilter, new_record
 from processor.spark.fold import FoldState, Timings, replay
 from processor.spark.ingest import BulkCatchUpError, BulkResult, Source, ingest_bulk
@@ -115,7 +116,7 @@ RECORDS_PER_SST = 2_000_000
 
 
 def _apply(job: Job | None, chunk: Chunk, key: bytes | None, value: bytes | None,
-           offset: int, timestamp: int, state: FoldState) -> bool:
+           offset: int, timestamp: int, state: FoldState, headers: Headers = ()) -> bool:
     """Apply one record: process() for `input` (job given), last write for `changelog`.
     False if process() raised (the record is skipped, see `replay`)."""
     if job is None:
@@ -131,7 +132,7 @@ def _apply(job: Job | None, chunk: Chunk, key: bytes | None, value: bytes | None
             state.raw[state_key] = raw
         return True
     return replay(job, state, new_record(key, value, chunk.topic, chunk.partition, offset,
-                                         timestamp))
+                                         timestamp, headers))
 
 
 # (file index, SST bytes, keys, state-key hashes, names of keys folded twice)
@@ -160,7 +161,7 @@ def _sst_part(index: int, raw_state: dict[Any, bytes], offsets: dict[str, int],
         yield index, data, len(raw_state), hashes.tobytes(), [repr(k) for k in twice[:3]]
 
 
-def _replay_and_write(job_class_path: str, settings: Mapping[str, Any], source: Source,
+def _replay_and_write(spec: JobSpec, settings: Mapping[str, Any], source: Source,
                       offsets: dict[str, int], first: int, timings: Any,
                       chunks: Iterable[Chunk]) -> Iterator[SstPart]:
     """Local plan: replay a whole range in offset order on one state, then write it."""
@@ -172,8 +173,11 @@ def _replay_and_write(job_class_path: str, settings: Mapping[str, Any], source: 
                    for batch in read_batches(settings, chunk.topic, chunk.partition,
                                              chunk.start, chunk.end))
         if source == "input":
-            count, skipped = _process_batches(load_job(job_class_path)(), chunk, batches,
-                                              state)
+            job = spec.make([f"{chunk.topic}:{chunk.partition}"])
+            try:
+                count, skipped = _process_batches(job, chunk, batches, state)
+            finally:
+                job.close()
         else:
             for batch in batches:
                 for msg in batch:
@@ -183,8 +187,8 @@ def _replay_and_write(job_class_path: str, settings: Mapping[str, Any], source: 
         if timings is not None:
             timings.add({"replay": written - began, "records": count, "skipped": skipped})
         own = offsets if chunk.order == first else {}
-        yield from _sst_part(chunk.order, state.raw, {**own, **state.carried}, timings,
-                             written)
+        yield from _sst_part(chunk.order, state.settle(), {**own, **state.carried},
+                             timings, written)
 
 
 def _process_batches(job: Job, chunk: Chunk, batches: Iterable[list[Any]],
@@ -195,7 +199,7 @@ def _process_batches(job: Job, chunk: Chunk, batches: Iterable[list[Any]],
     for batch in batches:
         for msg in batch:
             record = new_record(msg.key(), msg.value(), topic, partition, msg.offset(),
-                                msg.timestamp()[1])
+                                msg.timestamp()[1], msg.headers() or ())
             begin()
             try:
                 drain(process(record, state) or ())
@@ -214,12 +218,12 @@ def group_chunks(settings: Mapping[str, Any], source: Source, key_filter: KeyFil
                  timings: Any, chunks: Iterable[Chunk]) -> Iterator[tuple[Any, Any]]:
     """Shuffle plan, map side: read chunks, yield (key, piece) per key and chunk.
 
-    A piece is (order, first offset, rows), rows [(offset, value, timestamp)] in offset
+    A piece is (order, first offset, rows), rows [(offset, value, timestamp, headers)] in offset
     order; for `changelog` only the chunk's last write of the key.
     """
     for chunk in chunks:
         began = time.process_time()
-        rows: dict[bytes | None, list[tuple[int, bytes | None, int]]] = {}
+        rows: dict[bytes | None, list[tuple[int, bytes | None, int, Headers]]] = {}
         count = 0
         for msg in without_markers(read_range(settings, chunk.topic, chunk.partition,
                                               chunk.start, chunk.end),
@@ -228,7 +232,7 @@ def group_chunks(settings: Mapping[str, Any], source: Source, key_filter: KeyFil
             key = msg.key()
             if key_filter is not None and not key_filter(key):
                 continue
-            row = (msg.offset(), msg.value(), msg.timestamp()[1])
+            row = (msg.offset(), msg.value(), msg.timestamp()[1], msg.headers() or ())
             if source == "changelog" or (known := rows.get(key)) is None:
                 rows[key] = [row]
             else:
@@ -239,7 +243,7 @@ def group_chunks(settings: Mapping[str, Any], source: Source, key_filter: KeyFil
             yield key, (chunk.order, found[0][0], found)
 
 
-def _fold_and_write(job_class_path: str, source: Source, chunks: Mapping[int, Chunk],
+def _fold_and_write(spec: JobSpec, source: Source, chunks: Mapping[int, Chunk],
                     offsets: dict[str, int], timings: Any, index: int,
                     pieces: Iterable[tuple[Any, Any]]) -> Iterator[SstPart]:
     """Shuffle plan, reduce side: fold each key in (order, offset) order, write the SST."""
@@ -247,7 +251,25 @@ def _fold_and_write(job_class_path: str, source: Source, chunks: Mapping[int, Ch
     for key, piece in pieces:
         groups.setdefault(key, []).append(piece)
     began = time.process_time()
-    job = load_job(job_class_path)() if source == "input" else None
+    job = spec.make(sorted({f"{c.topic}:{c.partition}" for c in chunks.values()})
+                    ) if source == "input" else None
+    try:
+        raw_state, carried, twice, skipped = _fold_groups(job, chunks, groups)
+    finally:
+        if job is not None:
+            job.close()
+    written = time.process_time()
+    if timings is not None:
+        timings.add({"fold": written - began, "skipped": skipped})
+    own = offsets if index == 0 else {}
+    yield from _sst_part(index, raw_state, {**own, **carried}, timings, written, twice)
+
+
+def _fold_groups(job: Job | None, chunks: Mapping[int, Chunk],
+                 groups: Mapping[Any, list[Any]]
+                 ) -> tuple[dict[Any, bytes], dict[str, int], list[Any], int]:
+    """Fold each key's pieces on its own state: (raw state, carried offsets, keys seen
+    in several folds, records skipped)."""
     raw_state: dict[Any, bytes] = {}
     carried: dict[str, int] = {}
     twice: list[Any] = []
@@ -256,17 +278,13 @@ def _fold_and_write(job_class_path: str, source: Source, chunks: Mapping[int, Ch
         state = FoldState()
         for order, _, rows in sorted(found, key=lambda piece: (piece[0], piece[1])):
             chunk = chunks[order]
-            for offset, value, timestamp in rows:
-                if not _apply(job, chunk, key, value, offset, timestamp, state):
+            for offset, value, timestamp, headers in rows:
+                if not _apply(job, chunk, key, value, offset, timestamp, state, headers):
                     skipped += 1
         twice.extend(k for k in state.raw if k in raw_state)
-        raw_state.update(state.raw)
+        raw_state.update(state.settle())
         carried.update(state.carried)
-    written = time.process_time()
-    if timings is not None:
-        timings.add({"fold": written - began, "skipped": skipped})
-    own = offsets if index == 0 else {}
-    yield from _sst_part(index, raw_state, {**own, **carried}, timings, written, twice)
+    return raw_state, carried, twice, skipped
 
 
 _CROSS_KEY = ("a state key is written from several ranges or record keys ({}): the job "
@@ -278,7 +296,7 @@ class _SharedKeys(Exception):
     """Two SST files hold one state key (see the module docstring)."""
 
 
-def bulk_catch_up(spark: Any, job_class_path: str, kafka_settings: Mapping[str, Any],
+def bulk_catch_up(spark: Any, job_class_path: str | JobSpec, kafka_settings: Mapping[str, Any],
                   ranges: Ranges, source: Source, task: str, *,
                   key_filter: KeyFilter | None = None, plan: Plan = "auto",
                   chunk_records: int | None = None, sst_files: int | None = None,
@@ -287,7 +305,8 @@ def bulk_catch_up(spark: Any, job_class_path: str, kafka_settings: Mapping[str, 
 
     Args:
         spark: the SparkSession (see `processor.spark.spark_session`).
-        job_class_path: "module:Class" of the job (unused for `changelog`).
+        job_class_path: "module:Class" of the job, or a JobSpec with its params
+            (unused for `changelog`).
         kafka_settings: librdkafka settings of the cluster holding the ranges.
         ranges: {"topic:N": (start, end)}; keys spanning ranges fold in this order.
         source: "input" (replay through process()) or "changelog" (last write wins).
@@ -309,16 +328,17 @@ def bulk_catch_up(spark: Any, job_class_path: str, kafka_settings: Mapping[str, 
     """
     started = time.monotonic()
     whole = parse_ranges(ranges)
+    spec = dataclasses.replace(JobSpec.of(job_class_path), task=task)
     if source == "input":
         try:
-            load_job(job_class_path)
+            load_job(spec.class_path)
         except ValueError as exc:
             raise BulkCatchUpError(f"task {task}: {exc}") from None
     if plan == "local" and (key_filter is not None or chunk_records):
         raise ValueError("the local plan replays whole ranges: no key_filter, no chunks")
     sc = spark.sparkContext
     chosen = _choose(plan, whole, key_filter, chunk_records, sc.defaultParallelism)
-    args = (sc, job_class_path, dict(kafka_settings), ranges, source, task, key_filter,
+    args = (sc, spec, dict(kafka_settings), ranges, source, task, key_filter,
             chunk_records, sst_files, directory)
     try:
         result = _attempt(chosen, *args)
@@ -349,7 +369,7 @@ def _choose(plan: Plan, whole: list[Chunk], key_filter: KeyFilter | None,
     return "local" if local else "shuffle"
 
 
-def _attempt(plan: str, sc: Any, job_class_path: str, settings: dict[str, Any],
+def _attempt(plan: str, sc: Any, spec: JobSpec, settings: dict[str, Any],
              ranges: Ranges, source: Source, task: str, key_filter: KeyFilter | None,
              chunk_records: int | None, sst_files: int | None,
              directory: Path | None) -> BulkResult:
@@ -365,11 +385,11 @@ def _attempt(plan: str, sc: Any, job_class_path: str, settings: dict[str, Any],
             _offsets_only(result)
         elif plan == "local":
             written = sc.parallelize(chunks, len(chunks)).mapPartitions(functools.partial(
-                _replay_and_write, job_class_path, settings, source, offsets, chunks[0].order,
+                _replay_and_write, spec, settings, source, offsets, chunks[0].order,
                 timings))
             _collect(written, result)
         else:
-            _collect(_shuffled(sc, job_class_path, settings, source, key_filter, chunks, whole,
+            _collect(_shuffled(sc, spec, settings, source, key_filter, chunks, whole,
                                offsets, sst_files, timings), result)
     except (BulkCatchUpError, _SharedKeys):
         result.cleanup()
@@ -385,7 +405,7 @@ def _attempt(plan: str, sc: Any, job_class_path: str, settings: dict[str, Any],
     return result
 
 
-def _shuffled(sc: Any, job_class_path: str, settings: dict[str, Any], source: Source,
+def _shuffled(sc: Any, spec: JobSpec, settings: dict[str, Any], source: Source,
               key_filter: KeyFilter | None, chunks: list[Chunk], whole: list[Chunk],
               offsets: dict[str, int], sst_files: int | None, timings: Any) -> Any:
     cores = max(sc.defaultParallelism, 1)  # files in whole waves of reduce tasks
@@ -395,7 +415,7 @@ def _shuffled(sc: Any, job_class_path: str, settings: dict[str, Any], source: So
         functools.partial(group_chunks, settings, source, key_filter, timings))
     by_order = {c.order: c for c in whole}
     return keyed.partitionBy(files, key_partition).mapPartitionsWithIndex(
-        functools.partial(_fold_and_write, job_class_path, source, by_order, offsets, timings))
+        functools.partial(_fold_and_write, spec, source, by_order, offsets, timings))
 
 
 def _collect(written: Any, result: BulkResult) -> None:
@@ -460,7 +480,9 @@ def run_bulk_catch_up(config: Any, store: Any, ranges: Ranges, task: str, *,
         spark = spark_session(config.spark.master)
     except SparkUnavailableError as exc:
         raise BulkCatchUpError(f"task {task}: {exc}") from exc
-    result = bulk_catch_up(spark, config.job.class_, config.kafka_settings(), ranges,
+    result = bulk_catch_up(spark, JobSpec(config.job.class_, config.job.name,
+                                          config.job.params),
+                           config.kafka_settings(), ranges,
                            config.catch_up.source, task, key_filter=key_filter)
     ingest_bulk(store, result)
     return result

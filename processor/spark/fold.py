@@ -36,24 +36,28 @@ class FoldState(MutableMapping[Any, Any]):
     """A job's state during a fold, with the task store's semantics.
 
     Values are JSON-encoded on write and decoded on read, as TaskStore does, so a job
-    sees exactly what it would see on the consumer path (tuples come back as lists,
-    in-place mutation of a read value changes nothing); keys are normalised the same
-    way. `begin`/`rollback` undo one record's writes, as the consumer path does when
-    process() raises (see `replay`).
+    sees exactly what it would see on the consumer path: tuples come back as lists, and
+    a list or dict read from the state (or assigned to it) is the state's own value,
+    changed in place by whatever the job does to it (store/_overlay.py, live entries),
+    encoded by `settle` before the fold's result is written. Keys are normalised the
+    same way. `begin`/`rollback` undo one record's writes and in-place changes, as the
+    consumer path does when process() raises (see `replay`).
     """
 
     __slots__ = ("raw", "carried", "_undo")
 
     def __init__(self) -> None:
-        self.raw: dict[Any, bytes] = {}
+        # key -> encoded value, or the live list or dict it was decoded into
+        self.raw: dict[Any, Any] = {}
         # changelog folds only: input partition -> the offset its records carried
         self.carried: dict[str, int] = {}
-        self._undo: list[tuple[Any, bytes | None]] = []
+        self._undo: list[tuple[Any, Any]] = []
 
     def __getitem__(self, key: Any) -> Any:
-        if key.__class__ is not bytes and key.__class__ is not str:
-            key = _normalise(key)
-        return _decode(self.raw[key])
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value
 
     def get(self, key: Any, default: Any = None) -> Any:  # the hot path: kept flat
         if key.__class__ is not bytes and key.__class__ is not str:
@@ -61,18 +65,37 @@ class FoldState(MutableMapping[Any, Any]):
         raw = self.raw.get(key)
         if raw is None:
             return default
+        if raw.__class__ is not bytes:          # a live list or dict
+            self._undo.append((key, encode_value(raw)))
+            return raw
         try:
-            return _loads(raw)
+            value = _loads(raw)
         except _JSONDecodeError:
-            return decode_value(raw)
+            value = decode_value(raw)
+        if value.__class__ is list or value.__class__ is dict:
+            self._undo.append((key, raw))
+            self.raw[key] = value
+        return value
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        """`dict.setdefault`, returning the stored value itself (see TaskStore's)."""
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            self[key] = default
+            value = self.get(key)
+        return value
 
     def __setitem__(self, key: Any, value: Any) -> None:
         if key.__class__ is not bytes and key.__class__ is not str:
             key = _normalise(key)
-        try:
-            encoded = _dumps(value)
-        except TypeError:
-            encoded = encode_value(value)
+        encoded: Any = value
+        if value.__class__ is list or value.__class__ is dict:
+            encode_value(value)                 # refuses what JSON cannot hold, here
+        else:
+            try:
+                encoded = _dumps(value)
+            except TypeError:
+                encoded = encode_value(value)
         raw = self.raw
         self._undo.append((key, raw.get(key)))
         raw[key] = encoded
@@ -96,7 +119,7 @@ class FoldState(MutableMapping[Any, Any]):
         self._undo.clear()
 
     def rollback(self) -> None:
-        """Undo the writes since `begin`."""
+        """Undo the writes and in-place changes since `begin`."""
         raw = self.raw
         for key, previous in reversed(self._undo):
             if previous is None:
@@ -104,6 +127,25 @@ class FoldState(MutableMapping[Any, Any]):
             else:
                 raw[key] = previous
         self._undo.clear()
+
+    def settle(self) -> dict[Any, bytes]:
+        """Encode the live values: `raw` then maps every key to its encoded value.
+
+        Raises:
+            TypeError: a value changed in place no longer JSON-able, naming its key.
+        """
+        raw = self.raw
+        for key, value in raw.items():
+            if value.__class__ is not bytes:
+                try:
+                    raw[key] = encode_value(value)
+                except TypeError as exc:
+                    raise TypeError(f"the value of state key {key!r} is not JSON-able: "
+                                    f"{exc}") from None
+        return raw
+
+
+_MISSING: Any = object()
 
 
 def _normalise(key: Any) -> Any:

@@ -36,6 +36,9 @@ class Msg:
     def timestamp(self) -> tuple[int, int]:
         return (0, 0)
 
+    def headers(self) -> None:
+        return None
+
 
 class FatalProducer:
     def __init__(self, where: str, error: KafkaError) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from store import TaskStore
+from store import StoreError, TaskStore
 
 StoreFactory = Callable[..., TaskStore]
 
@@ -90,19 +90,60 @@ def test_unencodable_value_raises_and_leaves_nothing(store: TaskStore) -> None:
     assert "k" not in store
 
 
-def test_values_have_copy_semantics_like_stored_ones(store: TaskStore) -> None:
-    """Mutating a value read back changes nothing until it is assigned again, whether
-    it was read from the overlay or from RocksDB, so state never depends on where
-    commit boundaries fall."""
+def test_a_value_changed_in_place_is_written_back_at_commit(store: TaskStore) -> None:
+    """A list or dict read from the state (or assigned to it) is the state's own value
+    until the commit: changing it in place is a write, whether it came from the overlay
+    or from RocksDB (store/_overlay.py, live entries)."""
     items = [1]
     store["list"] = items
     items.append(2)
     got = store["list"]
     got.append(3)
-    assert store["list"] == [1]
+    assert store["list"] is got and got == [1, 2, 3]
     store.commit({})
     store["list"].append(4)
-    assert store["list"] == [1]
+    store.setdefault("new", []).append("x")
+    store.setdefault("counts", {})["n"] = 1
+    store.commit({})
+    assert dict(store.items()) == {"counts": {"n": 1}, "list": [1, 2, 3, 4], "new": ["x"]}
+
+
+def test_a_value_only_read_is_not_written_again(store: TaskStore) -> None:
+    store["d"] = {"n": 1}
+    store.commit({})
+    assert store["d"] == {"n": 1}
+    assert len(store.changes()) == 0      # no changelog record, no write
+
+
+def test_a_tuple_reads_back_as_a_list_before_and_after_the_commit(store: TaskStore) -> None:
+    store["t"] = (1, 2)
+    assert store["t"] == [1, 2]
+    store["t"].append(3)
+    store.commit({})
+    assert store["t"] == [1, 2, 3]
+
+
+def test_a_change_in_place_that_json_cannot_hold_fails_the_commit(store: TaskStore) -> None:
+    store["d"] = {"n": 1}
+    store["d"]["s"] = {1, 2}
+    with pytest.raises(StoreError, match="'d'"):
+        store.commit({})
+    store.abort()
+    assert "d" not in store
+
+
+def test_a_rolled_back_record_undoes_its_changes_in_place(store: TaskStore) -> None:
+    store["d"] = {"n": 1}
+    store.commit({})
+    store.begin_record()
+    store["d"]["n"] += 1                  # record 1 succeeds
+    store.begin_record()
+    store["d"]["n"] += 10                 # record 2 fails
+    store.setdefault("e", []).append(1)
+    store.rollback_record()
+    assert store["d"] == {"n": 2} and "e" not in store
+    store.commit({})
+    assert store["d"] == {"n": 2}
 
 
 def test_overlay_reads_its_own_writes_and_deletes(store: TaskStore) -> None:
@@ -169,3 +210,19 @@ def test_many_keys_round_trip_in_order(store_factory: StoreFactory) -> None:
     store.close()
     reopened = store_factory()
     assert list(reopened.items()) == [(b"%05d" % i, i) for i in range(2000)]
+
+
+def test_the_changelog_carries_what_the_commit_writes(store: TaskStore) -> None:
+    """changes() (the changelog's records) holds each changed-in-place value as the
+    commit writes it, and nothing for a value only read."""
+    store["read"] = {"n": 1}
+    store["changed"] = [1]
+    store.commit({})
+    assert store["read"] == {"n": 1}
+    store["changed"].append(2)
+    store.setdefault("new", {})["k"] = "v"
+    changes = store.changes()
+    assert list(changes) == [(b"\x02changed", b"[1,2]"), (b"\x02new", b'{"k":"v"}')]
+    store.commit({"t:0": 5}, changes)
+    assert dict(store.items()) == {"changed": [1, 2], "new": {"k": "v"}, "read": {"n": 1}}
+    assert store.applied_offsets() == {"t:0": 5}

@@ -1,0 +1,65 @@
+"""The job instances of a processor's tasks: one per task, from its arrival to its leaving.
+
+A task arrives here as a warmup or standby (`start_replica`) or straight into its
+activation; the instance made then (`processor.job.new_job`: `params` set, `setup`
+called with the role it arrived in) serves the task through its replay, activation and
+active life, so a client the job opened in `setup` is opened once. It is closed when
+the task leaves: released, dropped, stopped on a failure (a restart makes a new one),
+or the processor stops. A `close` that raises is logged, never fatal: the task's state
+and offsets are already where they belong.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from orchestrator.wire.config import Config
+from processor.job import Context, Job, Role, load_job, new_job
+
+__all__ = ["TaskJobs"]
+
+log = logging.getLogger("baton.processor.jobs")
+
+
+class TaskJobs:
+    """Job instances by task.
+
+    Args:
+        config: the job's configuration (`job.class`, `job.name`, `job.params`).
+        processor_id: named in each instance's context.
+        shared: an instance to serve every task as it is (tests hand one to the
+            runtime): neither `setup` nor `close` is called on it.
+    """
+
+    def __init__(self, config: Config, processor_id: str, shared: Job | None = None) -> None:
+        self._config = config
+        self._processor = processor_id
+        self._shared = shared
+        self._class = type(shared) if shared is not None else load_job(config.job.class_)
+        self._jobs: dict[str, Job] = {}
+
+    def get(self, task: str, role: Role, partitions: Sequence[str]) -> Job:
+        """The task's instance, made now (and set up) if the task just arrived."""
+        if self._shared is not None:
+            return self._shared
+        job = self._jobs.get(task)
+        if job is None:
+            context = Context(self._config.job.name, task, tuple(partitions),
+                              self._processor, role, self._config.job.params)
+            job = self._jobs[task] = new_job(self._class, context)
+        return job
+
+    def close(self, task: str) -> None:
+        """The task left: close its instance (if it has one)."""
+        job = self._jobs.pop(task, None)
+        if job is None:
+            return
+        try:
+            job.close()
+        except Exception:  # noqa: BLE001 - user code; the task has left either way
+            log.exception("task %r: the job's close() raised", task)
+
+    def close_all(self) -> None:
+        for task in list(self._jobs):
+            self.close(task)

@@ -1,0 +1,35 @@
+"""Jobs of the Job API tests, importable by class path (processors and Spark executors
+load `tests.processor.api_jobs:...`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from processor import Context, Emitted, Job, Output, Record, State
+
+__all__ = ["HookedSum"]
+
+
+class HookedSum(Job):
+    """A running sum scaled by `params["scale"]`, each output an `Output` carrying the
+    input's "src" header and the scale; setup/close calls recorded in `calls`."""
+
+    calls: list[tuple[Any, ...]] = []
+
+    def setup(self, context: Context) -> None:
+        self.context = context
+        HookedSum.calls.append(("setup", context.processor, context.task, context.role,
+                                context.partitions))
+
+    def process(self, record: Record, state: State) -> Iterator[Emitted]:
+        assert record.key is not None and record.value is not None
+        src = dict(record.headers).get("src") or b"-"
+        history = state.setdefault(record.key, {"total": 0, "sources": []})
+        history["total"] += int(record.value) * int(self.params["scale"])
+        history["sources"].append(src.decode())
+        yield Output(record.key, str(history["total"]),
+                     headers=[("src", src), ("scale", str(self.params["scale"]))])
+
+    def close(self) -> None:
+        HookedSum.calls.append(("close", self.context.processor, self.context.task))
