@@ -29,6 +29,7 @@ _COMMANDS = {
     "split": "orchestrator.cli.ops:split_command",
     "assign": "orchestrator.cli.assign:assign_command",
     "audit": "orchestrator.cli.audit:audit_command",
+    "check": "orchestrator.cli.check:check_command",
 }
 
 
