@@ -63,7 +63,7 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
     registry = CollectorRegistry()
     metrics = ProcessorMetrics(registry, config.job.name, processor_id)
     server, _ = serve_metrics(registry, config.processor.metrics_host,
-                              config.processor.metrics_port)
+                              config.processor.metrics_port_for(processor_id))
     try:
         runtime = TaskRuntime(config, processor_id, metrics=metrics, clock=clock)
     except DeadLetterTopicError as exc:
