@@ -20,7 +20,7 @@ from types import FrameType
 
 from prometheus_client import CollectorRegistry
 
-from metrics import ProcessorMetrics, serve_metrics
+from metrics import ProcessorMetrics, register_daemon_metrics, serve_metrics
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.collector import Collector
 from orchestrator.wire.config import Config
@@ -62,6 +62,7 @@ def run_processor(config: Config, processor_id: str, clock: Clock | None = None)
 def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> int:
     registry = CollectorRegistry()
     metrics = ProcessorMetrics(registry, config.job.name, processor_id)
+    register_daemon_metrics(registry, config.job.name)
     server, _ = serve_metrics(registry, config.processor.metrics_host,
                               config.processor.metrics_port_for(processor_id))
     try:

@@ -50,6 +50,6 @@ class _LazyGroup(click.Group):
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="baton")
+@click.version_option(package_name="baton", prog_name="baton")
 def main() -> None:
     """Scale stateful Kafka stream processors out and in under live traffic."""
