@@ -53,6 +53,7 @@ def populate(registry: CollectorRegistry) -> tuple[CoordinatorMetrics, Processor
     processor.record_bulk_fallback("Partition 0")
     processor.record_heartbeat("ok")
     processor.record_process_error("Partition 0", "skip")
+    processor.record_misrouted("Partition 1", "events:1", "events:5")
     return coordinator, processor
 
 
