@@ -26,6 +26,7 @@ from pydantic import (
 
 from orchestrator.wire.partitioners import PartitionerName
 from orchestrator.wire.secrets import SecretError, mask, redact, resolve, secret_values
+from orchestrator.wire.validation import check_ports, describe_errors
 
 __all__ = [
     "CatchUpConfig",
@@ -156,14 +157,7 @@ class ProcessorConfig(_Section):
     @field_validator("metrics_port")
     @classmethod
     def _ports(cls, port: int | dict[str, int]) -> int | dict[str, int]:
-        ports = port if isinstance(port, dict) else {"": port}
-        for pid, one in ports.items():
-            if not 0 <= one <= 65535:
-                raise ValueError(f"{pid + ': ' if pid else ''}{one} is not a port (0-65535)")
-        fixed = [one for one in ports.values() if one]
-        if len(set(fixed)) != len(fixed):
-            raise ValueError("two processors share a port")
-        return port
+        return check_ports(port)
 
     def metrics_port_for(self, processor_id: str) -> int:
         """The metrics port of processor `processor_id` (0: a free one)."""
@@ -364,21 +358,10 @@ def parse_config(raw: dict[str, Any], path: Path = Path("<memory>"),
     try:
         config = Config.model_validate({**raw, **kafka, **spark, "path": path.resolve()})
     except ValidationError as exc:
-        problems.extend(_problem(path, error) for error in exc.errors())
+        problems.extend(describe_errors(path, exc.errors()))
     if problems:
         raise ConfigError("\n".join(problems), problems) from None
     return config
-
-
-def _problem(path: Path, error: Any) -> str:
-    """One validation error as `file: key: message` (a rule across keys names them)."""
-    message = str(error["msg"]).removeprefix("Value error, ")
-    if error["type"] == "extra_forbidden":
-        message = "unknown key (misspelt?)"
-    # a union's branch (metrics_port: int | table) is no key of the file
-    loc = [str(part) for part in error["loc"]
-           if not str(part).startswith(("int", "dict[", "str", "list["))]
-    return f"{path}: {'.'.join(loc)}: {message}" if loc else f"{path}: {message}"
 
 
 def _resolve_kafka(raw: dict[str, Any], path: Path, environ: Mapping[str, str], read: bool,

@@ -62,3 +62,11 @@ def test_every_error_is_reported_each_naming_its_key(tmp_path: Path) -> None:
     assert sorted(keys) == ["coordinator.url", "processor.comit_interval_ms",
                             "processor.on_error", "spark.conf.spark.authenticate.secret"]
     assert str(caught.value).splitlines() == caught.value.problems
+
+
+def test_a_value_of_no_accepted_form_is_one_line_naming_the_forms() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(raw(processor={"metrics_port": "ninety"}))
+    [problem] = caught.value.problems
+    assert problem.startswith("<memory>: processor.metrics_port: expected a number: ")
+    assert "; or a table: " in problem
