@@ -277,3 +277,10 @@ def test_alert_fires_when_it_should(case, promtool, tmp_path: Path):
     run = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_every_alert_has_a_promtool_case_that_sees_it_fire() -> None:
+    fired = {sample["labels"].split('alertname="')[1].split('"')[0]
+             for case in CASES.values() for test in case["promql_expr_test"]
+             for sample in test["exp_samples"]}
+    assert fired == ALERT_NAMES
