@@ -8,11 +8,13 @@ config, a missing topic, a refused permission: the operator must change somethin
 exit 2). Probes that need the broker are skipped when it does not answer, since each
 would only repeat that.
 
-The topics are read from one full metadata listing: a topic missing from it either
-does not exist or is hidden from this principal (no Describe ACL); both need the
-operator. A topic Baton creates itself (the coordinator stream, the changelog, the
-dead-letter topic) may be missing: the broker is asked to validate its creation
-(`validate_only`), which checks the CreateTopics permission without creating it.
+The job's consumer group is checked by reading its committed offsets (the Describe
+permission on the group). The topics are read from one full metadata listing: a topic
+missing from it either does not exist or is hidden from this principal (no Describe
+ACL); both need the operator. A topic Baton creates itself (the coordinator stream,
+the changelog, the dead-letter topic) may be missing: the broker is asked to validate
+its creation (`validate_only`), which checks the CreateTopics permission without
+creating it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from tenacity import stop_after_attempt
 
@@ -124,6 +126,26 @@ def _kafka(config: Config) -> Iterator[Finding]:
     if config.processor.on_error == "dlq":
         yield _created(admin, topics, "processor.on_error", dlq_topic(name),
                        "the dead-letter topic (a processor creates it)", DLQ_PARTITIONS)
+    yield _group(admin, f"baton.{name}")
+
+
+def _group(admin: AdminClient, group: str) -> Finding:
+    """The job's consumer group: may this principal read its committed offsets (the
+    Describe permission every daemon needs on it)?"""
+    subject = f"job.name {group}"
+    request = ConsumerGroupTopicPartitions(group)
+    try:
+        answer = admin.list_consumer_group_offsets([request], request_timeout=_TIMEOUT_S)
+        offsets = answer[group].result(_TIMEOUT_S).topic_partitions or []
+    except KafkaException as exc:
+        error = exc.args[0]
+        if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            return Finding("error", subject, f"consumer group: {error.str()}; grant Describe "
+                                             "and Read on the group")
+        return Finding("note", subject, f"consumer group not verified: {error.str()}")
+    committed = sum(1 for tp in offsets if tp.offset >= 0)
+    return Finding("ok", subject, f"consumer group readable ({committed} committed "
+                                  f"offset{'' if committed == 1 else 's'})")
 
 
 def _needed(topics: dict[str, int], key: str, topic: str) -> Finding:

@@ -75,6 +75,7 @@ def test_all_good_with_a_running_coordinator(coordinated: Any, daemons: Any) -> 
     assert "3 partitions" in subjects[f"job.output {config.job.output}"]
     assert "accepts it" in subjects[f"coordinator.token_file {config.token_file}"]
     assert f"baton.{config.job.name}.coordinator" in " ".join(subjects)
+    assert "consumer group readable" in subjects[f"job.name baton.{config.job.name}"]
 
 
 def test_missing_topics_and_job_class_are_config_errors(coordinated: Any) -> None:
