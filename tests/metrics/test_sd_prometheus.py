@@ -59,3 +59,17 @@ def _sd(base: str) -> list[dict[str, Any]]:
 
 def _scraped(prometheus: PrometheusServer) -> set[str | None]:
     return {t["labels"].get("processor") for t in prometheus.api("targets")["activeTargets"]}
+
+
+def test_a_fixed_metrics_port_in_use_stops_the_start_naming_the_key(
+        coordinated: Any, daemons: Any) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        _, path = coordinated(partitions=1, processor={"metrics_port": {"p1": port}})
+        processor = daemons("p1", "processor", "-c", path, "--id", "p1")
+        assert processor.wait(60) == 2
+    assert f"127.0.0.1:{port} (processor.metrics_host, processor.metrics_port" in processor.log()
