@@ -12,6 +12,8 @@ Theory of operation:
 - State (lag, catch-up remaining records and ETA, handoffs in flight, store sizes) is
   computed at scrape time by custom collectors from callbacks returning plain data;
   events (handoffs ended, records processed, transactions) are counters and histograms.
+- Each daemon also registers `baton_build_info{version}` and prometheus_client's
+  process and platform collectors on its own registry (`register_daemon_metrics`).
 - Label values are bounded: tasks, processors and topics of the job model, plus the
   fixed vocabularies in `metrics._vocab` (checked at the call site).
 
@@ -21,6 +23,7 @@ The dashboard (`metrics/dashboards/baton.json`) and the alert rules
 
 from __future__ import annotations
 
+from metrics._build import BUILD_METRIC_NAMES, baton_version, register_daemon_metrics
 from metrics._coordinator import (
     COORDINATOR_METRIC_NAMES,
     CoordinatorMetrics,
@@ -50,6 +53,7 @@ from metrics._vocab import (
 )
 
 __all__ = [
+    "BUILD_METRIC_NAMES",
     "CONTENT_TYPE",
     "COORDINATOR_METRIC_NAMES",
     "HANDOFF_PHASES",
@@ -73,10 +77,13 @@ __all__ = [
     "ProcessorStep",
     "StoreView",
     "TransactionOutcome",
+    "baton_version",
+    "register_daemon_metrics",
     "render",
     "serve_metrics",
 ]
 
 # Every metric family Baton exports, as PromQL names it (counters end in `_total`;
 # histograms add `_bucket`, `_sum`, `_count`).
-METRIC_NAMES: tuple[str, ...] = COORDINATOR_METRIC_NAMES + PROCESSOR_METRIC_NAMES
+METRIC_NAMES: tuple[str, ...] = (COORDINATOR_METRIC_NAMES + PROCESSOR_METRIC_NAMES
+                                  + BUILD_METRIC_NAMES)

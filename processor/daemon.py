@@ -20,7 +20,7 @@ from types import FrameType
 
 from prometheus_client import CollectorRegistry
 
-from metrics import ProcessorMetrics, serve_metrics
+from metrics import ProcessorMetrics, register_daemon_metrics, serve_metrics
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.collector import Collector
 from orchestrator.wire.config import Config
@@ -48,7 +48,8 @@ def _execution_id() -> str:
 
 def run_processor(config: Config, processor_id: str, clock: Clock | None = None) -> int:
     """Run until SIGTERM (0), drained (0), or declared dead (3); a dead-letter topic
-    that cannot be created stops the start (2, or 1: see above).
+    that cannot be created stops the start (2, or 1: see above), as does a metrics
+    address that cannot be bound (2: a fixed port in use).
 
     Raises:
         ProcessorDirLocked: another live execution of this id holds its state directory
@@ -62,8 +63,15 @@ def run_processor(config: Config, processor_id: str, clock: Clock | None = None)
 def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> int:
     registry = CollectorRegistry()
     metrics = ProcessorMetrics(registry, config.job.name, processor_id)
-    server, _ = serve_metrics(registry, config.processor.metrics_host,
-                              config.processor.metrics_port)
+    register_daemon_metrics(registry, config.job.name)
+    port = config.processor.metrics_port_for(processor_id)
+    try:
+        server, _ = serve_metrics(registry, config.processor.metrics_host, port)
+    except OSError as exc:      # a fixed port in use, or a host that is not this one's
+        log.error("processor %s cannot serve its metrics on %s:%d (processor.metrics_host, "
+                  "processor.metrics_port in %s): %s", processor_id,
+                  config.processor.metrics_host, port, config.path, exc.strerror or exc)
+        return 2
     try:
         runtime = TaskRuntime(config, processor_id, metrics=metrics, clock=clock)
     except DeadLetterTopicError as exc:

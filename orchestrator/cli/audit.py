@@ -42,7 +42,8 @@ def audit_command(config_path: str, as_json: bool) -> None:
     except ValueError as exc:
         _fail(f"{config.path}: job.class: {exc}", as_json)
     try:
-        report = audit(spark_session(config.spark.master, "baton-audit"), config)
+        report = audit(spark_session(config.spark.master, "baton-audit", config.spark.conf),
+                       config)
     except (AuditError, SparkError) as exc:
         _fail(config.mask(f"audit could not run: {exc}"), as_json)  # Kafka errors may quote one
     if as_json:

@@ -29,6 +29,7 @@ _COMMANDS = {
     "split": "orchestrator.cli.ops:split_command",
     "assign": "orchestrator.cli.assign:assign_command",
     "audit": "orchestrator.cli.audit:audit_command",
+    "check": "orchestrator.cli.check:check_command",
 }
 
 
@@ -49,7 +50,7 @@ class _LazyGroup(click.Group):
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="baton")
+@click.version_option(package_name="baton", prog_name="baton")
 def main() -> None:
     """Scale stateful Kafka stream processors out and in under live traffic.
 

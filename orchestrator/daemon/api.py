@@ -4,10 +4,12 @@ Endpoints (DESIGN.md "Liveness" and "CLI"):
 
 - `GET /containerHeartbeat?executionContainerId=ID` -> {"alive": bool}   (pinned, no token)
 - `GET /metrics` -> Prometheus text of the coordinator's own registry     (no token)
+- `GET /sd` -> Prometheus HTTP service discovery: every live processor's metrics
+  target with `job` and `processor` labels (pinned; no token, as `/metrics`)
 - `POST /processors/register`, `POST /processors/heartbeat` (HeartbeatRequest -> HeartbeatReply)
 - `GET /status`, `POST /plan`, `POST /drain`, `POST /expand`, `POST /split`, `GET /openapi.json`
 
-Every endpoint but the first two requires `Authorization: Bearer <token>`: the
+Every endpoint but these three requires `Authorization: Bearer <token>`: the
 processor token for `/processors/*`, the operator token for the rest (401 without a
 valid one, 403 with the other kind's; see `credentials.py`). Reports must name tasks
 and partitions of the job (422 naming the task); bodies over
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from confluent_kafka import KafkaException
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
@@ -50,7 +53,7 @@ from orchestrator.kafka.topics import TopicsError
 from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest
 
 __all__ = ["AliveReply", "DrainRequest", "ExpandRequest", "PlanRequest", "SplitRequest",
-           "create_app"]
+           "create_app", "sd_targets"]
 
 log = logging.getLogger("baton.coordinator.api")
 
@@ -186,6 +189,12 @@ def create_app(service: CoordinatorService, credentials: Credentials,
         body = render(registry) if registry is not None else b""   # no core lock: views are copies
         return Response(body, media_type=CONTENT_TYPE)
 
+    @app.get("/sd", tags=["metrics"])
+    def service_discovery() -> list[dict[str, Any]]:
+        """Prometheus HTTP service discovery (`http_sd_configs`): one target group per
+        live processor, so scrape configs follow scale-out and in without editing."""
+        return sd_targets(service.status(), service.core.config.job)
+
     @app.get("/openapi.json", dependencies=auth, include_in_schema=False)
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -194,6 +203,24 @@ def create_app(service: CoordinatorService, credentials: Credentials,
         return app.openapi_schema
 
     return HeartbeatRoute(app, service, credentials, bind_ids)
+
+
+def sd_targets(status: dict[str, Any], job: str) -> list[dict[str, Any]]:
+    """The `/sd` answer from a status view: `{"targets": ["host:port"], "labels":
+    {"job", "processor"}}` per live processor that reported a metrics URL (a
+    `__metrics_path__` label only when its path is not Prometheus' default)."""
+    groups: list[dict[str, Any]] = []
+    for processor in status["processors"]:
+        url = urlsplit(processor.get("metrics_url") or "")
+        if not processor["alive"] or not url.netloc:
+            continue
+        labels = {"job": job, "processor": processor["id"]}
+        if url.path not in ("", "/metrics"):
+            labels["__metrics_path__"] = url.path
+        if url.scheme == "https":
+            labels["__scheme__"] = "https"
+        groups.append({"targets": [url.netloc], "labels": labels})
+    return groups
 
 
 def _json(reply: HeartbeatReply) -> Response:

@@ -36,7 +36,7 @@ import uvicorn
 from confluent_kafka import KafkaException
 from prometheus_client import CollectorRegistry
 
-from metrics import CoordinatorMetrics
+from metrics import CoordinatorMetrics, register_daemon_metrics
 from orchestrator.core.grouping import GroupingError
 from orchestrator.daemon.api import create_app
 from orchestrator.daemon.credentials import Credentials
@@ -179,6 +179,7 @@ class _Daemon:
         self.metrics = CoordinatorMetrics(self.registry, config.job.name,
                                           acceptable_lag=config.catch_up.acceptable_lag)
         self.metrics.set_leader(False)
+        register_daemon_metrics(self.registry, config.job.name)
         self.gate = Gate(config.job.name, self.registry, TlsSettings(
             config.file(c.tls_ca_file), config.file(c.tls_client_cert_file),
             config.file(c.tls_client_key_file)))

@@ -26,6 +26,7 @@ from pydantic import (
 
 from orchestrator.wire.partitioners import PartitionerName
 from orchestrator.wire.secrets import SecretError, mask, redact, resolve, secret_values
+from orchestrator.wire.validation import check_ports, describe_errors
 
 __all__ = [
     "CatchUpConfig",
@@ -42,7 +43,16 @@ __all__ = [
 
 
 class ConfigError(Exception):
-    """A configuration that cannot work; the message names the file and the key."""
+    """A configuration that cannot work; the message names the file and the key.
+
+    Attributes:
+        problems: every error found, one line each (`file: key: message`), so an
+            operator fixes them all in one pass; the message is these lines joined.
+    """
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems: list[str] = problems if problems is not None else [message]
 
 
 class _Section(BaseModel):
@@ -131,7 +141,10 @@ class ProcessorConfig(_Section):
     heartbeat_interval_ms: int = Field(default=1000, gt=0)
     coordinator_grace_ms: int = Field(default=15000, gt=0)
     commit_interval_ms: int = Field(default=100, gt=0)
-    metrics_port: int = Field(default=0, ge=0, le=65535)
+    # 0: a free port (reported to the coordinator, found through GET /sd); a fixed port;
+    # or a table per processor id, e.g. { p1 = 9101, p2 = 9102 } (an id missing from
+    # it gets a free port): fixed ports survive restarts for static scrape configs
+    metrics_port: int | dict[str, int] = 0
     metrics_host: str = "127.0.0.1"
     on_error: Literal["fail", "skip", "dlq"] = "fail"
     # for brokers that answer an empty fetch at once (no long poll, as noida-db): an
@@ -142,6 +155,16 @@ class ProcessorConfig(_Section):
     # the processor id
     tls_cert_file: str = ""
     tls_key_file: str = ""
+
+    @field_validator("metrics_port")
+    @classmethod
+    def _ports(cls, port: int | dict[str, int]) -> int | dict[str, int]:
+        return check_ports(port)
+
+    def metrics_port_for(self, processor_id: str) -> int:
+        """The metrics port of processor `processor_id` (0: a free one)."""
+        port = self.metrics_port
+        return port.get(processor_id, 0) if isinstance(port, dict) else port
 
 
 class CatchUpConfig(_Section):
@@ -159,6 +182,12 @@ class CatchUpConfig(_Section):
 
 class SparkConfig(_Section):
     master: str = "local[*]"
+    # Spark properties passed to the session as is (e.g. spark.driver.host,
+    # spark.authenticate); values may be { file } / { env } secrets as in [kafka].
+    # Resolved values, secrets included: never in repr
+    conf: dict[str, str | int | float | bool] = Field(default_factory=dict, repr=False)
+    # the conf keys whose values came from a file or the environment
+    secret_keys: frozenset[str] = frozenset()
 
 
 class Config(_Section):
@@ -200,8 +229,9 @@ class Config(_Section):
         return mask(text, self.secret_values())
 
     def secret_values(self) -> list[str]:
-        """The secret [kafka] values themselves (see orchestrator.wire.secrets)."""
-        return secret_values(self.kafka, self.secret_keys)
+        """The secret [kafka] and [spark] conf values (see orchestrator.wire.secrets)."""
+        return (secret_values(self.kafka, self.secret_keys)
+                + secret_values(self.spark.conf, self.spark.secret_keys))
 
     @model_validator(mode="after")
     def _tls(self) -> Config:
@@ -323,22 +353,21 @@ def parse_config(raw: dict[str, Any], path: Path = Path("<memory>"),
     for derived in ("path", "secret_keys"):
         if derived in raw:
             raise ConfigError(f"{path}: {derived}: unknown top-level key")
-    kafka = _resolve_kafka(raw, path, os.environ if environ is None else environ,
-                           read_secrets)
+    env = os.environ if environ is None else environ
+    problems: list[str] = []
+    kafka = _resolve_kafka(raw, path, env, read_secrets, problems)
+    spark = _resolve_spark(raw, path, env, read_secrets, problems)
     try:
-        return Config.model_validate({**raw, **kafka, "path": path.resolve()})
+        config = Config.model_validate({**raw, **kafka, **spark, "path": path.resolve()})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        if not first["loc"]:     # a rule across keys: its message names them
-            message = str(first["msg"]).removeprefix("Value error, ")
-            raise ConfigError(f"{path}: {message}{extra}") from None
-        key = ".".join(str(part) for part in first["loc"])
-        raise ConfigError(f"{path}: {key}: {first['msg']}{extra}") from None
+        problems.extend(describe_errors(path, exc.errors()))
+    if problems:
+        raise ConfigError("\n".join(problems), problems) from None
+    return config
 
 
-def _resolve_kafka(raw: dict[str, Any], path: Path, environ: Mapping[str, str], read: bool
-                   ) -> dict[str, Any]:
+def _resolve_kafka(raw: dict[str, Any], path: Path, environ: Mapping[str, str], read: bool,
+                   problems: list[str]) -> dict[str, Any]:
     """[kafka] flattened and its secrets read, as Config fields (none if it is no table)."""
     if not isinstance(raw.get("kafka"), dict):
         return {}
@@ -346,5 +375,25 @@ def _resolve_kafka(raw: dict[str, Any], path: Path, environ: Mapping[str, str], 
         resolved = resolve(raw["kafka"], lambda value: _relative_to(path.resolve(), value),
                            environ, read)
     except SecretError as exc:
-        raise ConfigError(f"{path}: kafka.{exc.key}: {exc}") from None
+        problems.append(f"{path}: kafka.{exc.key}: {exc}")
+        return {"kafka": {"bootstrap_servers": ""}}    # the other keys are still checked
     return {"kafka": resolved.settings, "secret_keys": resolved.secret_keys}
+
+
+def _resolve_spark(raw: dict[str, Any], path: Path, environ: Mapping[str, str], read: bool,
+                   problems: list[str]) -> dict[str, Any]:
+    """[spark] with `conf` flattened and its secrets read (as [kafka]'s)."""
+    spark = raw.get("spark")
+    if isinstance(spark, dict) and "secret_keys" in spark:
+        problems.append(f"{path}: spark.secret_keys: unknown key (misspelt?)")
+        spark = {k: v for k, v in spark.items() if k != "secret_keys"}
+    if not isinstance(spark, dict) or not isinstance(spark.get("conf"), dict):
+        return {"spark": spark} if isinstance(spark, dict) else {}
+    try:
+        resolved = resolve(spark["conf"], lambda value: _relative_to(path.resolve(), value),
+                           environ, read)
+    except SecretError as exc:
+        problems.append(f"{path}: spark.conf.{exc.key}: {exc}")
+        return {"spark": {**spark, "conf": {}}}
+    return {"spark": {**spark, "conf": resolved.settings,
+                      "secret_keys": resolved.secret_keys}}

@@ -99,7 +99,7 @@ class BulkPath:
         from processor.spark import spark_session, startup_seconds
         from processor.spark.bulk import bulk_catch_up
 
-        spark = spark_session(self._config.spark.master)
+        spark = spark_session(self._config.spark.master, conf=self._config.spark.conf)
         if not self._spark_started:
             self._spark_started = True
             self._metrics.record_spark_session_start(startup_seconds() or 0.0)

@@ -477,7 +477,7 @@ def run_bulk_catch_up(config: Any, store: Any, ranges: Ranges, task: str, *,
             the store is untouched, so the caller falls back to the consumer path.
     """
     try:
-        spark = spark_session(config.spark.master)
+        spark = spark_session(config.spark.master, conf=config.spark.conf)
     except SparkUnavailableError as exc:
         raise BulkCatchUpError(f"task {task}: {exc}") from exc
     result = bulk_catch_up(spark, JobSpec(config.job.class_, config.job.name,

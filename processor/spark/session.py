@@ -5,8 +5,13 @@ users (the Kafka range reader, ranges and chunks, job loading, the fold's state)
 
 The session. Why a factory: a JVM holds one SparkContext, and starting it costs
 seconds, so a process builds its session once and reuses it for every bulk catch-up
-(thread-safe: the processor starts it on a worker thread). The driver binds
-to 127.0.0.1 (executors of a local cluster connect back to it there), the UI is off,
+(thread-safe: the processor starts it on a worker thread). Executors connect back
+to the driver, so where it listens depends on the master: with `local[...]` on
+127.0.0.1 (nothing else needs it); with a cluster master on this host's address, the
+one its route to the master leaves from (executors on other hosts cannot reach a
+loopback driver: it would wait for executors, then fall back to the consumer path).
+`[spark] conf` is passed to the session as is and wins over every default here
+(`spark.driver.host`, `spark.driver.bindAddress`, `spark.authenticate`...). The UI is off,
 Python workers run this interpreter (the job's code and Baton must import there), and
 shuffles use few partitions (the bulk path chooses its own counts). Before starting the
 JVM we check the two things an operator most often gets wrong, with errors saying what
@@ -29,13 +34,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "EXECUTOR_WAIT_S", "JAVA_MIN_MAJOR", "MASTER_CONNECT_TIMEOUT_S",
     "SHUFFLE_PARTITIONS", "SparkError", "SparkUnavailableError", "TASK_ATTEMPTS",
-    "spark_failure", "spark_session", "startup_seconds", "stop_spark",
+    "driver_host", "session_settings", "spark_failure", "spark_session", "startup_seconds",
+    "stop_spark",
 ]
 
 
@@ -82,12 +89,14 @@ class SparkUnavailableError(SparkError):
     """No SparkSession could be started: Java or the master is missing."""
 
 
-def spark_session(master: str, app_name: str = "baton") -> Any:
+def spark_session(master: str, app_name: str = "baton",
+                  conf: Mapping[str, str | int | float | bool] | None = None) -> Any:
     """The process's SparkSession for `master`, started on first use.
 
     Args:
         master: `local[*]`, `local[N]` or a cluster URL such as `spark://host:7077`.
         app_name: the application name the master shows.
+        conf: Spark properties (`[spark] conf`), set as given over Baton's defaults.
 
     Returns:
         A `pyspark.sql.SparkSession` (typed Any: pyspark ships no stubs).
@@ -107,7 +116,7 @@ def spark_session(master: str, app_name: str = "baton") -> Any:
             raise SparkUnavailableError(
                 f"a SparkSession for {_master} already runs in this process; cannot start "
                 f"one for {master} (one SparkContext per JVM): stop_spark() first")
-        session = _build(master, app_name)
+        session = _build(master, app_name, dict(conf or {}))
         _wait_for_executors(session, master)
         _session, _master = session, master
         _startup_s = time.monotonic() - started
@@ -185,20 +194,57 @@ def _effective_master(master: str) -> str:
     return f"local[{found.group(2) or 1},{TASK_ATTEMPTS}]"
 
 
-def _build(master: str, app_name: str) -> Any:
+def driver_host(master: str) -> str:
+    """Where executors reach the driver by default: 127.0.0.1 for a local master, else
+    the address this host's route to the master leaves from (a UDP socket's connect
+    sends nothing; it only picks the route), else the address of the host's name."""
+    if _LOCAL.match(master):
+        return "127.0.0.1"
+    found = re.match(r"^spark://([^:,/]+):\d+", master)
+    if found is not None:
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+                probe.connect((found.group(1), 9))
+                return str(probe.getsockname()[0])
+        except OSError:
+            pass
+    try:
+        return socket.gethostbyname(socket.getfqdn())
+    except OSError:
+        return socket.gethostbyname(socket.gethostname())
+
+
+def _spark_value(value: str | int | float | bool) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def session_settings(master: str, conf: Mapping[str, str | int | float | bool]
+                     ) -> dict[str, str]:
+    """Every property the session is built with: Baton's defaults, then `conf` as is."""
+    host = driver_host(master) if "spark.driver.host" not in conf else None
+    defaults = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(SHUFFLE_PARTITIONS),
+        "spark.task.maxFailures": str(TASK_ATTEMPTS),
+        "spark.pyspark.python": sys.executable,
+        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+    }
+    if host is not None:
+        defaults["spark.driver.host"] = host
+        if _LOCAL.match(master):
+            defaults["spark.driver.bindAddress"] = host
+    return {**defaults, **{key: _spark_value(value) for key, value in conf.items()}}
+
+
+def _build(master: str, app_name: str, conf: dict[str, str | int | float | bool]) -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    builder = (SparkSession.builder.master(_effective_master(master)).appName(app_name)
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
-               .config("spark.task.maxFailures", str(TASK_ATTEMPTS))
-               .config("spark.pyspark.python", sys.executable)
-               .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
+    builder = SparkSession.builder.master(_effective_master(master)).appName(app_name)
+    for key, value in session_settings(master, conf).items():
+        builder = builder.config(key, value)
     try:
         session = builder.getOrCreate()
     except Exception as exc:  # noqa: BLE001 - pyspark raises bare errors for a dead JVM

@@ -17,6 +17,7 @@ from metrics import (
     HandoffSample,
     LagSample,
     ProcessorMetrics,
+    register_daemon_metrics,
     render,
 )
 
@@ -34,6 +35,7 @@ def populate(registry: CollectorRegistry) -> tuple[CoordinatorMetrics, Processor
         lag_view=lambda: [LagSample("Partition 0", "p1", "active", 5, 900.0),
                           LagSample("Partition 0", "p2", "warmup", 1100, 50.0)],
         handoff_view=lambda: [HandoffSample("Partition 0", "catching_up", 12.0)])
+    register_daemon_metrics(registry, "sums")
     coordinator.record_phase("planned", 0.5)
     coordinator.record_handoff("done", pause_seconds=0.2)
     coordinator.record_invalid_heartbeat()
@@ -51,6 +53,7 @@ def populate(registry: CollectorRegistry) -> tuple[CoordinatorMetrics, Processor
     processor.record_bulk_fallback("Partition 0")
     processor.record_heartbeat("ok")
     processor.record_process_error("Partition 0", "skip")
+    processor.record_misrouted("Partition 1", "events:1", "events:5")
     return coordinator, processor
 
 
@@ -62,8 +65,8 @@ def exposed(registry: CollectorRegistry) -> dict[str, Any]:
     """
     out: dict[str, Any] = {}
     for family in text_string_to_metric_families(render(registry).decode()):
-        if family.name.endswith("_created"):
-            continue
+        if family.name.endswith("_created") or not family.name.startswith("baton_"):
+            continue     # process_* and python_info: prometheus_client's own collectors
         name = family.name + "_total" if family.type == "counter" else family.name
         out[name] = family
     return out

@@ -70,10 +70,14 @@ def write_targets(path: Path, targets: Sequence[str]) -> Path:
 
 
 def write_config(path: Path, targets: Sequence[str], job_name: str,
-                 rule_files: Sequence[Path] = (), file_sd: bool = False) -> Path:
+                 rule_files: Sequence[Path] = (), file_sd: bool = False,
+                 http_sd: str | None = None) -> Path:
     """A Prometheus config scraping `targets` every second (JSON is valid YAML);
-    with `file_sd`, through the target file `targets.json` beside it."""
+    with `file_sd`, through the target file `targets.json` beside it; with `http_sd`
+    (a URL such as the coordinator's /sd), also every target that URL lists."""
     discovery: dict[str, Any] = {"static_configs": [{"targets": list(targets)}]}
+    if http_sd is not None:
+        discovery["http_sd_configs"] = [{"url": http_sd, "refresh_interval": FILE_SD_REFRESH}]
     if file_sd:
         target_file = write_targets(path.with_name("targets.json"), targets)
         discovery = {"file_sd_configs": [{"files": [str(target_file)],
@@ -104,13 +108,14 @@ class PrometheusServer:
 
     @classmethod
     def start(cls, workdir: Path, targets: Sequence[str], *, job_name: str = "baton",
-              rule_files: Sequence[Path] = (), file_sd: bool = False) -> PrometheusServer:
+              rule_files: Sequence[Path] = (), file_sd: bool = False,
+              http_sd: str | None = None) -> PrometheusServer:
         """Start Prometheus scraping `targets` (host:port) with its data in `workdir`
         (with `file_sd`, through a target file that `set_targets` rewrites)."""
         binary = require_binary("prometheus")
         workdir.mkdir(parents=True, exist_ok=True)
         config = write_config(workdir / "prometheus.yml", targets, job_name, rule_files,
-                              file_sd)
+                              file_sd, http_sd)
         for attempt in range(1, _BIND_ATTEMPTS + 1):
             port = _free_port()
             server = cls._spawn(binary, config, workdir, port)

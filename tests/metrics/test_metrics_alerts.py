@@ -25,17 +25,50 @@ ALERT_NAMES = {
 }
 
 
-@pytest.fixture(scope="module")
-def rules() -> list[dict[str, Any]]:
+RECORDED = {"baton:coordinator_target", "baton:processor_target"}
+RUNBOOK = ALERTS.parents[1] / "docs" / "runbook.md"
+
+
+def _all_rules() -> list[dict[str, Any]]:
     groups = yaml.safe_load(ALERTS.read_text())["groups"]
     return [rule for group in groups for rule in group["rules"]]
+
+
+@pytest.fixture(scope="module")
+def rules() -> list[dict[str, Any]]:
+    """The alerting rules (the recording rules behind them are checked with them)."""
+    return [rule for rule in _all_rules() if "alert" in rule]
+
+
+def test_recording_rules_are_the_target_memories() -> None:
+    assert {r["record"] for r in _all_rules() if "record" in r} == RECORDED
+
+
+def test_every_alert_links_its_own_runbook_section(rules) -> None:
+    text = RUNBOOK.read_text()
+    anchors = {re.sub(r"[^a-z0-9 -]", "", line[3:].strip().lower()).replace(" ", "-")
+               for line in text.splitlines() if line.startswith("## ")}
+    for rule in rules:
+        url = rule["annotations"]["runbook_url"]
+        assert url == f"docs/runbook.md#{rule['alert'].lower()}", rule["alert"]
+        assert url.split("#")[1] in anchors, f"no section ## {rule['alert']} in {RUNBOOK}"
+    sections = [line[3:].strip() for line in text.splitlines() if line.startswith("## Baton")]
+    assert sorted(sections) == sorted(ALERT_NAMES)
+
+
+def test_no_alert_forgets_a_target_after_a_window(rules) -> None:
+    """A target-down alert joined with the target's own past samples in a range window
+    resolves itself once the window has passed while the target is still down."""
+    for rule in rules:
+        if "up == 0" in rule["expr"]:
+            assert "last_over_time" not in rule["expr"], rule["alert"]
 
 
 def test_promtool_check_rules_passes(promtool):
     check = subprocess.run([promtool, "check", "rules", str(ALERTS)], capture_output=True,
                            text=True, timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert f"SUCCESS: {len(ALERT_NAMES)} rules found" in check.stdout
+    assert f"SUCCESS: {len(ALERT_NAMES) + len(RECORDED)} rules found" in check.stdout
 
 
 def test_rules_are_the_expected_alerts_with_operator_annotations(rules):
@@ -49,12 +82,12 @@ def test_rules_are_the_expected_alerts_with_operator_annotations(rules):
 
 
 def test_rules_read_only_exported_metrics(rules, exposed_sample_names):
-    allowed = set(exposed_sample_names) | set(METRIC_NAMES) | {"up"}
+    allowed = set(exposed_sample_names) | set(METRIC_NAMES) | {"up"} | RECORDED
     for rule in rules:
         names = metric_names(rule["expr"])
         assert names, rule["alert"]
         assert names <= allowed, f"{rule['alert']}: {sorted(names - allowed)}"
-        assert any(n.startswith("baton_") for n in names), rule["alert"]
+        assert any(n.startswith(("baton_", "baton:")) for n in names), rule["alert"]
 
 
 J = 'job="sums"'
@@ -142,7 +175,7 @@ CASES: dict[str, dict[str, Any]] = {
     "a down coordinator or processor target fires; a down non-Baton target does not": {
         "input_series": [
             {"series": f'up{{job="sums",{TARGET}}}', "values": "1 1 1 0x10"},
-            {"series": f'baton_job_model_generation{{{J},{TARGET}}}', "values": "3 3 3 _x10"},
+            {"series": f'baton_coordinator_leader{{{J},{TARGET}}}', "values": "1 1 1 _x10"},
             {"series": f'up{{job="sums",{PROC_TARGET}}}', "values": "1 1 0x10"},
             {"series": f'baton_heartbeats_total{{{J},{PROC_TARGET},processor="p1",outcome="ok"}}',
              "values": "1 2 _x10"},
@@ -154,6 +187,41 @@ CASES: dict[str, dict[str, Any]] = {
                                                   "severity": "critical"}),
             firing("BatonProcessorTargetDown", "8m", {
                 "job": "sums", "instance": "127.0.0.1:40001", "severity": "warning"}),
+        ],
+    },
+    "a coordinator down for three hours fires all along, and stops when it is back": {
+        "input_series": [
+            {"series": f'up{{job="sums",{TARGET}}}', "values": "1x10 0x180 1x20"},
+            {"series": f'baton_coordinator_leader{{{J},{TARGET}}}',
+             "values": "1x10 _x180 1x20"},
+            {"series": f'up{{job="sums",{PROC_TARGET}}}', "values": "1x10 0x150 1x50"},
+            {"series": f'baton_heartbeats_total{{{J},{PROC_TARGET},processor="p1",outcome="ok"}}',
+             "values": "0+60x10 _x150 600+60x50"},
+        ],
+        "promql_expr_test": [
+            firing("BatonCoordinatorDown", "5m"),
+            *[firing("BatonCoordinatorDown", at, {"job": "sums", "instance": "127.0.0.1:8700",
+                                                  "severity": "critical"})
+              for at in ("15m", "70m", "150m", "185m")],
+            firing("BatonProcessorTargetDown", "140m", {
+                "job": "sums", "instance": "127.0.0.1:40001", "severity": "warning"}),
+            firing("BatonCoordinatorDown", "200m"),
+        ],
+    },
+    "processors reaching no coordinator fire, as long as no heartbeat succeeds": {
+        "input_series": [
+            {"series": f'baton_heartbeats_total{{{J},processor="p1",outcome="ok"}}',
+             "values": "0+60x5 300x100"},
+            {"series": f'baton_heartbeats_total{{{J},processor="p1",outcome="unreachable"}}',
+             "values": "0x5 0+60x100"},
+            {"series": 'baton_heartbeats_total{job="flaky",processor="p1",outcome="ok"}',
+             "values": "0+60x105"},
+            {"series": 'baton_heartbeats_total{job="flaky",processor="p1",outcome="unreachable"}',
+             "values": "0+1x105"},
+        ],
+        "promql_expr_test": [
+            firing("BatonCoordinatorDown", "4m"),
+            firing("BatonCoordinatorDown", "90m", {"job": "sums", "severity": "critical"}),
         ],
     },
     "lag growing above acceptable_lag fires; flat or small lag does not": {
@@ -209,3 +277,10 @@ def test_alert_fires_when_it_should(case, promtool, tmp_path: Path):
     run = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_every_alert_has_a_promtool_case_that_sees_it_fire() -> None:
+    fired = {sample["labels"].split('alertname="')[1].split('"')[0]
+             for case in CASES.values() for test in case["promql_expr_test"]
+             for sample in test["exp_samples"]}
+    assert fired == ALERT_NAMES

@@ -3,7 +3,10 @@ render(), and serve_metrics over HTTP on 127.0.0.1."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import platform
 import subprocess
+import sys
 
 import httpx
 import prometheus_client
@@ -33,6 +36,7 @@ def test_public_surface_is_pinned():
         "HandoffView", "HeartbeatOutcome", "LagSample", "LagView", "MetricsServer",
         "NullProcessorMetrics", "ProcessErrorOutcome", "ProcessorMetrics", "ProcessorState",
         "ProcessorStep", "StoreView", "TransactionOutcome", "render", "serve_metrics",
+        "BUILD_METRIC_NAMES", "baton_version", "register_daemon_metrics",
     }
     for name in metrics.__all__:
         assert hasattr(metrics, name), name
@@ -50,7 +54,7 @@ def test_metric_names_are_exactly_the_exposed_families(registry):
 def test_every_family_has_job_and_labels_are_bounded(registry):
     populate(registry)
     allowed = {"job", "task", "processor", "role", "phase", "outcome", "path", "source", "state",
-               "topic", "le"}
+               "topic", "le", "version"}
     for name, family in exposed(registry).items():
         assert family.documentation, f"{name} has no help text"
         for sample in family.samples:
@@ -110,3 +114,20 @@ def test_two_servers_pick_two_free_ports():
         assert port_a != port_b
         assert 'processor="p2"' in httpx.get(b.url, timeout=10).text
         assert 'processor="p2"' not in httpx.get(a.url, timeout=10).text
+
+
+def test_daemon_registries_carry_build_info_and_process_metrics():
+    registry = CollectorRegistry()
+    metrics.register_daemon_metrics(registry, "sums")
+    version = metrics.baton_version()
+    assert version == importlib.metadata.version("baton")
+    assert registry.get_sample_value("baton_build_info",
+                                     {"job": "sums", "version": version}) == 1
+    assert registry.get_sample_value("process_resident_memory_bytes") > 0
+    assert registry.get_sample_value("process_open_fds") > 0
+    assert registry.get_sample_value("python_info", {
+        "implementation": "CPython", "major": "3", "minor": str(sys.version_info.minor),
+        "patchlevel": str(sys.version_info.micro), "version": platform.python_version()}) == 1
+    with pytest.raises(ValueError):   # once per registry, as every family
+        metrics.register_daemon_metrics(registry, "sums")
+    assert "baton_build_info" not in {m.name for m in prometheus_client.REGISTRY.collect()}

@@ -1,0 +1,47 @@
+"""`baton check -c FILE [--json]`: is this job ready to start, and if not, why.
+
+Every config error at once (each `file: key: message`), then, for a valid config,
+the probes of `orchestrator.cli.checks`: the job class imports, the broker answers,
+the topics exist with their partition counts, the coordinator(s) answer. One line per
+finding, naming its key, topic or URL. Exit codes: 0 all good, 1 something did not
+answer (broker, coordinator), 2 a config or permission error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from orchestrator.cli.checks import Finding, exit_code, probe
+from orchestrator.wire.config import ConfigError, load_config
+
+__all__ = ["check_command"]
+
+_MARKS = {"ok": "ok   ", "note": "note ", "unreachable": "DOWN ", "error": "ERROR"}
+
+
+@click.command("check", epilog="Exit codes: 0 all good, 1 the broker or a coordinator did "
+               "not answer, 2 a config or permission error.")
+@click.option("-c", "--config", "config_path", required=True, metavar="FILE",
+              type=click.Path(dir_okay=False), help="The job's TOML config.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def check_command(config_path: str, as_json: bool) -> None:
+    """Check a job's config, job class, broker, topics and coordinators."""
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        findings = [Finding("error", "config", problem) for problem in exc.problems]
+    else:
+        findings = probe(config)
+        findings = [Finding(f.status, f.subject, config.mask(f.message)) for f in findings]
+    code = exit_code(findings)
+    if as_json:
+        click.echo(json.dumps({"exit_code": code, "findings": [
+            {"status": f.status, "subject": f.subject, "message": f.message}
+            for f in findings]}, indent=2))
+    else:
+        for f in findings:
+            click.echo(f"{_MARKS[f.status]} {f.subject}: {f.message}")
+    sys.exit(code)
