@@ -30,7 +30,8 @@ from collections.abc import Mapping, Sequence
 from confluent_kafka import Message
 
 from orchestrator.wire.clock import Clock
-from processor.replica import CatchUpSource, Replay, ReplicaRole, log_error
+from orchestrator.wire.config import CatchUpSource
+from processor.replica import Replay, ReplicaRole, log_error
 from store import Store, changelog_offset, check_changelog_key
 from store.codec import rare_keys
 

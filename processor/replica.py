@@ -29,11 +29,12 @@ from confluent_kafka import KafkaError, Message
 
 from orchestrator.wire.barrier import Marker, Reroute, decode_marker
 from orchestrator.wire.clock import Clock, SystemClock
+from orchestrator.wire.config import CatchUpSource
 from orchestrator.wire.partitions import format_partition
 from processor.job import Headers, Job, Record
 from store import Store
 
-__all__ = ["CatchUpSource", "KeyFilter", "Replay", "Replica", "ReplicaRole", "log_error",
+__all__ = ["KeyFilter", "Replay", "Replica", "ReplicaRole", "log_error",
            "new_record"]
 
 log = logging.getLogger("baton.processor.replica")
@@ -82,7 +83,6 @@ new_record = _record_factory()
 _drain: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 
 
-CatchUpSource = Literal["input", "changelog"]
 
 
 def log_error(msg: Message) -> None:

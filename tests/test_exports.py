@@ -27,3 +27,13 @@ def test_star_import(module: str) -> None:
     exported = getattr(importlib.import_module(module), "__all__", None)
     if exported is not None:
         assert set(exported) <= set(namespace), module
+
+
+def test_metrics_vocabulary_copies_equal_the_domain() -> None:
+    """metrics/ may not import the domain, so it keeps copies of its words: pinned here."""
+    from typing import get_args
+
+    from metrics._vocab import CatchUpSource as MetricsSource
+    from orchestrator.wire.config import CatchUpSource
+
+    assert get_args(MetricsSource) == get_args(CatchUpSource)

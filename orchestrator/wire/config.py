@@ -30,6 +30,7 @@ from orchestrator.wire.validation import check_ports, describe_errors
 
 __all__ = [
     "CatchUpConfig",
+    "CatchUpSource",
     "Config",
     "ConfigError",
     "CoordinatorConfig",
@@ -40,6 +41,10 @@ __all__ = [
     "load_config",
     "parse_config",
 ]
+
+# where a replica rebuilds a task's state: its input through process(), or the
+# changelog the active task writes (the one declaration; metrics/ pins its copy)
+CatchUpSource = Literal["input", "changelog"]
 
 
 class ConfigError(Exception):
@@ -168,7 +173,7 @@ class ProcessorConfig(_Section):
 
 
 class CatchUpConfig(_Section):
-    source: Literal["input", "changelog"] = "input"
+    source: CatchUpSource = "input"
     # where a changelog read starts: "store" (the store's changelog position) or
     # "beginning" (the partition's start, skipping what the store has: for brokers whose
     # read_committed fetch cannot start after an aborted transaction, as noida-db)

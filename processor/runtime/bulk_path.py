@@ -16,9 +16,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from metrics import ProcessorMetrics
-from orchestrator.wire.config import Config
+from orchestrator.wire.config import CatchUpSource, Config
 from orchestrator.wire.partitions import split_partition
-from processor.replica import CatchUpSource, KeyFilter, Replay, Replica
+from processor.replica import KeyFilter, Replay, Replica
 
 if TYPE_CHECKING:       # the Spark path (and pyspark) loads only when a warmup needs it
     from processor.spark.bulk import BulkResult

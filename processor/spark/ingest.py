@@ -7,13 +7,14 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from orchestrator.wire.config import CatchUpSource
 from processor.spark.session import SparkError
 
 __all__ = ["BulkCatchUpError", "BulkResult", "Source", "ingest_bulk"]
 
-Source = Literal["input", "changelog"]
+Source = CatchUpSource      # the catch-up source a bulk result was folded from
 
 
 class BulkCatchUpError(SparkError):
