@@ -173,11 +173,6 @@ class CoordinatorService:
         if self.core.turn_wanted:
             self.wake.set()
 
-    def locked(self, read: Callable[[], _T]) -> _T:
-        """Run `read` under the core lock (scrape-time metric views read the core)."""
-        with self._lock:
-            return read()
-
     # ---- processors -------------------------------------------------------------------
 
     def alive(self, execution_id: str) -> bool:

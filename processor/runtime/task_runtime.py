@@ -140,10 +140,6 @@ class TaskRuntime:
         return self.consumers.active
 
     @property
-    def replay_consumer(self) -> Consumer:
-        return self.consumers.replay
-
-    @property
     def store_bytes(self) -> dict[str, int]:
         """Task -> store bytes, refreshed by `reports()` at most once a second."""
         return self._sizes.bytes
