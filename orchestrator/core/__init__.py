@@ -4,6 +4,6 @@ No confluent_kafka, no threads, no time.*: the clock is injected.
 """
 
 __all__ = [
-    "assignment", "catchup", "changelog", "coordinator", "grouping", "handoff", "handoff_driver",
+    "assignment", "changelog", "coordinator", "grouping", "handoff", "handoff_driver",
     "liveness", "model", "placement", "roles", "settings", "split", "views",
 ]

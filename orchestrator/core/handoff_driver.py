@@ -20,8 +20,8 @@ from typing import Protocol
 
 from metrics import HANDOFF_PHASES, CoordinatorMetrics, HandoffOutcome, HandoffSample
 from orchestrator.core import handoff as hs
-from orchestrator.core.catchup import is_caught_up
 from orchestrator.core.roles import RoleBook
+from orchestrator.wire.catchup import is_caught_up
 from orchestrator.wire.clock import Clock
 from orchestrator.wire.protocol import TaskReport
 

@@ -34,13 +34,13 @@ from typing import Protocol
 
 from orchestrator.core import handoff as hs
 from orchestrator.core.assignment import AssignmentError, ProcessorSnapshot, TaskInfo, assign
-from orchestrator.core.catchup import is_caught_up
 from orchestrator.core.failures import Failures
 from orchestrator.core.handoff_driver import Moves
 from orchestrator.core.liveness import Liveness
 from orchestrator.core.model import JobModel
 from orchestrator.core.roles import RoleBook
 from orchestrator.core.settings import CoreConfig
+from orchestrator.wire.catchup import is_caught_up
 from orchestrator.wire.clock import Clock
 
 __all__ = ["PlacementView", "place"]

@@ -1,12 +1,14 @@
 """The contract both daemons share.
 
-Protocol, config, token, `[kafka]` secrets, clock, partition names, partitioners and
-lineage (S2), the coordinator client, logging setup. (Job loading is
+Protocol, config, token, `[kafka]` secrets, clock, partition names, partitioners,
+lineage (S2), expansion barriers, the catch-up rule, the coordinator client, logging
+setup. (Job loading is
 `processor.job.load_job`: it checks for `processor.Job`, which the orchestrator must not
 import below its CLI.)
 """
 
 __all__ = [
-    "changelog", "client", "clock", "config", "lineage", "logs", "partitioners",
+    "barrier", "catchup", "changelog", "client", "clock", "config", "lineage", "logs",
+    "partitioners",
     "partitions", "protocol", "secrets", "token",
 ]

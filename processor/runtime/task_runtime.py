@@ -24,6 +24,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, Message
 
 from metrics import NullProcessorMetrics, ProcessorMetrics
+from orchestrator.wire.catchup import is_caught_up
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.config import Config
 from orchestrator.wire.protocol import HeartbeatReply, TaskReport
@@ -606,7 +607,8 @@ class TaskRuntime:
         """An activation runs here, or a warmup has caught up (its activation is next)."""
         near = self.config.catch_up.acceptable_lag
         return bool(self.activations.pending) \
-            or any(r.role == "warmup" and r.lag() <= near for r in self.replicas.values())
+            or any(r.role == "warmup" and is_caught_up(r.lag(), near)
+                   for r in self.replicas.values())
 
     def positions(self, task: str) -> Mapping[str, int]:
         if task in self.active:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from orchestrator.core.assignment.balance import _LoadHeap, _Scale, _targets
 from orchestrator.core.assignment.model import _INF, _Key, _View
-from orchestrator.core.catchup import is_caught_up
+from orchestrator.wire.catchup import is_caught_up
 
 __all__: list[str] = []
 

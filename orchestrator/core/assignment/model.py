@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from orchestrator.core.catchup import is_caught_up
+from orchestrator.wire.catchup import is_caught_up
 
 __all__ = [
     "Assignment", "AssignmentConfig", "AssignmentError", "Move", "ProcessorAssignment",

@@ -68,7 +68,6 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Final, TypeAlias, TypeVar
 
-from orchestrator.core.catchup import is_caught_up
 from orchestrator.core.handoff.codec import _check_offsets
 from orchestrator.core.handoff.errors import LocalHandoffError, RemoteHandoffError
 from orchestrator.core.handoff.events import (
@@ -93,6 +92,7 @@ from orchestrator.core.handoff.events import (
     Tick,
     WarmupStarted,
 )
+from orchestrator.wire.catchup import is_caught_up
 
 __all__ = ["TRANSITIONS", "final_owner", "next_deadline", "plan", "resume", "step"]
 

@@ -1,6 +1,7 @@
 """The catch-up rule, in one place: a replica is caught up when its lag is known and at
 most `acceptable_lag` records (KIP-441). An unknown lag is never caught up: a task must
-not move on a guess."""
+not move on a guess. Both daemons apply it: the coordinator to start a handoff, a
+processor to know its activation is next (it then heartbeats faster)."""
 
 from __future__ import annotations
 
