@@ -45,6 +45,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestrator.devkit.embedded import EmbeddedBroker, free_port
 from orchestrator.wire.config import dump_config
+from orchestrator.wire.status import is_balanced
 from orchestrator.wire.token import read_token
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,8 +197,7 @@ async def _drive(connections: dict[str, _Connection], sim: Sim, until: float,
 
 
 def _balanced(client: httpx.Client, url: str) -> bool:
-    status = client.get(f"{url}/status").json()
-    return bool(status["balanced"]) and not status["handoffs"]
+    return is_balanced(client.get(f"{url}/status").json())
 
 
 async def _run(url: str, token: str, processors: int, seconds: float, settle_s: float,

@@ -47,7 +47,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestrator.devkit.demo import (
     Demo,
-    _balanced,
     _Cluster,
     _committed_all,
     _make_config,
@@ -57,6 +56,7 @@ from orchestrator.devkit.embedded import EmbeddedBroker
 from orchestrator.devkit.pauses import pause_gaps, percentile
 from orchestrator.wire.client import CoordinatorClient
 from orchestrator.wire.config import dump_config
+from orchestrator.wire.status import is_balanced
 from orchestrator.wire.token import read_token
 
 PARTITIONS = 4
@@ -274,7 +274,7 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
             listen = tomllib.loads(config.read_text())["coordinator"]["listen"]
             client = CoordinatorClient(f"http://{listen}", read_token(token))
             cluster.start("p1", "processor", "--id", "p1")
-            demo.wait(client, "p1 active", lambda s: _balanced(s) and any(
+            demo.wait(client, "p1 active", lambda s: is_balanced(s) and any(
                 p["active"] for p in s["processors"]), 300)
             _wait_committed(broker.bootstrap, "events", 900)
             log(f"p1 processed the state in {time.monotonic() - started:.1f}s; the broker's "
@@ -282,7 +282,7 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
             joined = time.time()
             cluster.start("p2", "processor", "--id", "p2")
             cpu_before = _cpu_of(cluster, broker)
-            balanced = demo.wait(client, "p2 balanced", lambda s: _balanced(s) and all(
+            balanced = demo.wait(client, "p2 balanced", lambda s: is_balanced(s) and all(
                 p["active"] for p in s["processors"]) and len(s["processors"]) == 2, 900)
             join_cpu = {name: round(spent - cpu_before.get(name, 0.0), 2)
                         for name, spent in _cpu_of(cluster, broker).items()
@@ -303,10 +303,10 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
             while len(demo.watches) < handoffs:
                 client.drain(victim)
                 demo.wait(client, f"{victim} drained", lambda s, v=victim: not any(
-                    p["id"] == v for p in s["processors"]) and _balanced(s), 300)
+                    p["id"] == v for p in s["processors"]) and is_balanced(s), 300)
                 cluster.stop(victim)
                 cluster.start(victim, "processor", "--id", victim)
-                demo.wait(client, f"{victim} back", lambda s: _balanced(s) and len(
+                demo.wait(client, f"{victim} back", lambda s: is_balanced(s) and len(
                     s["processors"]) == 2 and all(p["active"] for p in s["processors"]), 300)
                 log(f"{len(demo.watches)} handoffs so far")
                 victim = "p2" if victim == "p1" else "p1"

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from orchestrator.cli.session import Session, await_token_file, coordinator, fail, load, poll_until
 from orchestrator.wire.client import CLI_LIMIT_S
+from orchestrator.wire.status import is_balanced
 
 __all__ = ["COMMANDS"]
 
@@ -130,10 +131,6 @@ def _render_status(status: dict[str, Any], console: Console) -> None:
 # ---- wait ---------------------------------------------------------------------------------
 
 
-def _balanced(status: dict[str, Any]) -> bool:
-    return bool(status.get("balanced")) and not status.get("handoffs")
-
-
 _PROCESSOR_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
@@ -177,7 +174,7 @@ def wait_command(config_path: str, until: str, processors: str, timeout: float,
     def done(status: dict[str, Any]) -> bool:
         missing = _not_holding(status, expected)
         status["pending"] = missing + list(status.get("pending", []))
-        return not missing and _balanced(status)
+        return not missing and is_balanced(status)
 
     session = Session(timeout)
     await_token_file(config, session)
@@ -278,7 +275,7 @@ def expand_command(config_path: str, topic: str, partitions: int, timeout: float
     with coordinator(config, session) as client:
         result = client.expand(topic, partitions)
         generation = int(result["generation"])
-        poll_until(client, lambda s: s["generation"] >= generation and _balanced(s), session,
+        poll_until(client, lambda s: s["generation"] >= generation and is_balanced(s), session,
                    f"generation {generation} live", as_json)
     if as_json:
         _print_json(result)

@@ -55,6 +55,7 @@ from orchestrator.devkit.pauses import (
 from orchestrator.wire.barrier import input_records
 from orchestrator.wire.client import CoordinatorClient
 from orchestrator.wire.config import dump_config, load_config
+from orchestrator.wire.status import is_balanced
 from orchestrator.wire.token import read_token
 from processor.oracle import OracleResult, check_running_sums
 
@@ -259,14 +260,10 @@ class Demo:
                 progress.update(bar, completed=progress.tasks[bar].total, lag=0)
 
 
-def _balanced(status: dict[str, Any]) -> bool:
-    return bool(status.get("balanced")) and not status.get("handoffs")
-
-
 def _holds_tasks(processor: str) -> Callable[[dict[str, Any]], bool]:
     def check(status: dict[str, Any]) -> bool:
         mine = [p for p in status["processors"] if p["id"] == processor]
-        return bool(mine and mine[0]["active"]) and _balanced(status)
+        return bool(mine and mine[0]["active"]) and is_balanced(status)
     return check
 
 
@@ -310,7 +307,7 @@ def _scale(demo: Demo, cluster: _Cluster, client: CoordinatorClient, feeder: _Fe
     demo.wait(client, "coordinator up", lambda s: True, 30)
     for p in ("p1", "p2"):
         cluster.start(p, "processor", "--id", p)
-    demo.wait(client, "2 processors balanced", lambda s: _balanced(s) and
+    demo.wait(client, "2 processors balanced", lambda s: is_balanced(s) and
               sum(len(p["active"]) for p in s["processors"]) == INPUT_PARTITIONS)
     feeder.start()
     demo.log(f"traffic: {RATE:.0f} records/s over {KEYS} keys; warming up {WARM_S:.0f}s")
@@ -320,7 +317,7 @@ def _scale(demo: Demo, cluster: _Cluster, client: CoordinatorClient, feeder: _Fe
     demo.wait(client, "p3 takes over tasks", _holds_tasks("p3"))
     demo.log("scale in: draining p1")
     client.drain("p1")
-    demo.wait(client, "p1 drained", lambda s: _balanced(s) and not any(
+    demo.wait(client, "p1 drained", lambda s: is_balanced(s) and not any(
         p["id"] == "p1" and p["active"] for p in s["processors"]))
     demo.log(f"expand: {topic} {INPUT_PARTITIONS} -> {EXPANDED_PARTITIONS} partitions")
     # Our producer switches to the new partition count when `baton expand` returns; the
@@ -336,7 +333,7 @@ def _scale(demo: Demo, cluster: _Cluster, client: CoordinatorClient, feeder: _Fe
     feeder.producer.list_topics(topic, timeout=10)     # see the new partitions first
     feeder.partitions = EXPANDED_PARTITIONS
     feeder.hold.clear()
-    demo.wait(client, "expansion live", lambda s: _balanced(s) and all(
+    demo.wait(client, "expansion live", lambda s: is_balanced(s) and all(
         len(t["partitions"]) == 2 for t in s["tasks"]))
     split_at = time.monotonic()
     split = client.split(dry_run=False)
@@ -345,14 +342,14 @@ def _scale(demo: Demo, cluster: _Cluster, client: CoordinatorClient, feeder: _Fe
     # Every daemon here shares the machine's cores: started now, the new processors'
     # start-up (imports and clients, ~1.5 CPU-seconds each) would run inside the
     # children's first handoffs, which it does not on hosts of their own
-    demo.wait(client, "split settled", _balanced)
+    demo.wait(client, "split settled", is_balanced)
     extra = [f"p{n}" for n in range(4, 4 + FINAL_PROCESSORS - 2)]
     demo.log(f"scale out past the original {INPUT_PARTITIONS} tasks: starting "
              f"{', '.join(extra)}")
     for p in extra:
         cluster.start(p, "processor", "--id", p)
     demo.wait(client, f"{FINAL_PROCESSORS} processors balanced over {split['tasks']} tasks",
-              lambda s: _balanced(s) and sum(bool(p["active"]) for p in s["processors"]
+              lambda s: is_balanced(s) and sum(bool(p["active"]) for p in s["processors"]
                                              if p["alive"]) == FINAL_PROCESSORS)
     demo.result.split_to_balanced_s = round(time.monotonic() - split_at, 1)
     return client.status()

@@ -9,6 +9,5 @@ import below its CLI.)
 
 __all__ = [
     "barrier", "catchup", "changelog", "client", "clock", "config", "lineage", "logs",
-    "partitioners",
-    "partitions", "protocol", "secrets", "token",
+    "partitioners", "partitions", "protocol", "secrets", "status", "token",
 ]
