@@ -22,17 +22,17 @@ it looks at the whole current picture and moves it one step towards the target.
    and every handoff it takes part in gets `ProcessorLost`.
    Then failed reports are acted on (orchestrator/core/failures.py): the processor
    loses the task, is excluded for it for a backoff, and a handoff it targets ends.
-2. Handoffs (orchestrator/handoff.py, driven by orchestrator/moves.py) get events
+2. Handoffs (orchestrator/core/handoff/, driven by orchestrator/core/handoff_driver.py) get events
    derived from the reports: the target holds the replica (WarmupStarted), its lag
    (LagReported), the source reports the task "released" (ReleaseAcked), the target
    reports it "active" (Activated), and a Tick. Their commands edit the *roles* we
-   list for each processor (orchestrator/roles.py): a release is the task leaving
+   list for each processor (orchestrator/core/roles.py): a release is the task leaving
    the source's `active`, an activation the task entering the target's `active`. A
    task is never listed active on two live processors: the target is listed only
    after the source was unlisted (release acknowledged, or the source declared dead
    and so invalid).
-3. Placement (orchestrator/placement.py) runs the KIP-441 assignor
-   (orchestrator/assignment.py) with the current owners,
+3. Placement (orchestrator/core/placement.py) runs the KIP-441 assignor
+   (orchestrator/core/assignment/) with the current owners,
    replicas and lags. An ownerless task is listed active on its new home at once
    (its activation fences the old producer). A task whose owner must change becomes
    a handoff: released at once when the target is caught up, else warmed up first

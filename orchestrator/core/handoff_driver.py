@@ -1,6 +1,6 @@
 """The handoff driver: feeds the pure handoff state machine and carries out its commands.
 
-orchestrator/handoff.py decides; this module is its driver inside the coordinator
+orchestrator/core/handoff/ decides; this module is its driver inside the coordinator
 core (still no I/O). It turns processor reports into events (WarmupStarted,
 LagReported, ReleaseAcked, Activated, Tick) and commands into the role listings the
 heartbeat replies carry: StartWarmup adds the task to the target's `warmup`,

@@ -15,7 +15,7 @@ it, so from then on this instance is the only writer and the topic's end is stab
 A fenced instance learns it on its next write (`FencedError`) and must stop.
 
 A batch during which the producer lost its brokers is written again: a broker that
-restarted may have dropped part of it (orchestrator/watched_producer.py), and
+restarted may have dropped part of it (orchestrator/kafka/watched_producer.py), and
 writing the same values again changes nothing for a last-value-per-key reader.
 """
 

@@ -90,7 +90,7 @@ def check_one_active_owner(core: Coordinator) -> None:
 
 
 class FakeProcessor:
-    """Applies replies like processor/runtime.py; positions are set by the test."""
+    """Applies replies like processor/runtime/ does; positions are set by the test."""
 
     def __init__(self, h: Harness, pid: str, execution: str | None = None) -> None:
         self.h, self.pid = h, pid
