@@ -61,6 +61,9 @@ class Broker:
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
             future.result(30)
+        # Apache Kafka's brokers learn a new topic from the metadata log a moment after
+        # CreateTopics answers: wait until every partition has a leader
+        wait_for(lambda: _has_leaders(admin, name, partitions), 30, f"leaders of {name}")
         return name
 
     def producer(self, **more: Any) -> Producer:
@@ -77,6 +80,12 @@ class Broker:
             return _drain(consumer, topic, timeout)
         finally:
             consumer.close()
+
+
+def _has_leaders(admin: AdminClient, topic: str, partitions: int) -> bool:
+    meta = admin.list_topics(topic, timeout=10).topics.get(topic)
+    return (meta is not None and meta.error is None and len(meta.partitions) == partitions
+            and all(p.leader >= 0 for p in meta.partitions.values()))
 
 
 def _drain(consumer: Consumer, topic: str, timeout: float) -> list[Any]:
