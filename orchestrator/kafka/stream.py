@@ -74,6 +74,7 @@ class CoordinatorStream:
         self._settings = dict(settings)
         self.topic = stream_topic(job)
         self._producer: WatchedProducer | None = None
+        self._commit_unfinished = False
 
     def open(self) -> dict[str, Any]:
         """Fence any previous writer, then read the stream to its end.
@@ -129,13 +130,29 @@ class CoordinatorStream:
 
     def _write_once(self, producer: WatchedProducer, changes: Mapping[str, Any | None]) -> None:
         try:
+            if self._commit_unfinished:
+                self._commit(producer)
             producer.begin_transaction()
             for key, value in changes.items():
                 producer.produce(self.topic, key=key.encode(),
                                  value=None if value is None else orjson.dumps(value))
-            producer.commit_transaction(_TXN_TIMEOUT_S)
+            self._commit(producer)
         except KafkaException as exc:
             self._fail(producer, exc)
+
+    def _commit(self, producer: WatchedProducer) -> None:
+        """Commit, or remember that the commit is unfinished: a commit that timed out
+        (Apache Kafka's broker restarting under it) goes on in librdkafka, which refuses
+        every other transactional call until commit_transaction is called again. The
+        batch is reported failed meanwhile and written again: its values are the same."""
+        try:
+            producer.commit_transaction(_TXN_TIMEOUT_S)
+            self._commit_unfinished = False
+        except KafkaException as exc:
+            err: KafkaError = exc.args[0]
+            self._commit_unfinished = (err.retriable() and not err.fatal()
+                                       and not err.txn_requires_abort())
+            raise
 
     def _require_open(self) -> WatchedProducer:
         if self._producer is None:
