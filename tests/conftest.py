@@ -1,5 +1,5 @@
-"""Shared fixtures: one broker per test session (embedded noida-db, or the broker in
-BATON_TEST_BOOTSTRAP), topic factories, and configs pointing at it."""
+"""Shared fixtures: one broker per test session (Apache Kafka, the embedded noida-db, or
+the broker in BATON_TEST_BOOTSTRAP), topic factories, and configs pointing at it."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 import signal
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +22,23 @@ from orchestrator.devkit.embedded import (
     EMBEDDED_PROCESSOR_SETTINGS,
     EmbeddedBroker,
 )
+from orchestrator.devkit.kafka import KafkaBroker
+
+# which local broker the tests start: Apache Kafka (the default) or the embedded noida-db
+_BROKER_KINDS = ("kafka", "embedded")
 
 
 class Broker:
-    """What tests know about the broker: where it is and which client settings it needs."""
+    """What tests know about the broker: where it is, which client settings it needs, and
+    the local broker the tests started (None for one given in BATON_TEST_BOOTSTRAP).
+    `embedded` is set for the embedded broker, whose profile the daemons then get."""
 
     def __init__(self, bootstrap: str, extra: dict[str, Any],
-                 embedded: EmbeddedBroker | None) -> None:
+                 local: EmbeddedBroker | KafkaBroker | None = None) -> None:
         self.bootstrap = bootstrap
         self.extra = extra
-        self.embedded = embedded
+        self.local = local
+        self.embedded = local if isinstance(local, EmbeddedBroker) else None
 
     def settings(self, **more: Any) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap, **self.extra, **more}
@@ -53,6 +61,9 @@ class Broker:
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
             future.result(30)
+        # Apache Kafka's brokers learn a new topic from the metadata log a moment after
+        # CreateTopics answers: wait until every partition has a leader
+        wait_for(lambda: _has_leaders(admin, name, partitions), 30, f"leaders of {name}")
         return name
 
     def producer(self, **more: Any) -> Producer:
@@ -69,6 +80,12 @@ class Broker:
             return _drain(consumer, topic, timeout)
         finally:
             consumer.close()
+
+
+def _has_leaders(admin: AdminClient, topic: str, partitions: int) -> bool:
+    meta = admin.list_topics(topic, timeout=10).topics.get(topic)
+    return (meta is not None and meta.error is None and len(meta.partitions) == partitions
+            and all(p.leader >= 0 for p in meta.partitions.values()))
 
 
 def _drain(consumer: Consumer, topic: str, timeout: float) -> list[Any]:
@@ -96,30 +113,52 @@ def _drain(consumer: Consumer, topic: str, timeout: float) -> list[Any]:
     return out
 
 
+def broker_kind() -> str:
+    """The local broker kind BATON_TEST_BROKER picks (kafka unless told)."""
+    kind = os.environ.get("BATON_TEST_BROKER", "kafka") or "kafka"
+    if kind not in _BROKER_KINDS:
+        raise pytest.UsageError(f"BATON_TEST_BROKER={kind!r}: expected one of "
+                                f"{', '.join(_BROKER_KINDS)}")
+    return kind
+
+
+@contextmanager
+def _local_broker(directory: Path) -> Iterator[Broker]:
+    """A started broker of the selected kind in `directory`, stopped on exit."""
+    if broker_kind() == "embedded":
+        embedded = EmbeddedBroker(directory)
+        embedded.start()
+        try:
+            yield Broker(embedded.bootstrap, dict(EMBEDDED_CLIENT_SETTINGS), embedded)
+        finally:
+            embedded.close()
+        return
+    kafka = KafkaBroker(directory)
+    kafka.start()
+    try:
+        yield Broker(kafka.bootstrap, {}, kafka)
+    finally:
+        kafka.close()
+
+
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """The session's broker: BATON_TEST_BOOTSTRAP's, else a local one of BATON_TEST_BROKER's
+    kind."""
     given = os.environ.get("BATON_TEST_BOOTSTRAP")
     if given:
         yield Broker(given, {}, None)
         return
-    embedded = EmbeddedBroker(tmp_path_factory.mktemp("broker"))
-    embedded.start()
-    try:
-        yield Broker(embedded.bootstrap, dict(EMBEDDED_CLIENT_SETTINGS), embedded)
-    finally:
-        embedded.close()
+    with _local_broker(tmp_path_factory.mktemp("broker")) as local:
+        yield local
 
 
 @pytest.fixture
 def restartable_broker(tmp_path: Path) -> Iterator[Broker]:
-    """A broker of the test's own, which it may restart: always an embedded one, since a
+    """A broker of the test's own (of BATON_TEST_BROKER's kind), which it may restart: a
     broker given in BATON_TEST_BOOTSTRAP is shared and not ours to stop."""
-    embedded = EmbeddedBroker(tmp_path / "broker")
-    embedded.start()
-    try:
-        yield Broker(embedded.bootstrap, dict(EMBEDDED_CLIENT_SETTINGS), embedded)
-    finally:
-        embedded.close()
+    with _local_broker(tmp_path / "broker") as local:
+        yield local
 
 
 @pytest.fixture

@@ -209,7 +209,7 @@ class TestBrokerRestart:
         try:
             assert _in_phase(j, "catching_up"), j.status()["handoffs"]
             sent = feeder.sent
-            broker.embedded.restart()         # same port, same data dir, clean stop
+            broker.local.restart()         # same port, same data dir, clean stop
             wait_for(lambda: feeder.sent > sent + 2000, 60, "traffic after the restart")
             assert _in_phase(j, "catching_up"), j.status()["handoffs"]
         finally:

@@ -6,9 +6,12 @@ end; the core is rebuilt from it with the handoffs in flight, or, on a fresh job
 inputs are grouped. With catch_up.source = "changelog" the changelog mapping and topic
 follow (orchestrator/core/changelog.py: created when missing, grown for new tasks,
 refused when not compacted or short of partitions). From then on each turn ticks the
-core, refreshes offsets, polls the partition monitor and writes the "leader" record
-every `keepalive_s`: that record is what standbys watch, and a leader that was fenced
-learns it at that write.
+core, refreshes offsets and polls the partition monitor, while a thread of its own
+writes the "leader" record every `keepalive_s`: that record is what standbys watch and
+what keeps the leader's lease (daemon/gate.py), and a leader that was fenced learns it
+at that write. It has its own thread because the turn's admin requests wait on the
+broker: on Apache Kafka under load one refresh of offsets took up to 1.8 s, longer than
+a lease of three quarters of a 2 s `takeover_ms`, and the leader answered 503 meanwhile.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -52,6 +56,9 @@ _VIEWS_S = 1.0
 # core, views and offsets 5% each, decisions on news at most a third. A small job
 # never notices (its decisions take a millisecond or two).
 _DECIDE_SPACING, _NEWS_SPACING, _REFRESH_SPACING = 10.0, 3.0, 20.0
+# a keepalive write in flight at a stop is bounded by the stream's commit timeout; the
+# stop waits this long for it, then closes the stream under it
+_KEEPER_JOIN_S = 5.0
 
 
 class Leadership:
@@ -94,15 +101,34 @@ class Leadership:
         self.service.loop_decides = True     # registrations share the loop's decisions
         self.monitor = PartitionMonitor(admin, self.service, config.job.inputs,
                                         config.coordinator.monitor_interval_ms / 1000, clock)
-        self._offsets, self._keepalive = Deadline(clock), Deadline(clock)
+        self._offsets = Deadline(clock)
         self._decide, self._views = Deadline(clock), Deadline(clock)
         self._news = Deadline(clock)        # news may trigger a decision once expired
         self._news.arm(0)
         self._offsets.arm(0)
         self._decide.arm(0)
         self._views.arm(0)
-        self._keepalive.arm(keepalive_s)
         self._keepalive_s = keepalive_s
+        self._keeper_stop = threading.Event()
+        self._keeper = threading.Thread(target=self._keep, name="leader-keepalive",
+                                        daemon=True)
+        self._keeper.start()
+
+    def _keep(self) -> None:
+        """Write the "leader" record every `keepalive_s` until stopped or fenced (a
+        fenced write is recorded in the service, and the next turn raises it)."""
+        while not self._keeper_stop.wait(self._keepalive_s):
+            try:
+                _guard(lambda: self.service.keepalive(self.identity()))
+            except FencedError:
+                return
+            except Exception:  # noqa: BLE001 - the loop owns the daemon; keep the lease
+                log.exception("writing the leader record failed (will retry)")
+
+    def _stop_keeper(self) -> None:
+        self._keeper_stop.set()
+        if self._keeper is not threading.current_thread():
+            self._keeper.join(_KEEPER_JOIN_S)
 
     def _core(self, admin: TopicAdmin, metrics: CoordinatorMetrics) -> Coordinator:
         """Fence, read the stream, rebuild; on a fresh job group the inputs."""
@@ -127,9 +153,6 @@ class Leadership:
         Raises:
             FencedError: another coordinator took over: this one must step down.
         """
-        if self._keepalive.expired():
-            self._keepalive.arm(self._keepalive_s)
-            _guard(lambda: self.service.keepalive(self.identity()))
         news = self.service.wake.is_set() and self._news.expired()
         if news or self._decide.expired():
             self.service.wake.clear()
@@ -155,6 +178,7 @@ class Leadership:
 
     def resign(self) -> None:
         """A clean stop: tell standbys to take over now instead of after the silence."""
+        self._stop_keeper()
         _guard(lambda: self.service.keepalive(None))
 
     def identity(self) -> dict[str, Any]:
@@ -162,6 +186,7 @@ class Leadership:
                 "listen": self.config.coordinator.listen, "at": self.clock.time()}
 
     def close(self) -> None:
+        self._stop_keeper()
         self.stream.close()
 
 

@@ -140,6 +140,8 @@ class CoordinatorService:
     def _write(self, changes: Mapping[str, Any | None]) -> None:
         try:
             with self._write_lock:
+                if self.fenced is not None:     # the producer is dead: never write again
+                    raise self.fenced
                 self._persist(changes)
         except FencedError as exc:
             self.fenced = exc

@@ -79,6 +79,7 @@ class CoordinatorStream:
         self.topic = stream_topic(job)
         self._producer: WatchedProducer | None = None
         self._marker_doubt = False      # a marker transaction may have committed
+        self._commit_unfinished = False
 
     def open(self) -> dict[str, Any]:
         """Fence any previous writer, then read the stream to its end.
@@ -155,6 +156,11 @@ class CoordinatorStream:
         producer = self._require_open()
         offsets: dict[str, int] = {}
         failures: list[str] = []
+        if self._commit_unfinished:     # first: the markers it holds become readable
+            try:
+                self._commit(producer)
+            except KafkaException as exc:
+                self._fail(producer, exc)
         if self._marker_doubt:
             offsets.update(find_markers(self._settings, self.job, due, floors or {}))
             self._marker_doubt = False
@@ -184,7 +190,7 @@ class CoordinatorStream:
             for key, change in changes_for(offsets).items():
                 producer.produce(self.topic, key=key.encode(),
                                  value=None if change is None else orjson.dumps(change))
-            producer.commit_transaction(_TXN_TIMEOUT_S)
+            self._commit(producer)
         except KafkaException as exc:
             self._marker_doubt = True
             self._fail(producer, exc)
@@ -192,13 +198,29 @@ class CoordinatorStream:
 
     def _write_once(self, producer: WatchedProducer, changes: Mapping[str, Any | None]) -> None:
         try:
+            if self._commit_unfinished:
+                self._commit(producer)
             producer.begin_transaction()
             for key, value in changes.items():
                 producer.produce(self.topic, key=key.encode(),
                                  value=None if value is None else orjson.dumps(value))
-            producer.commit_transaction(_TXN_TIMEOUT_S)
+            self._commit(producer)
         except KafkaException as exc:
             self._fail(producer, exc)
+
+    def _commit(self, producer: WatchedProducer) -> None:
+        """Commit, or remember that the commit is unfinished: a commit that timed out
+        (Apache Kafka's broker restarting under it) goes on in librdkafka, which refuses
+        every other transactional call until commit_transaction is called again. The
+        batch is reported failed meanwhile and written again: its values are the same."""
+        try:
+            producer.commit_transaction(_TXN_TIMEOUT_S)
+            self._commit_unfinished = False
+        except KafkaException as exc:
+            err: KafkaError = exc.args[0]
+            self._commit_unfinished = (err.retriable() and not err.fatal()
+                                       and not err.txn_requires_abort())
+            raise
 
     def _require_open(self) -> WatchedProducer:
         if self._producer is None:

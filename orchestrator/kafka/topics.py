@@ -11,6 +11,7 @@ message names the topic and the next action.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 # One admin request's own timeout: long enough for a broker under load, short enough
 # that a tick loop blocked on it still notices SIGTERM within a few seconds.
 _REQUEST_TIMEOUT_S = 10.0
+# how often a new topic's or partition's metadata is asked for until it has a leader
+_LEADER_POLL_S = 0.05
 
 # Retry policy of every admin call: up to 5 attempts within 30 s, backing off from
 # 0.2 s to 5 s. A leader election or a broker restart takes seconds, not minutes; past
@@ -183,6 +186,7 @@ class TopicAdmin:
                               f"start again") from exc
         finally:
             self._serve_logs()
+        self._await_leaders(topic, partitions)
         settings = ", ".join(f"{k}={v}" for k, v in (config or {}).items())
         log.info("created %s %s (%d partition%s%s)", what, topic, partitions,
                  "" if partitions == 1 else "s", f", {settings}" if settings else "")
@@ -309,7 +313,37 @@ class TopicAdmin:
         except KafkaException as exc:
             raise TopicsError(f"cannot grow {topic!r} from {current} to {count} partitions: "
                               f"{exc.args[0].str()}") from exc
+        self._await_leaders(topic, count)
         log.info("grew %s from %d to %d partitions", topic, current, count)
+
+    def _await_leaders(self, topic: str, partitions: int) -> None:
+        """Wait until the broker's metadata shows `partitions` partitions of `topic`, each
+        with a leader. Apache Kafka answers CreateTopics and CreatePartitions once its
+        controller has recorded them; the brokers learn them from the metadata log a
+        moment later, and until then a read of the new partition fails with "Unknown
+        partition" (a coordinator reading its just-created stream did).
+
+        Raises:
+            TopicsError: still not there after the request timeout.
+        """
+        deadline = time.monotonic() + _REQUEST_TIMEOUT_S
+        while True:
+            try:
+                found = self._admin.list_topics(topic, timeout=_REQUEST_TIMEOUT_S).topics
+                meta = found.get(topic)
+                if (meta is not None and meta.error is None
+                        and len(meta.partitions) >= partitions
+                        and all(p.leader >= 0 for p in meta.partitions.values())):
+                    return
+            except KafkaException as exc:
+                if not is_transient(exc):
+                    raise TopicsError(f"cannot describe {topic!r}: {exc.args[0].str()}"
+                                      ) from exc
+            if time.monotonic() > deadline:
+                raise TopicsError(f"{topic!r} has no leader for all of its {partitions} "
+                                  f"partitions {_REQUEST_TIMEOUT_S:.0f} s after it was "
+                                  f"created or grown; is the broker healthy?")
+            time.sleep(_LEADER_POLL_S)
 
 
 def _replication(meta: Any) -> int:

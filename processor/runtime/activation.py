@@ -46,10 +46,17 @@ log = logging.getLogger("baton.processor.runtime")
 _INIT_TXN_TIMEOUT_S = 30.0
 # A new owner's init_transactions often meets the old owner's just-finished transaction
 # (CONCURRENT_TRANSACTIONS) and retries; librdkafka's default back-off (100 ms, growing)
-# made that retry ~450 ms of every pause. Any [kafka] setting overrides these.
+# made that retry ~450 ms of every pause. A transaction left open by an owner that died
+# holds back, on Apache Kafka, its partitions' last stable offset (read_committed readers
+# of the output and changelog) and the group's offsets (an OffsetFetch answers
+# UNSTABLE_OFFSET_COMMIT, so a warmup or the coordinator asking for T1 waits) until the
+# broker aborts it after `transaction.timeout.ms`: librdkafka's 60 s stalled a warmup
+# whose old owner was killed for a minute; 10 s is Kafka Streams' exactly-once default
+# (transactions here commit every `commit_interval_ms`). Any [kafka] setting overrides
+# these.
 _PRODUCER_DEFAULTS: dict[str, Any] = {"retry.backoff.ms": 10, "retry.backoff.max.ms": 100,
                                       "queue.buffering.max.messages": 500_000,
-                                      "linger.ms": 5}
+                                      "linger.ms": 5, "transaction.timeout.ms": 10_000}
 
 
 _R = TypeVar("_R", bound=Replay)

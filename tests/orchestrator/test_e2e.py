@@ -148,6 +148,7 @@ def start_two(job: Job, broker: Any, rate: float = 300.0) -> Feeder:
     return Feeder(broker, job.config.job.inputs[0], keys=40, rate=rate).start()
 
 
+@pytest.mark.smoke
 def test_scale_out_to_a_third_processor(job, broker) -> None:
     j = job()
     feeder = start_two(j, broker)

@@ -76,7 +76,7 @@ def test_restart_before_the_commit_redoes_the_transaction(broker, job_config, tm
     _feed(broker, config.job.inputs[0], 300, 200)
     wait_for(lambda: active.processed > 0, 30, "an open transaction",
              lambda: active.process(_records(runtime.active_consumer.consume(500, 0.1))))
-    broker.embedded.restart()
+    broker.local.restart()
     with caplog.at_level(logging.WARNING, logger="baton.processor.runtime"):
         runtime._run_active(TASK, runtime._commit)
     assert "lost its brokers" in caplog.text
@@ -91,7 +91,7 @@ def test_restart_inside_the_commit_is_detected(broker, job_config, tmp_path, cap
     commit_transaction = active._commit_transaction
 
     def restart_then_commit() -> None:    # outputs and offsets sent, EndTxn not yet
-        broker.embedded.restart()
+        broker.local.restart()
         commit_transaction()
 
     active._commit_transaction = restart_then_commit  # type: ignore[method-assign]
