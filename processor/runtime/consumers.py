@@ -196,7 +196,8 @@ class Consumers:
         self._resume_at: dict[str, int] = {}    # paused active partition -> next offset
         self._read_to: dict[str, int] = {}      # ... -> the consumer's position then
         self.idle_pauses = 0                     # how often the idle back-off paused
-        # a partition newer than a consumer's cached metadata waited ~1 s to be fetched
+        # a partition past a consumer's cached partition count is otherwise fetched only
+        # after librdkafka's own metadata refresh, up to ~1 s later (metadata.py)
         self._counts = PartitionCounts()
 
     # ---- offsets ---------------------------------------------------------------------

@@ -2,12 +2,12 @@
 
 librdkafka keeps each topic's partition count from its last metadata answer. A partition
 assigned at or beyond that count is parked until the client's own refresh, which a 1 s
-timer drives: after an expansion, a consumer that had read the topic before waited
-0.6-1 s before its first fetch of a new partition. That wait sat inside a split child's
-first handoff (its activation replays the child's partition on a consumer that had
-cached the old count), in an embedded child's start and in a child's warmup (measured on
-noida-db: ~600 ms to the first record of a new partition after the assign; ~11 ms when
-a metadata request for the topic went first, itself ~1 ms on 127.0.0.1).
+timer drives: after an expansion, a consumer that read the topic before waits up to ~1 s
+before its first fetch of a new partition (measured on noida-db: 1.05 s minus the
+assign's phase in the timer's second; ~11 ms to the first record when a metadata request
+for the topic goes first, itself ~1 ms on 127.0.0.1). That wait would sit inside a split
+child's first handoff pause (its activation replays the child's partition on a consumer
+that cached the old count), an embedded child's start and a child's warmup.
 
 So before an assign, `PartitionCounts` asks for the topic's metadata once per consumer
 and topic, and again only when a partition at or past the count it last saw is
