@@ -53,7 +53,7 @@ def output_fields(out: object, default_topic: str, topics: Collection[str]) -> F
             (str(name), encode_output(value)) for name, value in out.headers]
         return (topic, encode_output(out.key), encode_output(out.value), headers,
                 out.timestamp)
-    if isinstance(out, tuple) and len(out) == 2:
+    if isinstance(out, tuple | list) and len(out) == 2:    # a pair (a list unpacks too)
         return default_topic, encode_output(out[0]), encode_output(out[1]), None, None
     raise OutputError(f"process() yielded {out!r}: yield (key, value) pairs or "
                       f"processor.Output(key, value, ...)")

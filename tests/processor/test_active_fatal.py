@@ -3,6 +3,7 @@ as fenced, whether produce() or begin_transaction() is the call that finds out."
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from processor.active import ActiveTask, TaskFailed, TaskFenced
 from processor.examples import RunningSum
+from processor.job import Emitted, Job, Output, Record, State
 from store import TaskStore
 
 
@@ -81,3 +83,44 @@ def test_other_produce_errors_are_not_taken_for_a_fence(tmp_path) -> None:
     with pytest.raises(TaskFailed, match="producing its output failed"):
         task.process([Msg(0)])
     task.store.close()
+
+
+class _Recording:
+    """A producer inside a transaction that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[Any, ...]] = []
+
+    def losses(self) -> int:
+        return 0
+
+    def begin_transaction(self) -> None:
+        pass
+
+    def abort_transaction(self, timeout: float) -> None:
+        pass
+
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        self.sent.append(args + tuple(sorted(kwargs.items())))
+
+
+class _ToElsewhere(Job):
+    def process(self, record: Record, state: State) -> Iterator[Emitted]:
+        yield record.key, b"pair"
+        yield Output(record.key, b"out", headers=[("h", "v")])
+        yield Output(record.key, b"x", topic="elsewhere")
+
+
+def test_outputs_carry_the_input_timestamp_and_an_undeclared_topic_fails_the_task(
+        tmp_path) -> None:
+    producer = _Recording()
+    task = ActiveTask("Partition 0", ["in:0"], _ToElsewhere(), TaskStore(tmp_path / "s"),
+                      producer, "out", "dlq", "fail", lambda: None, {"in:0": 0},
+                      lambda partitions: {})
+    with pytest.raises(TaskFailed, match="'elsewhere'"):
+        task.process([Msg(0)])
+    task.store.close()
+    assert producer.sent == [
+        ("out", b"pair", b"k", -1, None, 0),            # Msg's timestamp is 0: "now"
+        ("out", ("headers", [("h", b"v")]), ("key", b"k"), ("timestamp", 0),
+         ("value", b"out"))]

@@ -100,3 +100,15 @@ def test_the_readme_example() -> None:
     assert run.state == {b"a": {"n": 2, "sum": 3}, b"b": {"n": 1, "sum": 5}}
     with JobHarness(KeyStats, params={}, on_error="skip") as harness:
         assert harness.send(("a", "x")) == [] and harness.state == {}
+
+
+def test_a_pair_may_be_a_list_and_anything_else_is_refused() -> None:
+    class Pairs(Job):
+        def process(self, record: Record, state: State) -> Iterator[Any]:
+            yield [record.key, record.value]
+            if record.value == b"bad":
+                yield record.key, record.value, "three"
+
+    assert [(o.key, o.value) for o in run_job(Pairs, [("k", "v")]).outputs] == [(b"k", b"v")]
+    with pytest.raises(OutputError, match="yield"):
+        run_job(Pairs, [("k", "bad")])

@@ -4,6 +4,7 @@ role, and state changed in place surviving a handoff through a warmup's replay."
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,6 @@ from tests.processor.api_jobs import HookedSum
 pytestmark = pytest.mark.integration
 
 _TASK = "Partition 0"
-_BASE_TS = 1_700_000_000_000
 
 
 def _reply(model: dict[str, list[str]], active: list[str] = (), warmup: list[str] = ()
@@ -40,8 +40,9 @@ def test_headers_outputs_params_and_hooks_through_a_handoff(broker, job_config,
     topic, output = config.job.inputs[0], config.job.output
     model = {_TASK: [f"{topic}:0"]}
     producer = broker.producer()
+    base_ts = int(time.time() * 1000) - 60_000     # recent: retention keeps the records
     for i in range(30):
-        producer.produce(topic, key=b"k%d" % (i % 3), value=b"1", timestamp=_BASE_TS + i,
+        producer.produce(topic, key=b"k%d" % (i % 3), value=b"1", timestamp=base_ts + i,
                          headers=[("src", b"s%d" % i)])
     producer.flush(30)
     HookedSum.calls = []
@@ -50,6 +51,10 @@ def test_headers_outputs_params_and_hooks_through_a_handoff(broker, job_config,
         old.apply(_reply(model, active=[_TASK]))
         wait_for(lambda: _TASK in old.active and old.active[_TASK].committed.get(
             f"{topic}:0") == 30, 60, "the owner to process", lambda: old.poll(0.05))
+        # the warmup's cap is the group's committed offset when it starts: wait until
+        # the broker shows the owner's last commit
+        wait_for(lambda: new.consumers.committed([f"{topic}:0"]) == {f"{topic}:0": 30}, 60,
+                 "the owner's commit to be visible", lambda: old.poll(0.05))
         new.apply(_reply(model, warmup=[_TASK]))
         wait_for(lambda: _TASK in new.replicas and new.replicas[_TASK].caught_up()
                  and new.replicas[_TASK].applied_total == 30, 60, "the warmup",
@@ -65,9 +70,9 @@ def test_headers_outputs_params_and_hooks_through_a_handoff(broker, job_config,
     outputs = broker.read_all(output)
     assert len(outputs) == 30                       # the warmup's outputs were discarded
     first, last = outputs[0], outputs[-1]
-    assert (first.key(), first.value(), first.timestamp()[1]) == (b"k0", b"3", _BASE_TS)
+    assert (first.key(), first.value(), first.timestamp()[1]) == (b"k0", b"3", base_ts)
     assert first.headers() == [("src", b"s0"), ("scale", b"3")]
-    assert (last.key(), last.value(), last.timestamp()[1]) == (b"k2", b"30", _BASE_TS + 29)
+    assert (last.key(), last.value(), last.timestamp()[1]) == (b"k2", b"30", base_ts + 29)
     partitions = (f"{topic}:0",)
     assert HookedSum.calls == [
         ("setup", "p1", _TASK, "activating", partitions),
