@@ -54,6 +54,8 @@ _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
 
 # the record `_abort_everywhere` writes into a transaction it then aborts
 _VOID = [("baton.void", b"1")]
+# a forward to a partition the producer's metadata lacks refreshes it at most this often
+_FORWARD_METADATA_TRIES = 3
 # misrouted records are logged at most once per this many seconds per task
 _MISROUTE_LOG_S = 60.0
 
@@ -224,13 +226,21 @@ class ActiveTask:
         kind, timestamp = msg.timestamp()
         origin = f"{source}@{msg.offset()}".encode()
         headers = [*(msg.headers() or ()), (FORWARDED_HEADER, origin)]
-        while True:
+        for attempt in range(_FORWARD_METADATA_TRIES + 1):
             try:
                 self.producer.produce(topic, value=msg.value(), key=msg.key(), partition=number,
                                       timestamp=timestamp if kind else 0, headers=headers)
                 break
             except BufferError:
                 self.producer.poll(0.05)      # local queue full: let deliveries drain
+            except KafkaException as exc:
+                # the producer was made before the expansion: its metadata lacks the new
+                # partitions until it is refreshed (librdkafka answers at once, locally)
+                err = kafka_error(exc)
+                if err is None or err.code() != KafkaError._UNKNOWN_PARTITION \
+                        or attempt == _FORWARD_METADATA_TRIES:
+                    raise
+                self.producer.list_topics(topic, _TXN_TIMEOUT_S)
         self.misrouted_total += 1
         self.on_misrouted(self.name, source, child)
         now = self._clock.monotonic()
