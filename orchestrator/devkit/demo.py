@@ -172,9 +172,10 @@ def _make_config(workdir: Path, bootstrap: str, topics: tuple[str, str]) -> Path
     raw = {
         "job": {"name": "demo", "class": "processor.examples:RunningSum",
                 "inputs": [topics[0]], "output": topics[1], "grouping": "partition",
-                # the demo's producer refreshes its metadata as soon as `baton expand`
-                # returns: a second covers it (the default is the clients' 5 minutes)
-                "expansion_grace_ms": 1000},
+                # the demo's producer holds its writes while `baton expand` runs and
+                # refreshes its metadata before it writes again: it is never stale, so
+                # no grace (the default is the clients' 5 minutes)
+                "expansion_grace_ms": 0},
         "kafka": {"bootstrap_servers": bootstrap, **EMBEDDED_KAFKA_SETTINGS},
         "coordinator": {"listen": f"127.0.0.1:{port}", "url": f"http://127.0.0.1:{port}",
                         "token_file": str(workdir / "coordinator.token"),
