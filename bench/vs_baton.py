@@ -1,8 +1,8 @@
 """The Baton side of bench/vs_kafka_streams.py: a coordinator and processor daemons
 (`python -m orchestrator.cli coordinator|processor`) on a TOML config, measured like the
 Kafka Streams peer. Settings are Baton's defaults but for `catch_up.source =
-"changelog"`: state moves by its changelog, as Kafka Streams' does (the default input
-source replays the input instead), and the hot standby of the failover needs it.
+"changelog"` (state moves by its changelog, as Kafka Streams' does; the default input
+source replays the input instead) and the heartbeat interval (HEARTBEAT_MS).
 """
 
 from __future__ import annotations
@@ -30,12 +30,15 @@ from vs_common import (
 
 from orchestrator.devkit.demo import _balanced, _Cluster
 from orchestrator.devkit.embedded import free_port
-from orchestrator.wire.client import CoordinatorClient
+from orchestrator.wire.client import CoordinatorClient, CoordinatorUnreachable
 from orchestrator.wire.config import dump_config
 from orchestrator.wire.token import read_token
 
 __all__ = ["failover", "scale_out"]
 
+# A handoff's release and activation each wait for the processors' next heartbeat:
+# Baton's own pause and join benchmarks run at 100 ms, as here (the default is 1 s).
+HEARTBEAT_MS = 100
 WARM_S = 3.0
 SETTLE_S = 2.0
 PROCESS_TIMEOUT_S = 900.0
@@ -53,7 +56,8 @@ def _config(workdir: Path, bootstrap: str, job: str, topics: tuple[str, str],
         "kafka": {"bootstrap_servers": bootstrap},
         "coordinator": {"listen": f"127.0.0.1:{port}", "url": f"http://127.0.0.1:{port}",
                         "token_file": str(workdir / "coordinator.token")},
-        "processor": {"state_dir": str(workdir / "state")},
+        "processor": {"state_dir": str(workdir / "state"),
+                      "heartbeat_interval_ms": HEARTBEAT_MS},
         "catch_up": {"source": "changelog", "num_standbys": standbys},
     }
     path = workdir / "job.toml"
@@ -68,9 +72,18 @@ def _start(workdir: Path, config: Path, log: Any, processors: tuple[str, ...]
     wait_until("the coordinator's token", (workdir / "coordinator.token").exists, 60)
     listen = tomllib.loads(config.read_text())["coordinator"]["listen"]
     client = CoordinatorClient(f"http://{listen}", read_token(workdir / "coordinator.token"))
+    wait_until("the coordinator leading", lambda: _answers(client), 60, 0.2)
     for name in processors:
         cluster.start(name, "processor", "--id", name)
     return cluster, client, listen
+
+
+def _answers(client: CoordinatorClient) -> bool:
+    try:
+        client.status()
+    except CoordinatorUnreachable:      # a new coordinator is a standby until it leads
+        return False
+    return True
 
 
 def _actives(status: dict[str, Any], processor: str) -> set[int]:

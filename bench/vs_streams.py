@@ -46,16 +46,19 @@ SETTINGS: dict[str, dict[str, str]] = {
 }
 # a heap that fits beside the broker and the other instances on a small machine; the
 # state itself lives in RocksDB, off the heap
-_JVM_OPTIONS = ["-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true"]
+_JVM_OPTIONS = ["-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+                # its log lines get a time, to set them beside the reports and the topics
+                "-Dorg.slf4j.simpleLogger.showDateTime=true",
+                "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS"]
 _STOP_GRACE_S = 60.0
 WARM_S = 3.0                 # steady traffic before the measured step
 SETTLE_S = 2.0               # traffic after it, so the pause window is closed by outputs
 PROCESS_TIMEOUT_S = 900.0
 FAILOVER_TIMEOUT_S = 600.0
 STANDBY_CAUGHT_UP = 100      # records behind, summed over an instance's standbys
-# two probing rounds of each setting (the new instance may get more tasks than warmups
+# up to four probing rounds of each setting (the new instance may get more tasks than warmups
 # allowed at a time), and time to spare
-BALANCE_TIMEOUT_S = {"default": 1500.0, "fastest": 300.0}
+BALANCE_TIMEOUT_S = {"default": 2400.0, "fastest": 400.0}
 
 
 def ensure_peer(log: Any) -> None:
