@@ -94,6 +94,11 @@ def _actives(status: dict[str, Any], processor: str) -> set[int]:
             for part in tasks.get(name, [])}
 
 
+def _owners(status: dict[str, Any]) -> dict[int, str]:
+    """Input partition -> the processor running its task as active."""
+    return {part: p["id"] for p in status["processors"] for part in _actives(status, p["id"])}
+
+
 def _standby_lags(listen: str) -> list[int]:
     """Every standby's lag, from the coordinator's /metrics."""
     with urllib.request.urlopen(f"http://{listen}/metrics", timeout=10) as reply:
@@ -124,6 +129,7 @@ def scale_out(bootstrap: str, broker_pid: int | None, keys: int, workdir: Path,
                    and committed(bootstrap, inp, group)[0] >= keys, PROCESS_TIMEOUT_S, 0.5)
         traffic = Traffic(bootstrap, inp, keys).start()
         time.sleep(WARM_S)
+        before = _owners(client.status())
         started = time.time()
         cluster.start("p3", "processor", "--id", "p3")
         pids = {name: proc.pid for name, proc in cluster.procs.items()}
@@ -132,7 +138,7 @@ def scale_out(bootstrap: str, broker_pid: int | None, keys: int, workdir: Path,
         spent = cpu.stop()
         balanced = _last_done(workdir / "coordinator.log", "p3") or time.time()
         status = client.status()
-        moved = _actives(status, "p3")
+        moved = {t for t, owner in _owners(status).items() if before.get(t) != owner}
         metrics_url = next(p["metrics_url"] for p in status["processors"] if p["id"] == "p3")
         rebuilt = _caught_up_records(metrics_url)
         time.sleep(SETTLE_S)

@@ -167,14 +167,25 @@ def balanced_at(peers: list[Peer], new: Peer) -> float | None:
 
 
 def rebuilt_until(peer: Peer, until_s: float) -> tuple[int, float]:
-    """Records `peer` rebuilt from the changelog up to `until_s`, and the epoch seconds
-    of the report where that count was first reached (when its rebuilding ended)."""
+    """Records `peer` rebuilt from the changelog until its warmups first caught up (lag
+    0; a standby goes on applying live changes after that), and the epoch seconds of
+    that report; without such a report, what it rebuilt up to `until_s`."""
     upto = [line for line in peer.lines if line["ms"] / 1000 <= until_s]
+    caught_up = next((line for line in upto if line["rebuilt"] and line["standby"]
+                      and line["standby_lag"] == 0), None)
+    if caught_up is not None:
+        return caught_up["rebuilt"], caught_up["ms"] / 1000
     if not upto:
         return 0, until_s
     total = upto[-1]["rebuilt"]
     first = next(line for line in upto if line["rebuilt"] == total)
     return total, first["ms"] / 1000
+
+
+def owners(peers: list[Peer]) -> dict[int, str]:
+    """Input partition -> the instance running its task as active, from the latest
+    reports."""
+    return {task: p.name for p in peers for task in p.latest["active"]}
 
 
 def _stop_all(peers: list[Peer]) -> None:
@@ -199,6 +210,7 @@ def scale_out(bootstrap: str, broker_pid: int | None, keys: int, settings: str,
                    lambda: committed(bootstrap, inp, tag)[0] >= keys, PROCESS_TIMEOUT_S, 0.5)
         traffic = Traffic(bootstrap, inp, keys).start()
         time.sleep(WARM_S)
+        before = owners(peers)
         started = time.time()
         new = Peer.start("i3", workdir, bootstrap, tag, inp, out, SETTINGS[settings])
         peers.append(new)
@@ -209,7 +221,8 @@ def scale_out(bootstrap: str, broker_pid: int | None, keys: int, settings: str,
                    BALANCE_TIMEOUT_S[settings], 0.2)
         balanced = balanced_at(peers, new) or time.time()
         spent = cpu.stop()
-        moved = set(new.latest["active"])
+        # the assignor may also move tasks between the old instances: each pauses
+        moved = {t for t, owner in owners(peers).items() if before.get(t) != owner}
         rebuilt, rebuilt_end = rebuilt_until(new, balanced)
         time.sleep(SETTLE_S)
         traffic.stop()

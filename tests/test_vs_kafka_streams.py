@@ -91,3 +91,12 @@ def test_gaps_of_moved_partitions_only() -> None:
     assert gaps[4] == 1000.0            # no output at all in the window: all of it
     assert vs_common.percentile([5.0, 1.0, 3.0], 99) == 5.0
     assert vs_common.percentile([], 99) == 0.0
+
+
+def test_rebuilt_counts_until_the_warmups_caught_up() -> None:
+    new = _peer("peer 1000 state=RUNNING active= standby=0_6 rebuilt=0 standby_lag=0",
+                "peer 2000 state=RUNNING active= standby=0_6 rebuilt=800 standby_lag=300",
+                "peer 3000 state=RUNNING active= standby=0_6 rebuilt=1100 standby_lag=0",
+                "peer 9000 state=RUNNING active=0_6 standby= rebuilt=1500 standby_lag=0")
+    assert vs_streams.rebuilt_until(new, 9.0) == (1100, 3.0)
+    assert vs_streams.owners([new]) == {6: "i"}
