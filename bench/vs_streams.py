@@ -162,8 +162,18 @@ def balanced_at(peers: list[Peer], new: Peer) -> float | None:
     if (all(line["state"] == "RUNNING" for line in latest)
             and sorted(actives) == list(range(PARTITIONS))
             and not any(line["standby"] for line in latest) and new.latest["active"]):
-        return float(max(line["ms"] for line in latest)) / 1000
+        return max(_since(p) for p in peers)
     return None
+
+
+def _since(peer: Peer) -> float:
+    """Epoch seconds of the first of `peer`'s latest reports with its current state and
+    tasks (later ones may differ in their counters only)."""
+    shape = [(line["state"], line["active"], line["standby"]) for line in peer.lines]
+    at = len(shape) - 1
+    while at > 0 and shape[at - 1] == shape[-1]:
+        at -= 1
+    return float(peer.lines[at]["ms"]) / 1000
 
 
 def rebuilt_until(peer: Peer, until_s: float) -> tuple[int, float]:

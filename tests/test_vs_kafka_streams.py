@@ -71,8 +71,10 @@ def test_balanced_only_once_warmups_are_promoted() -> None:
     other = _peer("peer 1000 state=RUNNING active=0_3,0_4,0_5 standby=")
     new = _peer("peer 2000 state=RUNNING active=0_6 standby=0_7")
     assert vs_streams.balanced_at([old, other, new], new) is None       # a warmup left
-    new.lines += [vs_streams.parse_line("peer 3000 state=RUNNING active=0_6,0_7 standby=")]
-    assert vs_streams.balanced_at([old, other, new], new) == 3.0
+    new.lines += [vs_streams.parse_line("peer 3000 state=RUNNING active=0_6,0_7 standby="),
+                  vs_streams.parse_line("peer 4000 state=RUNNING active=0_6,0_7 standby= "
+                                        "rebuilt=5")]
+    assert vs_streams.balanced_at([old, other, new], new) == 3.0      # not the counter's
     idle = _peer("peer 500 state=RUNNING active= standby=")
     everything = _peer("peer 900 state=RUNNING active=0_0,0_1,0_2,0_3,0_4,0_5,0_6,0_7")
     assert vs_streams.balanced_at([everything, idle], idle) is None     # nothing moved yet
