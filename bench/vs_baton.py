@@ -28,10 +28,11 @@ from vs_common import (
     wait_until,
 )
 
-from orchestrator.devkit.demo import _balanced, _Cluster
+from orchestrator.devkit.demo import _Cluster
 from orchestrator.devkit.embedded import free_port
 from orchestrator.wire.client import CoordinatorClient, CoordinatorUnreachable
 from orchestrator.wire.config import dump_config
+from orchestrator.wire.status import is_balanced
 from orchestrator.wire.token import read_token
 
 __all__ = ["failover", "scale_out"]
@@ -125,7 +126,7 @@ def scale_out(bootstrap: str, broker_pid: int | None, keys: int, workdir: Path,
     group = f"baton.{tag}"
     cluster, client, _ = _start(workdir, config, log, ("p1", "p2"))
     try:
-        wait_until("p1 and p2 processed the preload", lambda: _balanced(client.status())
+        wait_until("p1 and p2 processed the preload", lambda: is_balanced(client.status())
                    and committed(bootstrap, inp, group)[0] >= keys, PROCESS_TIMEOUT_S, 0.5)
         traffic = Traffic(bootstrap, inp, keys).start()
         time.sleep(WARM_S)
@@ -156,7 +157,7 @@ def scale_out(bootstrap: str, broker_pid: int | None, keys: int, workdir: Path,
 
 
 def _joined(status: dict[str, Any]) -> bool:
-    return (_balanced(status) and len(status["processors"]) == 3
+    return (is_balanced(status) and len(status["processors"]) == 3
             and bool(_actives(status, "p3")))
 
 
@@ -168,7 +169,7 @@ def failover(bootstrap: str, keys: int, workdir: Path, log: Any) -> dict[str, An
     group = f"baton.{tag}"
     cluster, client, listen = _start(workdir, config, log, ("p1", "p2"))
     try:
-        wait_until("p1 and p2 processed the preload", lambda: _balanced(client.status())
+        wait_until("p1 and p2 processed the preload", lambda: is_balanced(client.status())
                    and committed(bootstrap, inp, group)[0] >= keys, PROCESS_TIMEOUT_S, 0.5)
         wait_until("standbys caught up", lambda: len(lags := _standby_lags(listen)) ==
                    PARTITIONS and max(lags) <= STANDBY_CAUGHT_UP, PROCESS_TIMEOUT_S, 0.2)
