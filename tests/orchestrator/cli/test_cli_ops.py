@@ -153,7 +153,8 @@ def test_plan_drain_refusals_and_expand(coordinated, daemons, broker) -> None:
                   "--timeout", "1")
     assert grown.returncode == 1 and "no live processor" in grown.stderr
     status = client.status()
-    assert status["generation"] == 2
+    # 2: the expansion; 3 once its barriers are settled (expansion_grace_ms 0: at once)
+    assert status["generation"] in (2, 3)
     assert status["tasks"][0]["partitions"] == [f"{config.job.inputs[0]}:0",
                                                 f"{config.job.inputs[0]}:2"]
     waited = baton("wait", "-c", path, "--until", "balanced", "--timeout", "1")
@@ -169,12 +170,14 @@ def test_monitor_applies_growth_and_reports_refusals(coordinated, daemons, broke
     admin = AdminClient(broker.settings())
     topic = config.job.inputs[0]
     admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30)
-    wait_for(lambda: client.status()["generation"] == 2, 30, "the monitor's expansion")
+    # the expansion (generation 2), then its barriers settled (3: expansion_grace_ms 0)
+    wait_for(lambda: client.status()["generation"] == 3, 30, "the monitor's expansion")
+    assert all(b["settled"] for b in client.status()["barriers"].values())
     admin.create_partitions([NewPartitions(topic, 6)])[topic].result(30)
     wait_for(lambda: client.status()["errors"], 30, "the refused expansion in /status")
     error = client.status()["errors"][0]
     assert topic in error and "from 4 to 6" in error
-    assert client.status()["generation"] == 2
+    assert client.status()["generation"] == 3
 
 
 def test_wait_started_before_the_coordinator_waits_for_it(coordinated, daemons) -> None:
