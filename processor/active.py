@@ -30,7 +30,7 @@ from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponen
 from orchestrator.kafka.offsets import to_topic_partitions
 from orchestrator.kafka.retry import is_fatal, kafka_error
 from orchestrator.kafka.watched_producer import WatchedProducer
-from orchestrator.wire.barrier import FORWARDED_HEADER, Marker, Reroute, decode_marker
+from orchestrator.wire.barrier import FORWARDED_HEADER, Marker, Reroute, skip_marker
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.partitions import format_partition, split_partition
 from processor.changelog import ChangelogWriter
@@ -200,23 +200,16 @@ class ActiveTask:
                 reroute = self.reroutes.get(name)
             if offset < pending.get(name, 0):
                 continue                      # already in this transaction or committed
-            if msg.key() is None and self._is_marker(msg, name, offset):
-                reroute = self.reroutes.get(name)     # never process()ed
+            key = msg.key()
+            if key is None and skip_marker(self.job_name, msg, name, self.on_marker):
+                reroute = self.reroutes.get(name)     # a marker may have settled a barrier
             elif reroute is not None and offset > reroute.first \
-                    and (child := reroute.target(msg.key(), offset)) is not None:
+                    and (child := reroute.target(key, offset)) is not None:
                 self._forward(msg, name, child)
             else:
                 process_one(msg, t, p, offset)
             pending[name] = offset + 1
             self.processed += 1
-
-    def _is_marker(self, msg: Message, name: str, offset: int) -> bool:
-        """A barrier marker (any job's): skipped; this job's may settle a barrier the
-        model has not named yet (it commits with the model, so it is the truth)."""
-        marker = decode_marker(self.job_name, msg.headers(), msg.value())
-        if isinstance(marker, Marker):
-            self.on_marker(name, offset, marker)
-        return marker is not False
 
     def _forward(self, msg: Message, source: str, child: str) -> None:
         """A record a producer staler than the expansion grace wrote to a parent past

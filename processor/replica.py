@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from confluent_kafka import KafkaError, Message
 
-from orchestrator.wire.barrier import Marker, Reroute, decode_marker
+from orchestrator.wire.barrier import Marker, Reroute, skip_marker
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.config import CatchUpSource
 from orchestrator.wire.partitions import format_partition
@@ -182,13 +182,6 @@ class Replica(Replay):
         self.gates = {p: list(g) for p, g in (gates or {}).items()}
         self.job = job
 
-    def _is_marker(self, msg: Message, name: str, offset: int) -> bool:
-        """A barrier marker (any job's): skipped, this job's reported (see ActiveTask)."""
-        marker = decode_marker(self.job_name, msg.headers(), msg.value())
-        if isinstance(marker, Marker):
-            self.on_marker(name, offset, marker)
-        return marker is not False
-
     def cap(self, partition: str) -> int:
         """Where `partition` must stop now: its cap, or its position while one of its
         ancestors still has records to apply."""
@@ -229,7 +222,7 @@ class Replica(Replay):
                     capped.add(name)
                     continue
                 key = msg.key()
-                if key is None and self._is_marker(msg, name, offset):
+                if key is None and skip_marker(self.job_name, msg, name, self.on_marker):
                     position = positions[name] = offset + 1   # never process()ed
                     reroute = self.reroutes.get(name)
                     continue
@@ -238,7 +231,7 @@ class Replica(Replay):
                         and reroute.target(key, offset) is not None):
                     position = positions[name] = offset + 1   # another task's key
                     continue
-                record = new_record(msg.key(), msg.value(), t, p, offset, msg.timestamp()[1],
+                record = new_record(key, msg.value(), t, p, offset, msg.timestamp()[1],
                                     msg.headers() or ())
                 begin()
                 try:

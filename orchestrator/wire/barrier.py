@@ -37,7 +37,7 @@ far but no further, and the child's lag is unknown.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +47,7 @@ from orchestrator.wire.partitioners import partitioner
 from orchestrator.wire.partitions import split_partition
 
 __all__ = ["FORWARDED_HEADER", "MARKER_HEADER", "BarrierInfo", "Marker", "Reroute", "decode_marker",
-           "encode_marker", "input_records", "reroutes"]
+           "encode_marker", "input_records", "reroutes", "skip_marker"]
 
 # the header that marks a barrier record; its value is the job's name, so a job never
 # takes another job's markers (two Baton jobs may read the same input topic)
@@ -100,6 +100,18 @@ def input_records(messages: Iterable[Any]) -> list[Any]:
             if f"{m.topic()}:{m.partition()}@{m.offset()}" not in forwarded]
 
 
+def skip_marker(job: str, msg: Any, partition: str,
+                on_marker: Callable[[str, int, Marker], None]) -> bool:
+    """Whether `msg`, a record without a key read from `partition`, is a barrier marker
+    (any job's: never handed to process()). `job`'s own are passed to `on_marker`: one
+    read before the model names it settles its barrier all the same, since it commits
+    with the model."""
+    marker = decode_marker(job, msg.headers(), msg.value())
+    if isinstance(marker, Marker):
+        on_marker(partition, msg.offset(), marker)
+    return marker is not False
+
+
 def encode_marker(job: str, parent: str, children: Sequence[str],
                   count: int) -> tuple[bytes, list[tuple[str, bytes]]]:
     """(value, headers) of the marker the coordinator writes to `parent`; `count` is the
@@ -141,7 +153,7 @@ class Reroute:
         partition: the parent partition ("topic:N").
         children: its children with a settled barrier: child -> barrier offset.
         parents: every child partition of the job -> its parent (settled or not).
-        partitioner: the producers' partitioner name.
+        partitioner_name: the producers' partitioner name.
         count: the topic's partition count now.
     """
 

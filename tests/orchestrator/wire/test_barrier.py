@@ -18,6 +18,7 @@ from orchestrator.wire.barrier import (
     encode_marker,
     input_records,
     reroutes,
+    skip_marker,
 )
 from orchestrator.wire.partitioners import home_partition
 
@@ -137,3 +138,29 @@ def test_input_records_drop_markers_and_forwarded_originals() -> None:
     copy = Msg("ev", 5, 2, [("app", b"x"), (FORWARDED_HEADER, b"ev:1@7")])
     plain = Msg("ev", 1, 3)
     assert input_records([plain, marker, original, copy]) == [plain, copy]
+
+
+@dataclass
+class Rec:
+    h: list[tuple[str, bytes]] | None
+    v: bytes | None
+    o: int = 9
+
+    def headers(self) -> Any:
+        return self.h
+
+    def value(self) -> bytes | None:
+        return self.v
+
+    def offset(self) -> int:
+        return self.o
+
+
+def test_skip_marker_reports_only_the_jobs_own() -> None:
+    seen: list[tuple[str, int, Marker]] = []
+    report = lambda partition, offset, marker: seen.append((partition, offset, marker))  # noqa: E731
+    mine, other = encode_marker("sums", "ev:1", ["ev:5"], 8), encode_marker("x", "ev:1", [], 8)
+    assert skip_marker("sums", Rec(mine[1], mine[0]), "ev:1", report)
+    assert skip_marker("sums", Rec(other[1], other[0]), "ev:1", report)
+    assert not skip_marker("sums", Rec(None, b"5"), "ev:1", report)
+    assert seen == [("ev:1", 9, Marker("sums", "ev:1", ("ev:5",), 8))]
