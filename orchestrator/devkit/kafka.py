@@ -89,8 +89,13 @@ def kafka_libs() -> Path:
 
 
 def _cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding, not starting
+    with "-" (StorageTool's argument parser would take it for an option, as Kafka's own
+    Uuid.randomUuid avoids)."""
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not found.startswith("-"):
+            return found
 
 
 class KafkaBroker:
