@@ -251,8 +251,16 @@ class CoordinatorStream:
 
     def close(self) -> None:
         producer, self._producer = self._producer, None
-        if producer is not None:
+        if producer is None:
+            return
+        try:
             producer.flush(5)
+        except KafkaException as exc:
+            # A fenced or fatally failed producer has nothing left to deliver: every
+            # write it made is either committed or aborted by the broker. Closing must
+            # not fail a coordinator that is already stopping because of it.
+            log.info("closing %s: the producer had already failed (%s)", self.topic,
+                     exc.args[0].str())
 
 
 def _read_to_end(consumer: Consumer, topic: str) -> dict[str, Any]:
