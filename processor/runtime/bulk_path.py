@@ -116,18 +116,17 @@ class BulkPath:
     def _run(self, task: str, ranges: dict[str, tuple[int, int]],
              key_filter: KeyFilter | None, source: CatchUpSource) -> BulkResult:
         """On a worker thread: Spark only, no store or consumer of the main loop."""
-        from processor.job import JobSpec
-        from processor.spark import spark_session, startup_seconds
-        from processor.spark.bulk import bulk_catch_up
+        from processor.spark import startup_seconds
+        from processor.spark.bulk import run_bulk_catch_up
 
-        spark = spark_session(self._config.spark.master, conf=self._config.spark.conf)
-        if not self._spark_started:
-            self._spark_started = True
-            self._metrics.record_spark_session_start(startup_seconds() or 0.0)
-        job = JobSpec(self._config.job.class_, self._config.job.name,
-                      self._config.job.params)
-        return bulk_catch_up(spark, job, self._config.kafka_settings(),
-                             ranges, source, task, key_filter=key_filter)
+        try:
+            return run_bulk_catch_up(self._config, ranges, task, source=source,
+                                     key_filter=key_filter)
+        finally:
+            started = startup_seconds()
+            if started is not None and not self._spark_started:
+                self._spark_started = True
+                self._metrics.record_spark_session_start(started)
 
     def progress(self, replicas: Mapping[str, Replay],
                  resume: Callable[[Replay], None]) -> None:
