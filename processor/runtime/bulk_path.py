@@ -35,17 +35,12 @@ class BulkPlan:
 
     ranges: dict[str, tuple[int, int]]      # partition -> [from, to)
     source: CatchUpSource
+    what: str                               # what its records are, for the log
     key_filter: KeyFilter | None = None     # a split child's ancestors: its keys only
-
-    @property
-    def records(self) -> int:
-        return sum(hi - lo for lo, hi in self.ranges.values())
 
     def describe(self) -> str:
         """What the plan covers, for the log."""
-        if self.source == "changelog":
-            return f"{self.records} changelog records to apply"
-        return f"{self.records} records to catch up"
+        return f"{sum(hi - lo for lo, hi in self.ranges.values())} {self.what}"
 
 
 def input_bulk_plan(replica: Replay, threshold: int) -> BulkPlan | None:
@@ -66,7 +61,8 @@ def input_bulk_plan(replica: Replay, threshold: int) -> BulkPlan | None:
         return None
     if sum(hi - lo for lo, hi in ranges.values()) <= threshold:
         return None
-    return BulkPlan(ranges, "input", replica.filters[ancestors[0]] if ancestors else None)
+    return BulkPlan(ranges, "input", "records to catch up",
+                    replica.filters[ancestors[0]] if ancestors else None)
 
 
 def changelog_bulk_plan(replica: Replay, threshold: int) -> BulkPlan | None:
@@ -75,7 +71,7 @@ def changelog_bulk_plan(replica: Replay, threshold: int) -> BulkPlan | None:
     ranges = {p: (replica.positions[p], replica.caps[p]) for p in replica.partitions}
     if sum(hi - lo for lo, hi in ranges.values()) <= threshold:
         return None
-    return BulkPlan(ranges, "changelog")
+    return BulkPlan(ranges, "changelog", "changelog records to apply")
 
 
 class BulkPath:
