@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 
 from confluent_kafka import KafkaException
@@ -53,39 +54,41 @@ def _settle_nothing(replica: Replay) -> None:
     """An input replica's position is where its last record was applied."""
 
 
-class CatchUp:
+class CatchUp(ABC):
     """A catch-up source, as the task runtime asks it."""
 
     #: a replica reads its store (process() does); a changelog apply only writes it
     reads_store = True
 
     def update(self, mapping: Mapping[str, int], generation: int | None) -> None:
-        """A new job model arrived with this task -> changelog partition mapping."""
+        """A new job model arrived with this task -> changelog partition mapping (the
+        input source has no use for it)."""
+        return None
 
+    @abstractmethod
     def partitions(self, task: str) -> list[str]:
         """The partitions a replica of `task` reads, in order."""
-        raise NotImplementedError
 
+    @abstractmethod
     def replica(self, task: str, store: Store, role: ReplicaRole) -> Replay:
         """A warmup or standby of `task` on `store`, positioned from it."""
-        raise NotImplementedError
 
+    @abstractmethod
     def bulk_plan(self, replica: Replay) -> BulkPlan | None:
         """What Spark should catch a fresh replica up over, if its backlog is large."""
-        raise NotImplementedError
 
+    @abstractmethod
     def activation_steps(self, task: str) -> list[ReplayStep]:
         """The silent replays of an activation, in order, once the fence is up."""
-        raise NotImplementedError
 
     def writer(self, task: str, store: Store) -> ChangelogWriter | None:
         """What the active task writes its state changes to (None: nothing)."""
         return None
 
+    @abstractmethod
     def refresh_caps(self, replicas: Sequence[Replay]) -> Sequence[Replay]:
         """New caps for the warmups and standbys `replicas`; returns those whose caps
         may let them read on."""
-        raise NotImplementedError
 
     def settler(self, replicas: Sequence[Replay]) -> Settle:
         """Before a replay batch is applied: what settles each replica after it."""
