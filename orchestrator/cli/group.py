@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import click
 
+from orchestrator.cli.conventions import epilog
 from orchestrator.core.grouping import (
     SCHEMES,
     Grouping,
@@ -88,7 +89,7 @@ def _render(grouping: Grouping, parents: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-@click.command("group")
+@click.command("group", epilog=epilog("group"))
 @click.option("--scheme", type=click.Choice(SCHEMES), default=None,
               help="Grouping scheme [default: partition, or the --previous file's].")
 @click.option("--input", "inputs", multiple=True, required=True, metavar="T=N",
