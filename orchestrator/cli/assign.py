@@ -1,4 +1,4 @@
-"""`baton assign`: run the assignor offline on a what-if scenario (DESIGN.md, pinned).
+"""`baton assign`: run the assignor offline on a what-if scenario (pinned: docs/design.md).
 
 The scenario document is the one ``orchestrator.cli.scenario.parse_scenario`` reads;
 ``--json`` prints exactly the pinned ``{"processors": [...], "follow_up": bool}``, the

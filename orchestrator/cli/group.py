@@ -1,4 +1,4 @@
-"""`baton group`: print a grouping, or fixed-task expand an earlier one (DESIGN.md, pinned).
+"""`baton group`: print a grouping, or fixed-task expand an earlier one (pinned: docs/design.md).
 
 Human output is a table of tasks; ``--json`` prints exactly what ``--previous`` reads back.
 Every bad argument exits 2 (click's usage-error code) with a message naming it.

@@ -1,4 +1,4 @@
-"""Operator commands (pinned in DESIGN.md): coordinator, status, wait, plan, drain, expand,
+"""Operator commands (pinned in docs/design.md): coordinator, status, wait, plan, drain, expand,
 split.
 
 Human output by default (rich tables, a progress bar with an ETA while waiting);

@@ -1,4 +1,5 @@
-"""The TOML configuration shared by both daemons (keys pinned in DESIGN.md).
+"""The TOML configuration shared by both daemons (keys pinned in docs/design.md; each key
+is described in docs/configuration.md, generated from these models).
 
 Every error names the file and the dotted key, so an operator can fix it without
 reading code; daemons load the config before touching anything and exit 2 on error.
