@@ -26,6 +26,17 @@ def order_totals(monkeypatch: pytest.MonkeyPatch) -> Any:
     return load_job(config.job.class_)
 
 
+def test_the_readme_shows_the_example_as_shipped() -> None:
+    readme = (EXAMPLE.parents[1] / "README.md").read_text()
+    source = (EXAMPLE / "order_totals.py").read_text()
+    job = source[source.index("class OrderTotals"):].strip()
+    assert job in readme
+    config = (EXAMPLE / "job.toml").read_text()
+    for section in ("[job]", "[job.params]"):
+        block = config[config.index(section):].split("\n\n")[0]
+        assert block in readme, block
+
+
 def test_the_example_config_is_valid_and_names_its_class() -> None:
     config = load_config(EXAMPLE / "job.toml")
     assert config.job.class_ == "order_totals:OrderTotals"
