@@ -66,16 +66,15 @@ class _Section(BaseModel):
 
 
 class JobConfig(_Section):
-    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$", examples=["sums"])
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
     """The job's name: it names the consumer group, transactional ids and Baton's topics."""
     params: dict[str, Any] = Field(default_factory=dict)
     """`[job.params]`: the job's own settings, given to it as `Job.params`, read-only."""
-    class_: str = Field(alias="class", pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
-                        examples=["processor.examples:RunningSum"])
+    class_: str = Field(alias="class", pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
     """Import path `module:Class` of the `processor.Job` subclass to run."""
-    inputs: list[str] = Field(min_length=1, examples=[["events"]])
+    inputs: list[str] = Field(min_length=1)
     """The input topics (distinct); the grouping makes tasks of their partitions."""
-    output: str = Field(min_length=1, examples=["sums"])
+    output: str = Field(min_length=1)
     """The topic every output record goes to, in the task's transaction."""
     grouping: Literal["partition", "ssp", "cogroup", "single"] = "partition"
     """How input partitions become tasks (see docs/design.md, "Words")."""
