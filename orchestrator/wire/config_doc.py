@@ -29,8 +29,10 @@ __all__ = ["DOC", "missing_descriptions", "render"]
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
-# fields of Config that are no sections of the file (set by the loader)
+# fields of Config that are no sections of the file, and of a section that are no keys
+# of it (set by the loader)
 _DERIVED = {"path", "secret_keys"}
+_DERIVED_KEYS = {"secret_keys"}
 
 _INTRO = """\
 # Configuration reference
@@ -132,7 +134,7 @@ def _sections() -> list[tuple[str, type[BaseModel] | None]]:
 def _keys(model: type[BaseModel]) -> list[tuple[str, str, FieldInfo]]:
     """(key as written in the file, attribute name, field) for every key of a section."""
     return [(field.alias or name, name, field) for name, field in model.model_fields.items()
-            if name not in _DERIVED]
+            if name not in _DERIVED_KEYS]
 
 
 def missing_descriptions() -> list[str]:
