@@ -41,6 +41,8 @@ EXIT_CODES: dict[str, str] = {
     "audit": "0 the output equals the recomputed one; 1 it differs; 2 the audit could not "
              "run (config, Java, Spark, retention, broker)",
     "demo": "0 the oracle found nothing lost or duplicated; 1 otherwise, or the demo failed",
+    "dev": "0 stopped with Ctrl-C; 1 the broker, topics or coordinator did not start, or a "
+           "daemon stopped on its own; 2 bad usage, configuration or job class",
     "group": "0 done; 2 bad usage (the message names the argument)",
     "assign": "0 done; 1 the scenario file cannot be read or parsed; 2 bad usage",
 }
