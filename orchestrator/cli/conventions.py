@@ -18,24 +18,28 @@ import click
 __all__ = ["EXIT_CODES", "command_name", "epilog", "fail", "processor_ids"]
 
 _DAEMON = ("0 stopped by SIGTERM; 1 start-up failed (e.g. the broker did not answer); "
-           "2 bad usage or configuration (the message names the file and key)")
-_OPERATOR = ("0 done; 1 not done (timeout, no coordinator leads, refused operation); "
-             "2 bad usage or configuration")
+           "2 bad usage or configuration (naming the file and key)")
+_LEADER = "no coordinator led within --timeout, or one refused (e.g. the token)"
 
 # Each command's exit codes, shown in its --help and in docs/operations.md.
 EXIT_CODES: dict[str, str] = {
-    "coordinator": _DAEMON + ", a changelog topic not compacted or short of partitions",
-    "processor": (_DAEMON + ", a state directory in use, or a dead-letter topic the broker "
-                  "refuses to create; 3 declared dead by the coordinator (a newer execution "
-                  "of its id exists, or it did not release in time); a drained processor "
-                  "exits 0"),
-    "status": _OPERATOR + " (1 also: the coordinator has not written its token file yet)",
-    "wait": _OPERATOR + " (1: the pending reasons are named)",
-    "plan": _OPERATOR,
-    "drain": _OPERATOR + " (2 also: an unknown processor)",
-    "expand": (_OPERATOR + " (1 after the expansion was applied: only the wait timed "
-               "out; 2 also: a partition count that is not a multiple)"),
-    "split": _OPERATOR + " (2 also: a grouping that cannot split, the changelog source)",
+    "coordinator": _DAEMON + ", or a changelog topic not compacted or short of partitions",
+    "processor": (_DAEMON.replace("SIGTERM", "SIGTERM, or drained") + ", a state directory "
+                  "another execution holds, or a dead-letter topic the broker refuses to "
+                  "create; 3 declared dead by the coordinator (a newer execution of its id "
+                  "exists, or it did not release in time)"),
+    "status": (f"0 done; 1 {_LEADER}, or the coordinator has not written its token file "
+               "yet; 2 bad usage or configuration"),
+    "wait": ("0 balanced; 1 not balanced within --timeout (naming what is pending); "
+             "2 bad usage or configuration"),
+    "plan": f"0 done; 1 {_LEADER}; 2 bad usage or configuration",
+    "drain": (f"0 draining (with --wait: drained and stopped); 1 {_LEADER}, or not drained "
+              "within --timeout; 2 bad usage or configuration, or an unknown processor"),
+    "expand": (f"0 expanded (and live, unless --no-wait); 1 {_LEADER}, or the wait timed out "
+               "after the expansion was applied; 2 bad usage or configuration, or a partition "
+               "count that is not a multiple of the current one"),
+    "split": (f"0 split, or nothing to split; 1 {_LEADER}; 2 bad usage or configuration, the "
+              "single grouping, or the changelog source"),
     "check": "0 all good; 1 the broker or a coordinator did not answer; 2 a config or "
              "permission error (a missing topic included)",
     "audit": "0 the output equals the recomputed one; 1 it differs; 2 the audit could not "

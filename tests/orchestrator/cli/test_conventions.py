@@ -104,3 +104,9 @@ def test_a_bad_id_in_either_form_is_named_with_its_option(tmp_path: Path,
     option = args[-2]
     assert err.startswith(f"baton {args[0]}: {option}: "), err
     assert "is not a processor id" in err
+
+
+def test_the_operations_guide_lists_each_command_s_exit_codes_as_its_help_does() -> None:
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "operations.md").read_text()
+    for command, codes in EXIT_CODES.items():
+        assert f"| `baton {command}` | {codes} |" in guide, command
