@@ -16,7 +16,8 @@ from collections.abc import Sequence
 
 from confluent_kafka import KafkaException
 
-from orchestrator.daemon.service import Admin, CoordinatorService
+from orchestrator.daemon.growth import Admin
+from orchestrator.daemon.service import CoordinatorService
 from orchestrator.kafka.topics import TopicsError
 from orchestrator.wire.clock import Clock, Deadline
 
