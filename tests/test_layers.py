@@ -6,7 +6,8 @@
 - `processor` imports only `orchestrator.wire` and `orchestrator.kafka` of the orchestrator.
 - only `orchestrator.cli` and `orchestrator.devkit` import `processor`.
 - `store` and `metrics` import no orchestrator or processor code.
-- no import cycles between Baton's modules.
+- no import cycles between Baton's modules, nor between its folders.
+- no private name (`_x`) is imported from another module: what modules share is public.
 """
 
 from __future__ import annotations
@@ -180,3 +181,23 @@ def test_folders_import_one_way() -> None:
 # the per-task pieces (active task, replicas, Job API) sit at processor/'s root beside
 # the daemon, which imports runtime/, which imports them: one known two-way pair
 FOLDER_CYCLES_KNOWN = {"processor <-> processor.runtime"}
+
+
+def _private_imports(path: Path) -> Iterator[str]:
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            yield from (f"{node.module}.{a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__"))
+
+
+def test_no_private_name_crosses_modules() -> None:
+    """A helper two modules share is part of an interface: it is public."""
+    found = {name: sorted(_private_imports(path)) for name, path in _modules().items()}
+    wrong = {name: names for name, names in found.items() if names}
+    assert not wrong, f"private names imported across modules: {wrong}"
+
+
+def test_the_private_name_check_catches_one(tmp_path: Path) -> None:
+    module = tmp_path / "bad_import.txt"
+    module.write_text("from orchestrator.core.model import _hidden, Visible\n")
+    assert list(_private_imports(module)) == ["orchestrator.core.model._hidden"]
