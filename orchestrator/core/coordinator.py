@@ -92,7 +92,7 @@ class Coordinator(CorePicture):
 
     Args:
         config: thresholds and timeouts.
-        clock: the injected clock (a `FakeClock` in tests).
+        clock: the injected clock (tests pass tests/clocks.py's fake one).
         model: the job model in force.
         metrics: where to record handoff phases, outcomes, pauses, invalid heartbeats.
     """

@@ -80,7 +80,7 @@ class Leadership:
     def __init__(self, config: Config, clock: Clock, admin: TopicAdmin,
                  metrics: CoordinatorMetrics, url: str, keepalive_s: float) -> None:
         self.config, self.clock, self.url = config, clock, url
-        self.stream = CoordinatorStream(config.kafka_settings(), config.job.name)
+        self.stream = CoordinatorStream(config.kafka_settings(), config.job.name, clock)
         try:
             core = self._core(admin, metrics)
             if config.catch_up.source == "changelog":
@@ -92,7 +92,8 @@ class Leadership:
             self.service = CoordinatorService(
                 core, self.stream.write, admin, config.job.inputs,
                 {"coordinator": {"url": url, "metrics_url": f"{url}/metrics",
-                                 "listen": config.coordinator.listen, "leader": True}})
+                                 "listen": config.coordinator.listen, "leader": True}},
+                waits=clock)
             self.service.commit()
             self.service.keepalive(self.identity())
         except BaseException:

@@ -36,6 +36,7 @@ from orchestrator.core.split import SplitError
 from orchestrator.daemon.growth import Admin, InputGrowth, WriteMarkers
 from orchestrator.daemon.stream_writer import PersistRecords, StreamWriter
 from orchestrator.kafka.stream import FencedError
+from orchestrator.wire.clock import Clock, Deadline, SystemClock
 from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest
 
 __all__ = ["CoordinatorService", "InvalidReport"]
@@ -63,11 +64,15 @@ class CoordinatorService:
         admin: admin I/O for offsets and expansion.
         inputs: the job's input topics, in order (`job.inputs`).
         info: extra keys for /status (the coordinator's own URLs).
+        waits: bounds the waits of heartbeats and registrations; real time, whatever
+            the core's clock (the system clock by default).
     """
 
     def __init__(self, core: Coordinator, persist: PersistRecords, admin: Admin,
-                 inputs: Sequence[str], info: Mapping[str, Any] | None = None) -> None:
+                 inputs: Sequence[str], info: Mapping[str, Any] | None = None,
+                 waits: Clock | None = None) -> None:
         self.core = core
+        self._waits = waits or SystemClock()
         self._info = dict(info or {})
         self.lock = threading.RLock()
         self._decided = threading.Condition(self.lock)
@@ -170,8 +175,8 @@ class CoordinatorService:
             self.core.register(request, decide=False)
             self.wake.set()         # the loop's decision is persisted before any answer
             decisions = self._decisions
-            deadline = time.monotonic() + REGISTER_WAIT_S
-            while self._decisions == decisions and (left := deadline - time.monotonic()) > 0:
+            deadline = Deadline.after(self._waits, REGISTER_WAIT_S)
+            while self._decisions == decisions and (left := deadline.remaining()) > 0:
                 self._decided.wait(left)
             if self._unpersisted:
                 self.commit()       # the loop's write failed: nothing unpersisted goes out
@@ -256,8 +261,8 @@ class CoordinatorService:
     def _await_change(self, request: HeartbeatRequest, reply: HeartbeatReply,
                       wait_s: float) -> HeartbeatReply:
         """Caller holds the lock (the condition's wait releases it meanwhile)."""
-        deadline = time.monotonic() + wait_s    # a real wait, whatever the core's clock
-        while (left := deadline - time.monotonic()) > 0:
+        deadline = Deadline.after(self._waits, wait_s)
+        while (left := deadline.remaining()) > 0:
             self._decided.wait(left)
             processor = self.core.processors.valid(request)
             if processor is None:

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import gc
 import logging
-import time
+
+from orchestrator.wire.clock import Clock, SystemClock
 
 __all__ = ["Collector"]
 
@@ -36,26 +37,34 @@ FULL_S = 600.0
 
 
 class Collector:
-    """Call `turn()` from the daemon's loop; a monotonic `now` may be given for tests."""
+    """Call `turn()` from the daemon's loop; a monotonic `now` may be given for tests.
 
-    def __init__(self, freeze_s: float = FREEZE_S, full_s: float = FULL_S) -> None:
+    Args:
+        freeze_s: how often the survivors are frozen.
+        full_s: how often everything is collected.
+        clock: the daemon's clock (the system clock by default).
+    """
+
+    def __init__(self, freeze_s: float = FREEZE_S, full_s: float = FULL_S,
+                 clock: Clock | None = None) -> None:
         self.freeze_s, self.full_s = freeze_s, full_s
-        now = time.monotonic()
+        self._clock = clock or SystemClock()
+        now = self._clock.monotonic()
         self._frozen_at, self._full_at = now, now
         self.full_collections = 0
         gc.freeze()
 
     def turn(self, now: float | None = None) -> None:
-        now = time.monotonic() if now is None else now
+        now = self._clock.monotonic() if now is None else now
         if now - self._full_at >= self.full_s:
             self._full_at = self._frozen_at = now
             gc.unfreeze()
-            started = time.perf_counter()
+            started = self._clock.monotonic()
             freed = gc.collect()
             gc.freeze()
             self.full_collections += 1
             log.debug("full collection: %d object(s) freed in %.0f ms", freed,
-                      1000 * (time.perf_counter() - started))
+                      1000 * (self._clock.monotonic() - started))
             return
         if now - self._frozen_at >= self.freeze_s:
             self._frozen_at = now

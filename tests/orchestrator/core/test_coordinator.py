@@ -19,8 +19,8 @@ from orchestrator.core.coordinator import Coordinator, CoreConfig, DrainError, U
 from orchestrator.core.handoff import HandoffConfig
 from orchestrator.core.model import JobModel
 from orchestrator.core.views import pending, plan, status
-from orchestrator.wire.clock import FakeClock
 from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest, TaskReport
+from tests.clocks import FakeClock
 
 TOPIC = "in"
 ACCEPTABLE = 100

@@ -49,7 +49,8 @@ from orchestrator.core.handoff import (
     resume,
     step,
 )
-from orchestrator.wire.clock import Clock, Deadline, FakeClock, SystemClock
+from orchestrator.wire.clock import Clock, Deadline, SystemClock
+from tests.clocks import FakeClock
 
 S, T, OTHER, TASK = "p1", "p2", "p3", "Partition 0"
 CFG = HandoffConfig(acceptable_lag=100, release_timeout_s=10.0, activate_timeout_s=30.0,
