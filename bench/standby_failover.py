@@ -38,7 +38,6 @@ from orchestrator.wire.token import read_token
 
 RATE = 500.0                     # live records per second during the failover
 TIMEOUT_MS = 2000                # coordinator.processor_timeout_ms: detection time
-TASK = "Partition 0"
 
 
 def _produce(bootstrap: str, topic: str, keys: int, start: int = 0) -> None:
