@@ -340,9 +340,10 @@ class Coordinator(CorePicture):
         return placed
 
     def _placement_due(self, now: float) -> bool:
-        """Does the assignor have anything new to weigh? At 1,000 processors over
-        10,000 tasks a placement costs ~100 ms of CPU, and running it twice a second
-        on a quiet job starved the threads answering heartbeats. Conservative: news
+        """Does the assignor have anything new to weigh? A large job's placement costs
+        enough CPU that running it on every tick of a quiet job starves the threads
+        answering heartbeats (bench/HISTORY.md, "Measurements behind the code").
+        Conservative: news
         from a processor (a registration, a loss, changed roles, replicas' lags), a
         handoff in flight, a follow-up, a drain, a failure, a new model, or
         `PLACE_EVERY_S` since the last placement (time-based decisions)."""

@@ -109,8 +109,8 @@ class CorePicture:
                       for p in self.model.tasks.get(c, [])]
 
     def task_infos(self) -> list[TaskInfo]:
-        """The assignor's view of the model's tasks (built once per model: 10,000
-        tasks cost ~10 ms a placement)."""
+        """The assignor's view of the model's tasks, built once per model (a large
+        model's costs a placement noticeable time)."""
         if self._task_infos[0] is not self.model:
             self._task_infos = (self.model, [TaskInfo(t) for t in self.model.tasks])
         return self._task_infos[1]

@@ -54,8 +54,8 @@ class PartitionMonitor:
             log.warning("partition monitor: cannot read partition counts of %s: %s; "
                         "retrying in %.1f s", ", ".join(self._inputs), exc, self._interval_s)
             return True
-        # the metadata of 10,000 partitions costs the GIL ~90 ms, a stall for every
-        # heartbeat in flight: a large job is polled less often than `interval_s`
+        # a large job's metadata holds the GIL long enough to stall every heartbeat in
+        # flight: such a job is polled less often than `interval_s`
         self._due.arm(max(self._interval_s, _SPACING * (self._clock.monotonic() - started)))
         self._service.sync_partitions(counts)
         return True

@@ -193,10 +193,10 @@ class CoordinatorService:
     def try_heartbeat(self, request: HeartbeatRequest) -> HeartbeatReply | None:
         """A plain heartbeat (no wait, not leaving) answered without blocking: under
         the lock when it is free, else from the reply cache; None: neither (then
-        `heartbeat` from a thread), or `unpersisted`. Why: at 1,000 processors over
-        10,000 tasks a decision holds the lock ~100 ms, and every heartbeat that came
-        meanwhile waited it out (p99 several times the decision); a thread per
-        heartbeat cost more than the heartbeat."""
+        `heartbeat` from a thread), or `unpersisted`. Why: a large job's decision holds
+        the lock long enough that heartbeats waiting it out set their p99, and a thread
+        per heartbeat costs more than the heartbeat (bench/HISTORY.md, "Measurements
+        behind the code")."""
         if request.leaving:
             return None
         if not self.lock.acquire(blocking=False):
@@ -335,8 +335,8 @@ class CoordinatorService:
 
     def refresh_views(self) -> None:
         """Copy what /metrics shows of the core, so a scrape never waits on the lock;
-        a few processors per hold of the lock (10,000 tasks' samples at once held it
-        40-200 ms, and every heartbeat waited)."""
+        a few processors per hold of the lock, because a large job's samples taken at
+        once would hold it long enough to delay every heartbeat."""
         with self.lock:
             live = list(self.core.processors.live())
             handoffs = self.core.handoff_samples()

@@ -1,14 +1,14 @@
 """When the daemons let Python's cyclic garbage collector stop the world.
 
-At 1,000 processors over 10,000 tasks the coordinator holds a few hundred thousand
-container objects, and every heartbeat replaces a processor's reports, so young
-objects reach the oldest generation by the thousand each second. CPython's full
-collection then ran every 4-5 s and stopped every thread for 110-180 ms: the event
-loop answered no heartbeat meanwhile, and those pauses alone set the heartbeats' p99.
+A large job's coordinator holds many container objects, and every heartbeat replaces
+a processor's reports, so young objects reach the oldest generation quickly and
+CPython's full collections come often and stop every thread: the event loop answers no
+heartbeat meanwhile, and those pauses alone would set the heartbeats' p99.
 
-A processor's batches (records, their keys and outputs) churn the same way: its full
-collections ran every 0.3-0.5 s for 12-86 ms each, walking the ~50,000 objects of its
-imports every time, and a handoff whose release or activation met one paused that long.
+A processor's batches (records, their keys and outputs) churn the same way: each full
+collection walks every object of its imports, and a handoff whose release or
+activation meets one pauses that long. (The figures: bench/HISTORY.md, "Measurements
+behind the code".)
 
 `Collector` keeps the collections small: it freezes what has lived a while
 (`gc.freeze()` moves every tracked object to the permanent generation in O(1), so the
