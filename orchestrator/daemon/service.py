@@ -9,9 +9,10 @@ restarted coordinator would not find.
 Heartbeats are cheap: they take the report in and answer from the decision in force;
 they do not decide. While a decision holds the lock, a plain heartbeat is answered with
 the reply its processor last got (still the decision in force: a decision publishes
-only when it releases the lock, by bumping `_version`) and its report waits in an inbox
-for the next holder of the lock. Decisions (liveness, handoffs, placement) run in `tick()` on the
-daemon's loop, which `wake` rouses when a report carries news a decision waits for.
+only when it releases the lock; orchestrator/daemon/replies_in_force.py) and its report
+waits in an inbox for the next holder of the lock. Decisions (liveness, handoffs,
+placement) run in `tick()` on the daemon's loop, which `wake` rouses when a report
+carries news a decision waits for.
 A heartbeat may also wait (a long poll, `wait_s`) while its processor has nothing to
 do: it is answered as soon as a decision changes its listing.
 
@@ -25,7 +26,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -34,6 +34,7 @@ from orchestrator.core import views
 from orchestrator.core.coordinator import Coordinator
 from orchestrator.core.split import SplitError
 from orchestrator.daemon.growth import Admin, InputGrowth, WriteMarkers
+from orchestrator.daemon.replies_in_force import RepliesInForce
 from orchestrator.daemon.stream_writer import PersistRecords, StreamWriter
 from orchestrator.kafka.stream import FencedError
 from orchestrator.wire.clock import Clock, Deadline, SystemClock
@@ -83,12 +84,8 @@ class CoordinatorService:
         self.writer = StreamWriter(persist, core.clock, self.wake)
         self.growth = InputGrowth(self, self.writer, admin, inputs)
         self._views: tuple[list[Any], list[Any]] = ([], [])
-        # bumped as a lock holder that may change a decision lets go: the replies
-        # cached in `_answers` (pid -> execution, generation, version, reply) are the
-        # decision in force while their version is current
-        self._version = 0
-        self._answers: dict[str, tuple[str, int, int, HeartbeatReply]] = {}
-        self._inbox: deque[HeartbeatRequest] = deque()   # reports answered while busy
+        # published as a lock holder that may change a decision lets go
+        self._replies = RepliesInForce()
         if core.metrics is not None:
             core.metrics.set_views(lag_view=lambda: self._views[0],
                                    handoff_view=lambda: self._views[1])
@@ -135,12 +132,12 @@ class CoordinatorService:
             try:
                 yield
             finally:
-                self._version += 1
+                self._replies.publish()
 
     def _take_inbox(self) -> None:
         """Caller holds the lock: the reports answered while it was busy, in order."""
-        while self._inbox:
-            self.core.heartbeat(self._inbox.popleft(), decide=False)
+        for request in self._replies.take():
+            self.core.heartbeat(request, decide=False)
         if self.core.turn_wanted:
             self.wake.set()
 
@@ -205,12 +202,11 @@ class CoordinatorService:
             if self._unpersisted:
                 return None
             self._take_inbox()
-            reply = self.core.heartbeat(request, decide=False, in_force=self._in_force(request))
+            reply = self.core.heartbeat(request, decide=False,
+                                        in_force=self._replies.get(request))
             if self.core.turn_wanted:
                 self.wake.set()
-            if reply.alive and reply.same_model:
-                self._answers[request.processor_id] = (
-                    request.execution_id, reply.generation, self._version, reply)
+            self._replies.remember(request, reply)
             return reply
         finally:
             self.lock.release()
@@ -218,22 +214,10 @@ class CoordinatorService:
     def _cached(self, request: HeartbeatRequest) -> HeartbeatReply | None:
         """The reply `request`'s processor last got, if it is still the decision in
         force for the generation it holds; its report is taken in later."""
-        reply = self._in_force(request)
+        reply = self._replies.get(request)
         if reply is None or self._unpersisted:
             return None
-        self._inbox.append(request)
-        return reply
-
-    def _in_force(self, request: HeartbeatRequest) -> HeartbeatReply | None:
-        """The reply `request`'s processor last got, if no decision came since and it
-        still holds the same execution and generation."""
-        entry = self._answers.get(request.processor_id)
-        if entry is None:
-            return None
-        execution, generation, version, reply = entry
-        if (execution, generation, version) != (request.execution_id, request.generation,
-                                                self._version):
-            return None
+        self._replies.queue(request)
         return reply
 
     def heartbeat(self, request: HeartbeatRequest, wait_s: float = 0.0) -> HeartbeatReply:
@@ -241,10 +225,10 @@ class CoordinatorService:
         up to that long for a decision that changes this processor's listing, as long
         as it has nothing to do (`Coordinator.in_line`)."""
         with self.lock:
-            self._answers.pop(request.processor_id, None)   # its next reply may differ
+            self._replies.forget(request.processor_id)
             self._take_inbox()
             if self._unpersisted or request.leaving:
-                self._version += 1
+                self._replies.publish()
             if self._unpersisted:
                 self.commit()       # a loop write failed: nothing unpersisted goes out
             reply = self.core.heartbeat(request, decide=False)
@@ -311,7 +295,7 @@ class CoordinatorService:
         with self.lock:
             model, splits = self.core.model.plan_split()
             if splits and not dry_run:
-                self._version += 1
+                self._replies.publish()
                 self.core.apply_split(model, splits)
                 self.commit()
             return {"splits": [s.to_json() for s in splits], "tasks": len(model.tasks),
@@ -329,7 +313,7 @@ class CoordinatorService:
                 try:
                     self.commit()
                 finally:
-                    self._version += 1
+                    self._replies.publish()
             else:   # nothing changed: no records to diff, the replies in force stay so
                 self._decided.notify_all()
 

@@ -31,7 +31,6 @@ class StreamWriter:
         self._wake = wake
         self.lock = threading.Lock()   # one stream transaction at a time
         self.fenced: FencedError | None = None
-        self.fenced_event = threading.Event()
         self.last_write = clock.monotonic()
 
     @contextmanager
@@ -45,7 +44,6 @@ class StreamWriter:
                 yield
         except FencedError as exc:
             self.fenced = exc
-            self.fenced_event.set()
             self._wake.set()
             raise
         self.last_write = self._clock.monotonic()
