@@ -109,8 +109,8 @@ class CorePicture:
                       for p in self.model.tasks.get(c, [])]
 
     def task_infos(self) -> list[TaskInfo]:
-        """The assignor's view of the model's tasks, built once per model (a large
-        model's costs a placement noticeable time)."""
+        """The assignor's view of the model's tasks, built once per model (for a large
+        model, building it on every placement would cost noticeable time)."""
         if self._task_infos[0] is not self.model:
             self._task_infos = (self.model, [TaskInfo(t) for t in self.model.tasks])
         return self._task_infos[1]
@@ -150,6 +150,7 @@ class CorePicture:
                 if t in self.failures.by_task and self.holder(t) is None]
 
     def handoff_samples(self) -> list[HandoffSample]:
+        """Scrape-time view for metrics: the handoffs in flight."""
         return self.moves.samples()
 
     def records(self) -> dict[str, Any]:
