@@ -165,7 +165,7 @@ class _Daemon:
         self.url = own_url(c.listen, tls is not None, c.urls)
         self.takeover_s = c.takeover_ms / 1000
         settings = config.kafka_settings()
-        self.admin = TopicAdmin(settings, f"baton.{config.job.name}")
+        self.admin = TopicAdmin(settings, f"baton.{config.job.name}", clock=clock)
         self.tail: StreamTail | None = None
         self.lead: Leadership | None = None
         self._last_life = clock.monotonic()     # the leader's last sign of life seen

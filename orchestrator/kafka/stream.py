@@ -165,7 +165,7 @@ class CoordinatorStream:
             except KafkaException as exc:
                 self._fail(producer, exc)
         if self._marker_doubt:
-            offsets.update(find_markers(self._settings, self.job, due, floors or {}))
+            offsets.update(find_markers(self._settings, self.job, due, floors or {}, self._clock))
             self._marker_doubt = False
 
         def delivered(err: KafkaError | None, msg: Any) -> None:
