@@ -11,7 +11,6 @@ message names the topic and the next action.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from tenacity import (
 from orchestrator.kafka.logs import client_logging
 from orchestrator.kafka.retry import is_transient
 from orchestrator.kafka.settings import producer_settings
+from orchestrator.wire.clock import Clock, Deadline, SystemClock
 from orchestrator.wire.partitions import format_partition, parse_partition
 
 __all__ = [
@@ -101,10 +101,12 @@ class TopicAdmin:
         group: the job's consumer group (`baton.<job>`), read by `committed()`.
         client: who owns it, naming its loggers `baton.kafka.<client>.admin` and
             `baton.kafka.<client>.offsets` (librdkafka's own log lines).
+        clock: bounds the wait for a new topic's leaders (the system clock by default).
     """
 
     def __init__(self, settings: Mapping[str, Any], group: str,
-                 client: str = "coordinator") -> None:
+                 client: str = "coordinator", clock: Clock | None = None) -> None:
+        self._clock = clock or SystemClock()
         self._settings = dict(settings)
         self._group = group
         self._client = client
@@ -350,7 +352,7 @@ class TopicAdmin:
         Raises:
             TopicsError: still not there after the request timeout.
         """
-        deadline = time.monotonic() + _REQUEST_TIMEOUT_S
+        deadline = Deadline.after(self._clock, _REQUEST_TIMEOUT_S)
         while True:
             try:
                 found = self._admin.list_topics(topic, timeout=_REQUEST_TIMEOUT_S).topics
@@ -363,11 +365,11 @@ class TopicAdmin:
                 if not is_transient(exc):
                     raise TopicsError(f"cannot describe {topic!r}: {exc.args[0].str()}"
                                       ) from exc
-            if time.monotonic() > deadline:
+            if deadline.expired():
                 raise TopicsError(f"{topic!r} has no leader for all of its {partitions} "
                                   f"partitions {_REQUEST_TIMEOUT_S:.0f} s after it was "
                                   f"created or grown; is the broker healthy?")
-            time.sleep(_LEADER_POLL_S)
+            self._clock.sleep(_LEADER_POLL_S)
 
 
 def _replication(meta: Any) -> int:
