@@ -176,11 +176,14 @@ class Consumers:
         self._idle_backoff_s = config.processor.idle_fetch_backoff_ms / 1000
         self.active = Consumer({**settings, **client_logging("processor.active"),
                                 "enable.partition.eof": self._idle_backoff_s > 0})
-        self.replay = Consumer({**settings, **client_logging("processor.replay")})
+        # a replay never jumps over records the broker no longer holds: a fetch below
+        # the first retained offset is an error (processor/retention.py)
+        replays = {**settings, "auto.offset.reset": "error"}
+        self.replay = Consumer({**replays, **client_logging("processor.replay")})
         # activations (a handoff's silent replay T2 -> T1) read on a consumer of their
         # own: on the shared one they waited behind a warmup's fetched backlog, and
         # pausing the warmups instead dropped that backlog, fetched again after
-        self.activation = Consumer({**settings, **client_logging("processor.activation")})
+        self.activation = Consumer({**replays, **client_logging("processor.activation")})
         # never assigned: its lookups do not wait behind a fetched backlog (a warmup's
         # start and its cap refreshes, in the main loop, waited ~250 ms behind one)
         self.lookup = Consumer({**settings, **client_logging("processor.lookup")})

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaException, Message
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 
 from metrics import NullProcessorMetrics, ProcessorMetrics
 from orchestrator.wire.catchup import is_caught_up
@@ -32,6 +32,7 @@ from processor.active import ActiveTask, ProducerFatal, TaskFailed, TaskFenced, 
 from processor.changelog_replica import ChangelogError, ChangelogReplica
 from processor.job import Job
 from processor.replica import Replay, Replica, ReplicaRole
+from processor.retention import InputTrimmedError, OffsetOutOfRange, check_retained
 from processor.runtime.activation import Activations, StoreAheadError
 from processor.runtime.barriers import BarrierBook, BarrierHolder
 from processor.runtime.bulk_path import BulkPath, bulk_plan, changelog_bulk_plan
@@ -61,7 +62,7 @@ _COMMIT_THREADS = 4
 _IDLE_WHILE_ACTIVATING_S = 0.01
 # what a change of one task may raise and still leave the other tasks running
 _TASK_ERRORS = (StoreError, StoreAheadError, KafkaException, OSError, TaskFenced,
-                ProducerFatal, TaskFailed, ChangelogError)
+                ProducerFatal, TaskFailed, ChangelogError, InputTrimmedError, OffsetOutOfRange)
 
 
 def replay_bite(active_took: int | None, activation_next: bool, input_replays: bool) -> int:
@@ -177,6 +178,8 @@ class TaskRuntime:
         except _TASK_ERRORS as exc:
             log.error("task %r: %s", task, exc)
             self.failed[task] = str(exc)
+            if isinstance(exc, InputTrimmedError):
+                self.metrics.record_input_trimmed(task)
             if task in self.active:
                 self.consumers.unassign_active(task)
                 self.active.pop(task).store.close()
@@ -213,6 +216,9 @@ class TaskRuntime:
         positions = {p: applied[p] if p in applied else self.consumers.low_watermark(p)
                      for p in sources.partitions}     # a lookup only when the store lacks it
         caps = {p: sources.cap(p, max(committed[p], 0)) for p in sources.partitions}
+        # a checkpoint below the broker's first offset: the records between are gone
+        check_retained(task, {p: applied[p] for p in sources.partitions if p in applied},
+                       caps, self.consumers.low_watermark)
         job = self.jobs.get(task, role, self.partitions_of(task))
         replica = Replica(task, sources.partitions, job, store, role, positions, caps,
                           sources.filters, sources.gates, clock=self.clock)
@@ -544,13 +550,26 @@ class TaskRuntime:
                                     lambda task: self.sources_of(task).ends)
         messages = self._consume_replays(batch, timeout)
         owner = {p: r.name for r in self.replicas.values() for p in r.partitions}
-        batches = replay_by_task(messages, owner, self.consumers.log_error)
+        out_of_range: dict[str, Message] = {}
+        batches = replay_by_task(messages, owner,
+                                 functools.partial(self._replay_error, out_of_range))
         read = self.consumers.read_through([r.partitions[0] for r in self.replicas.values()
                                             if isinstance(r, ChangelogReplica)])
         for task in list(self.replicas):
+            mine = [out_of_range[p] for p in self.replicas[task].partitions
+                    if p in out_of_range]       # the replica raises on it (retention.py)
             self.guard(task, functools.partial(self._apply_replica,
-                                               messages=batches.get(task, []), read=read))
+                                               messages=mine + batches.get(task, []),
+                                               read=read))
         return len(messages)
+
+    def _replay_error(self, out_of_range: dict[str, Message], msg: Message) -> None:
+        """An error message the grouping took apart from the runs: a fetch below the
+        broker's first offset goes to its replica, the others are logged."""
+        if msg.error().code() == KafkaError._AUTO_OFFSET_RESET:  # noqa: SLF001
+            out_of_range[f"{msg.topic()}:{msg.partition()}"] = msg
+        else:
+            self.consumers.log_error(msg)
 
     def _consume_replays(self, batch: int, timeout: float) -> list[Message]:
         """While an activation replays (a handoff's pause), only its records are read:
@@ -572,7 +591,13 @@ class TaskRuntime:
         """Apply one replica's share of a poll batch and commit it (state and T2)."""
         replica = self.replicas[task]
         before = replica.applied_total
-        capped = replica.apply(messages)
+        try:
+            capped = replica.apply(messages)
+        except OffsetOutOfRange as exc:
+            first = self.consumers.low_watermark(exc.partition)
+            if replica.source == "input" and first > exc.offset:
+                raise InputTrimmedError(exc.partition, exc.offset, first, task) from exc
+            raise
         if replica.applied_total > before:
             self.metrics.record_catch_up(task, "consumer", replica.applied_total - before,
                                          replica.source)
