@@ -41,6 +41,7 @@ from processor.runtime.children import SplitChildren
 from processor.runtime.consumers import Consumers, by_task, replay_by_task
 from processor.runtime.dead_letters import ensure_dead_letter_topic
 from processor.runtime.jobs import TaskJobs
+from processor.runtime.preflight import FenceRefused
 from processor.runtime.reconciliation import reconcile
 from processor.runtime.reports import StoreSizes, task_reports
 from processor.sources import ReplaySources, replay_sources, topic_counts
@@ -62,7 +63,8 @@ _COMMIT_THREADS = 4
 _IDLE_WHILE_ACTIVATING_S = 0.01
 # what a change of one task may raise and still leave the other tasks running
 _TASK_ERRORS = (StoreError, StoreAheadError, KafkaException, OSError, TaskFenced,
-                ProducerFatal, TaskFailed, ChangelogError, InputTrimmedError, OffsetOutOfRange)
+                ProducerFatal, TaskFailed, ChangelogError, InputTrimmedError, OffsetOutOfRange,
+                FenceRefused)
 
 
 def replay_bite(active_took: int | None, activation_next: bool, input_replays: bool) -> int:
