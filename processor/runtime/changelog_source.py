@@ -9,17 +9,22 @@ and a `ChangelogWriter` for an active task (processor/changelog.py).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
+from orchestrator.wire.changelog import changelog_topic
 from orchestrator.wire.clock import Clock
 from orchestrator.wire.config import Config
 from processor.changelog import ChangelogTarget, ChangelogWriter
 from processor.changelog_replica import ChangelogError, ChangelogReplica
 from processor.replica import ReplicaRole
 from processor.runtime.consumers import Consumers
+from processor.runtime.tombstones import TombstoneHorizon
 from store import Store
 
 __all__ = ["ChangelogSource"]
+
+log = logging.getLogger("baton.processor.runtime")
 
 
 class ChangelogSource:
@@ -36,6 +41,8 @@ class ChangelogSource:
         self._consumers = consumers
         self._clock = clock
         self.enabled = config.catch_up.source == "changelog"
+        self._horizon = TombstoneHorizon(config.kafka_settings(),
+                                         changelog_topic(config.job.name))
         self.mapping: dict[str, int] = {}      # task -> partition, from the job model
         self.generation: int | None = None
 
@@ -81,6 +88,15 @@ class ChangelogSource:
                 f"task {task!r}: store {store.path} has applied {target.name} up to "
                 f"{position}, past its committed end {end}: was the changelog topic "
                 f"recreated? Move the store away to rebuild it from the changelog")
+        if position is not None and self._horizon.may_have_lost_deletes(
+                self._consumers.lookup, target.name, position, end):
+            log.warning("task %r: store %s is at %s offset %d, and records after it are "
+                        "older than the topic's delete.retention.ms (%d ms): deletes may "
+                        "have been compacted away since; rebuilding it from the start",
+                        task, store.path, target.name, position,
+                        self._horizon.retention_ms())
+            store.clear()
+            position = None
         position = low if position is None else max(position, low)
         fetch_from = low if self._config.catch_up.changelog_read_from == "beginning" \
             else position
