@@ -77,9 +77,15 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
                   config.processor.metrics_host, port, config.path, exc.strerror or exc)
         return 2
     try:
-        check_broker(config)        # a limit or an ACL that would fail every task: exit 2
         runtime = TaskRuntime(config, processor_id, metrics=metrics, clock=clock)
-    except (DeadLetterTopicError, PreflightError) as exc:
+    except DeadLetterTopicError as exc:
+        server.close()
+        log.error("processor %s cannot start: %s", processor_id, exc)
+        return exc.exit_code
+    try:
+        check_broker(config)        # a limit or an ACL that would fail every task: exit 2
+    except PreflightError as exc:
+        runtime.close(commit=False)
         server.close()
         log.error("processor %s cannot start: %s", processor_id, exc)
         return exc.exit_code

@@ -37,7 +37,7 @@ __all__ = ["DEFAULT_TRANSACTION_TIMEOUT_MS", "FenceRefused", "PreflightError", "
 
 log = logging.getLogger("baton.processor.runtime")
 
-_TIMEOUT_S = 15.0
+_TIMEOUT_S = 10.0
 # what Baton's producers ask for unless [kafka] says otherwise (activation.py's defaults)
 DEFAULT_TRANSACTION_TIMEOUT_MS = 10_000
 
@@ -71,7 +71,7 @@ def _broker_limit(admin: AdminClient) -> int | None:
         brokers = admin.list_topics(timeout=_TIMEOUT_S).brokers
         resource = ConfigResource(ConfigResource.Type.BROKER, str(min(brokers)))
         found = admin.describe_configs([resource])[resource].result(_TIMEOUT_S)
-    except (KafkaException, ValueError) as exc:
+    except (KafkaException, ValueError, TimeoutError) as exc:
         log.info("preflight: cannot read the broker's transaction.max.timeout.ms (%s); "
                  "a task's activation will report a transaction timeout it refuses", exc)
         return None
@@ -127,13 +127,18 @@ def check_broker(config: Config) -> None:
             principal lacks an operation on one of the job's topics.
     """
     admin = AdminClient(producer_settings(config.kafka_settings()))
+    try:
+        admin.list_topics(timeout=_TIMEOUT_S)
+    except KafkaException as exc:      # unreachable: the runtime's own retries say so
+        log.info("preflight skipped: the broker does not answer (%s)", exc)
+        return
     configured = transaction_timeout_ms(config)
     limit = _broker_limit(admin)
     if limit is not None and configured > limit:
         raise PreflightError(_timeout_message(config, configured, limit))
     try:
         missing = _missing_acls(admin, config)
-    except KafkaException as exc:
+    except (KafkaException, TimeoutError) as exc:
         log.info("preflight: cannot describe the job's topics (%s)", exc)
         return
     if missing:

@@ -113,3 +113,28 @@ def test_a_missing_acl_is_a_start_error_naming_it(secure, broker, coordinated, d
     log = processor.log()
     assert f"User:{user}" in log and f"WRITE on topic '{topic}'" in log, log[-3000:]
     assert coordinator.stop() == 0
+
+
+def test_an_activation_denied_its_transactional_id_names_it(secure, broker, job_config,
+                                                            tmp_path: Path) -> None:
+    """WRITE on the task's transactional id is only asked for when the task activates
+    (a probe would fence its owner): the task fails there, naming the id and the ACL."""
+    from orchestrator.wire.config import parse_config
+    from tests.processor.runtime.test_runtime import _model, _reply, _runtime
+
+    user, password = _user(secure, tmp_path)
+    raw = job_config(partitions=1, kafka={**_kafka(secure, user), "sasl.password": password})
+    config = parse_config(raw)
+    transactional_id = f"baton.{config.job.name}.Partition 0"
+    secure.acl(user, ResourceType.TRANSACTIONAL_ID, transactional_id, AclOperation.WRITE,
+               allow=False)
+    runtime = _runtime(raw, tmp_path, "p1")
+    try:
+        runtime.apply(_reply(_model(config.job.inputs[0], 1), active=["Partition 0"]))
+        wait_for(lambda: "Partition 0" in runtime.failed, 60, "the activation to fail",
+                 lambda: runtime.poll(0.05))
+        error = runtime.failed["Partition 0"]
+        assert f"WRITE on transactional id '{transactional_id}'" in error, error
+        assert f"User:{user}" in error and not runtime.active
+    finally:
+        runtime.close(commit=False)
