@@ -41,7 +41,7 @@ from processor.spark import (
     spark_failure,
     without_markers,
 )
-from processor.spark.bulk import group_chunks
+from processor.spark.plans import group_chunks
 
 __all__ = ["AuditError", "AuditReport", "KeyDiff", "audit", "compare_sequences"]
 
