@@ -110,10 +110,10 @@ def test_a_warmup_from_a_trimmed_checkpoint_fails_naming_the_partition(trimmed) 
 def test_a_replay_whose_start_is_trimmed_under_it_fails_too(trimmed, monkeypatch) -> None:
     """The start check passed (as when retention runs just after it): the replay
     consumer's fetch below the first offset is an error, never a jump to it."""
-    import processor.runtime.task_runtime as runtime
+    import processor.runtime.catch_up as catch_up
 
     config, model, partition, replica, registry = trimmed
-    monkeypatch.setattr(runtime, "check_retained", lambda *args: None)
+    monkeypatch.setattr(catch_up, "check_retained", lambda *args: None)
     replica.apply(_reply(model, warmup=[TASK]))
     assert TASK in replica.replicas             # started from T2 = 300
     wait_for(lambda: TASK in replica.failed, 30, "the replay to refuse the gap",
