@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.smoke]
+pytestmark = [pytest.mark.integration, pytest.mark.embedded]
 ROOT = Path(__file__).resolve().parents[1]
 PINNED = ("records_in", "records_out", "lost", "duplicated", "handoffs", "pause_ms_p50",
           "pause_ms_p99", "catchup_records_per_s")

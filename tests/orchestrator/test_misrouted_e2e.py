@@ -1,7 +1,7 @@
 """Expansion under live traffic from producers with stale metadata, then a split.
 
 (a) The producer refreshes its metadata every second and keeps writing while the input
-grows 4 -> 8; `[job] expansion_grace_ms` is 3 s, so every record it wrote to a parent
+grows 4 -> 8; `[job] expansion_grace_ms` is 6 s, so every record it wrote to a parent
 before it saw the new count is below the barrier. The oracle holds.
 (b, c) A producer that never refreshes writes child keys to their parent partitions
 long after the grace: each such record is forwarded to its child (a copy naming its
@@ -26,7 +26,7 @@ from tests.orchestrator.test_split_e2e import baton, split
 
 pytestmark = pytest.mark.integration
 
-GRACE = {"expansion_grace_ms": 3000}
+GRACE = {"expansion_grace_ms": 6000}
 REFRESH_1S = {"topic.metadata.refresh.interval.ms": 1000}
 
 
@@ -35,9 +35,9 @@ def barriers_reached(job: Job) -> bool:
     return bool(barriers) and all(b["settled"] and b["reached"] for b in barriers.values())
 
 
-def grow(job: Job, partitions: int) -> None:
+def grow(job: Job, partitions: int, *more: str) -> None:
     done = baton(job, "expand", "--topic", job.config.job.inputs[0], "--partitions",
-                 str(partitions), "--timeout", "120")
+                 str(partitions), "--timeout", "120", *more)
     assert done.returncode == 0, done.stderr
 
 
@@ -55,10 +55,10 @@ def test_split_under_traffic_with_producers_one_second_stale(job, broker) -> Non
     feeder = Feeder(broker, j.config.job.inputs[0], keys=400, rate=400.0,
                     **REFRESH_1S).start()
     wait_for(lambda: feeder.sent > 1500, 30, "some traffic")
-    grow(j, 8)                                  # the feeder keeps writing throughout
+    grow(j, 8, "--no-wait")                     # the feeder keeps writing throughout
     unsettled = j.status()["barriers"]
     assert len(unsettled) == 4 and not any(b["settled"] for b in unsettled.values())
-    time.sleep(3.0)
+    time.sleep(3.0)                             # the split comes inside the grace
     assert len(split(j)["splits"]) == 4
     for n in range(3, 9):
         j.start_processor(f"p{n}")

@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator.devkit.embedded import EmbeddedBroker, EmbeddedBrokerError, free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.embedded]
 
 
 def test_round_trip(broker, unique) -> None:

@@ -23,7 +23,7 @@ from processor.runtime import TaskRuntime
 from tests.conftest import Broker, oracle_check, wait_for
 from tests.processor.runtime.test_runtime import _consumed, _model, _reply, _runtime
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.smoke]
 
 TASK = "Partition 0"
 
