@@ -16,13 +16,20 @@ promoted, or the processor stops), so a job may open a client or load a model in
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from orchestrator.wire.config import Config
+    from processor.formats import Format
 
 __all__ = ["Context", "Emitted", "Headers", "Job", "JobLoadError", "JobSpec", "KeyValue",
-           "Output", "Record", "Role", "State", "load_job", "new_job"]
+           "Output", "Record", "Role", "State", "add_job_path", "job_spec", "load_job",
+           "new_job"]
 
 State = MutableMapping[Any, Any]
 # Kafka headers as confluent-kafka gives them: (name, value) pairs, names may repeat
@@ -102,12 +109,26 @@ class JobLoadError(ValueError):
     """`job.class` names nothing importable, or not a `Job` subclass (callers name the key)."""
 
 
-def load_job(class_path: str) -> type[Job]:
+def add_job_path(path: Sequence[str | Path]) -> None:
+    """Put `[job] path`'s directories first on sys.path (each once), so the job's own
+    package is found before anything of the same name installed in the environment."""
+    for entry in reversed([str(p) for p in path]):
+        if entry in sys.path:
+            sys.path.remove(entry)
+        sys.path.insert(0, entry)
+
+
+def load_job(class_path: str, path: Sequence[str | Path] = ()) -> type[Job]:
     """Import ``"module:Class"``, a `Job` subclass (the daemon, Spark executors, audit).
+
+    Args:
+        class_path: `[job] class`.
+        path: `[job] path`, resolved: directories searched first (see `add_job_path`).
 
     Raises:
         JobLoadError: not importable, or not a Job subclass.
     """
+    add_job_path(path)
     module_name, _, name = class_path.partition(":")
     try:
         job_class = getattr(importlib.import_module(module_name), name)
@@ -129,13 +150,18 @@ def new_job(job_class: type[Job], context: Context) -> Job:
 @dataclass(frozen=True)
 class JobSpec:
     """How to make a job where only names travel (Spark executors): its class path,
-    the job's name, the `[job.params]` table and the task, picklable. A bare class path
-    is a spec without params."""
+    the job's name, the `[job.params]` table, the task, `[job] path` (resolved; on an
+    executor its directories are found in the zip shipped with the job, see
+    processor/spark/code.py) and the formats, picklable. A bare class path is a spec
+    without params."""
 
     class_path: str
     job: str = ""
     params: Mapping[str, Any] = field(default_factory=dict)
     task: str = ""
+    path: tuple[str, ...] = ()
+    key_format: Format = "bytes"
+    value_format: Format = "bytes"
 
     @classmethod
     def of(cls, job: str | JobSpec) -> JobSpec:
@@ -147,6 +173,17 @@ class JobSpec:
         Raises:
             JobLoadError: the class cannot be loaded.
         """
+        from processor.formats import with_formats
+
         context = Context(self.job, self.task, tuple(partitions), "spark", role,
                           dict(self.params))
-        return new_job(load_job(self.class_path), context)
+        job = new_job(load_job(self.class_path, self.path), context)
+        return with_formats(job, self.key_format, self.value_format)
+
+
+def job_spec(config: Config) -> JobSpec:
+    """The `JobSpec` of a configured job (its class, name, params, path and formats)."""
+    job = config.job
+    return JobSpec(job.class_, job.name, dict(job.params),
+                   path=tuple(str(p) for p in config.job_path),
+                   key_format=job.key_format, value_format=job.value_format)

@@ -16,15 +16,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from orchestrator.wire.partitioners import PartitionerName
+from orchestrator.wire.job_config import Format, JobConfig
+from orchestrator.wire.job_config import Section as _Section
 from orchestrator.wire.secrets import SecretError, mask, redact, resolve, secret_values
 from orchestrator.wire.validation import check_ports, describe_errors
 
@@ -34,6 +33,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "CoordinatorConfig",
+    "Format",
     "JobConfig",
     "ProcessorConfig",
     "SparkConfig",
@@ -58,35 +58,6 @@ class ConfigError(Exception):
     def __init__(self, message: str, problems: list[str] | None = None) -> None:
         super().__init__(message)
         self.problems: list[str] = problems if problems is not None else [message]
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class JobConfig(_Section):
-    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
-    # [job.params]: the job's own settings, given to it as `Job.params` (processor/job.py)
-    params: dict[str, Any] = Field(default_factory=dict)
-    # import path "module:Class" of a processor.Job subclass
-    class_: str = Field(alias="class", pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-    inputs: list[str] = Field(min_length=1)
-    output: str = Field(min_length=1)
-    grouping: Literal["partition", "ssp", "cogroup", "single"] = "partition"
-    # the producers' key -> partition function; a split's key filter must agree with it
-    partitioner: PartitionerName = "consistent_random"
-    # how stale the producers' metadata may be after an expansion: a new partition's
-    # barrier is its parent's end this long after the expansion was seen. The default
-    # is librdkafka's topic.metadata.refresh.interval.ms and the Java client's
-    # metadata.max.age.ms (both 5 minutes): default producers keep every key's order
-    expansion_grace_ms: int = Field(default=300000, ge=0, le=86_400_000)
-
-    @field_validator("inputs")
-    @classmethod
-    def _distinct(cls, inputs: list[str]) -> list[str]:
-        if len(set(inputs)) != len(inputs) or any(not t for t in inputs):
-            raise ValueError("inputs must be distinct, non-empty topic names")
-        return inputs
 
 
 class CoordinatorConfig(_Section):
@@ -271,6 +242,11 @@ class Config(_Section):
         """The token processors present: processor_token_file, else token_file."""
         own = self.file(self.coordinator.processor_token_file)
         return own if own is not None else self.token_file
+
+    @property
+    def job_path(self) -> list[Path]:
+        """`[job] path`: the directories of the job's code, resolved against the file."""
+        return [self.path_of(p) for p in self.job.path]
 
     @property
     def state_dir(self) -> Path:

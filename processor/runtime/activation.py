@@ -196,7 +196,7 @@ class Activations:
                             self._consumers.active.consumer_group_metadata,
                             {p: replay.caps[p] for p in partitions},
                             self._consumers.committed, clock=self._clock,
-                            changelog=changelog)
+                            changelog=changelog, outputs=config.job.outputs)
         active.activated_at = activation.started
         active.on_process_error = self._metrics.record_process_error
         return active

@@ -95,7 +95,7 @@ class BulkPath:
     def _run(self, task: str, ranges: dict[str, tuple[int, int]],
              key_filter: KeyFilter | None, source: CatchUpSource) -> BulkResult:
         """On a worker thread: Spark only, no store or consumer of the main loop."""
-        from processor.job import JobSpec
+        from processor.job import job_spec
         from processor.spark import spark_session, startup_seconds
         from processor.spark.bulk import bulk_catch_up
 
@@ -103,8 +103,7 @@ class BulkPath:
         if not self._spark_started:
             self._spark_started = True
             self._metrics.record_spark_session_start(startup_seconds() or 0.0)
-        job = JobSpec(self._config.job.class_, self._config.job.name,
-                      self._config.job.params)
+        job = job_spec(self._config)
         return bulk_catch_up(spark, job, self._config.kafka_settings(),
                              ranges, source, task, key_filter=key_filter)
 

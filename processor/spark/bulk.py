@@ -66,8 +66,9 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, Literal
 
-from processor.job import Headers, Job, JobSpec, load_job
+from processor.job import Headers, Job, JobSpec, job_spec, load_job
 from processor.replica import KeyFilter, new_record
+from processor.spark.code import ship_job_code
 from processor.spark.fold import FoldState, Timings, replay
 from processor.spark.ingest import BulkCatchUpError, BulkResult, Source, ingest_bulk
 from processor.spark.reader import (
@@ -331,7 +332,8 @@ def bulk_catch_up(spark: Any, job_class_path: str | JobSpec, kafka_settings: Map
     spec = dataclasses.replace(JobSpec.of(job_class_path), task=task)
     if source == "input":
         try:
-            load_job(spec.class_path)
+            load_job(spec.class_path, spec.path)
+            ship_job_code(spark.sparkContext, spec.path)    # for the executors' imports
         except ValueError as exc:
             raise BulkCatchUpError(f"task {task}: {exc}") from None
     if plan == "local" and (key_filter is not None or chunk_records):
@@ -480,8 +482,7 @@ def run_bulk_catch_up(config: Any, store: Any, ranges: Ranges, task: str, *,
         spark = spark_session(config.spark.master, conf=config.spark.conf)
     except SparkUnavailableError as exc:
         raise BulkCatchUpError(f"task {task}: {exc}") from exc
-    result = bulk_catch_up(spark, JobSpec(config.job.class_, config.job.name,
-                                          config.job.params),
+    result = bulk_catch_up(spark, job_spec(config),
                            config.kafka_settings(), ranges,
                            config.catch_up.source, task, key_filter=key_filter)
     ingest_bulk(store, result)
