@@ -177,7 +177,9 @@ class JobSpec:
 
         context = Context(self.job, self.task, tuple(partitions), "spark", role,
                           dict(self.params))
-        job = new_job(load_job(self.class_path, self.path), context)
+        # not `path`: an executor imports from the zip shipped to it (a directory of
+        # the same name on its host would be stale, or another's)
+        job = new_job(load_job(self.class_path), context)
         return with_formats(job, self.key_format, self.value_format)
 
 
