@@ -278,8 +278,10 @@ class ActiveTask:
                 value = value.encode()
             elif value is not None and value.__class__ is not bytes:
                 value = encode_output(value)
-            try:                        # positional: ~2x cheaper than keywords
-                produce(output_topic, value, key, -1, None, timestamp)
+            # positional: ~2x cheaper than keywords; confluent-kafka's order is (topic,
+            # value, key, partition, on_delivery, callback, timestamp)
+            try:
+                produce(output_topic, value, key, -1, None, None, timestamp)
             except BufferError:
                 self._produce(produce, output_topic, key, value, timestamp=timestamp)
 

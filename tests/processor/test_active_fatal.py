@@ -137,7 +137,7 @@ def test_outputs_carry_the_input_timestamp_and_an_undeclared_topic_fails_the_tas
     with pytest.raises(TaskFailed, match="'elsewhere'"):
         task.process([Msg(0)])
     task.store.close()
-    assert producer.sent == [("out", b"pair", b"k", -1, None, 0)]  # Msg's timestamp: 0
+    assert producer.sent == [("out", b"pair", b"k", -1, None, None, 0)]  # Msg's timestamp: 0
 
 
 def test_a_declared_output_topic_takes_outputs(tmp_path) -> None:
@@ -145,7 +145,7 @@ def test_a_declared_output_topic_takes_outputs(tmp_path) -> None:
     task.process([Msg(0)])
     task.store.close()
     assert producer.sent == [
-        ("out", b"pair", b"k", -1, None, 0),
+        ("out", b"pair", b"k", -1, None, None, 0),
         ("out", ("headers", [("h", b"v")]), ("key", b"k"), ("timestamp", 0),
          ("value", b"out")),
         ("elsewhere", ("headers", None), ("key", b"k"), ("timestamp", 0), ("value", b"x"))]
