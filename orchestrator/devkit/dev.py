@@ -177,7 +177,8 @@ def _run(config: Config, workdir: Path, processors: int, partitions: int,
         create_topics(broker.client_settings(), topics)
         effective = effective_config(config.path, bootstrap, workdir / "state")
         say(f"job {config.job.name} ({config.job.class_}) on the embedded broker "
-            f"{bootstrap}; topics {', '.join(topics)} ({partitions} partitions each)")
+            f"{bootstrap} (pid {broker.pid}); topics {', '.join(topics)} "
+            f"({partitions} partitions each)")
         cluster = Cluster(workdir, effective, say, new_session=True, own_state_dirs=False)
         cluster.start("coordinator", "coordinator")
         cluster.wait_for_file(config.token_file)
