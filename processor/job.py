@@ -21,15 +21,10 @@ from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-if TYPE_CHECKING:
-    from orchestrator.wire.config import Config
-    from processor.formats import Format
-
-__all__ = ["Context", "Emitted", "Headers", "Job", "JobLoadError", "JobSpec", "KeyValue",
-           "Output", "Record", "Role", "State", "add_job_path", "job_spec", "load_job",
-           "new_job"]
+__all__ = ["Context", "Emitted", "Headers", "Job", "JobLoadError", "KeyValue", "Output",
+           "Record", "Role", "State", "add_job_path", "load_job", "new_job"]
 
 State = MutableMapping[Any, Any]
 # Kafka headers as confluent-kafka gives them: (name, value) pairs, names may repeat
@@ -145,47 +140,3 @@ def new_job(job_class: type[Job], context: Context) -> Job:
     job.params = MappingProxyType(dict(context.params))
     job.setup(context)
     return job
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """How to make a job where only names travel (Spark executors): its class path,
-    the job's name, the `[job.params]` table, the task, `[job] path` (resolved; on an
-    executor its directories are found in the zip shipped with the job, see
-    processor/spark/code.py) and the formats, picklable. A bare class path is a spec
-    without params."""
-
-    class_path: str
-    job: str = ""
-    params: Mapping[str, Any] = field(default_factory=dict)
-    task: str = ""
-    path: tuple[str, ...] = ()
-    key_format: Format = "bytes"
-    value_format: Format = "bytes"
-
-    @classmethod
-    def of(cls, job: str | JobSpec) -> JobSpec:
-        return job if isinstance(job, JobSpec) else cls(job)
-
-    def make(self, partitions: Sequence[str], role: Role = "bulk") -> Job:
-        """A set-up instance for one fold of the task (its caller closes it).
-
-        Raises:
-            JobLoadError: the class cannot be loaded.
-        """
-        from processor.formats import with_formats
-
-        context = Context(self.job, self.task, tuple(partitions), "spark", role,
-                          dict(self.params))
-        # not `path`: an executor imports from the zip shipped to it (a directory of
-        # the same name on its host would be stale, or another's)
-        job = new_job(load_job(self.class_path), context)
-        return with_formats(job, self.key_format, self.value_format)
-
-
-def job_spec(config: Config) -> JobSpec:
-    """The `JobSpec` of a configured job (its class, name, params, path and formats)."""
-    job = config.job
-    return JobSpec(job.class_, job.name, dict(job.params),
-                   path=tuple(str(p) for p in config.job_path),
-                   key_format=job.key_format, value_format=job.value_format)

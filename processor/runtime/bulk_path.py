@@ -95,7 +95,7 @@ class BulkPath:
     def _run(self, task: str, ranges: dict[str, tuple[int, int]],
              key_filter: KeyFilter | None, source: CatchUpSource) -> BulkResult:
         """On a worker thread: Spark only, no store or consumer of the main loop."""
-        from processor.job import job_spec
+        from processor.jobspec import job_spec
         from processor.spark import spark_session, startup_seconds
         from processor.spark.bulk import bulk_catch_up
 

@@ -66,7 +66,8 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, Literal
 
-from processor.job import Headers, Job, JobSpec, job_spec, load_job
+from processor.job import Headers, Job, load_job
+from processor.jobspec import JobSpec, job_spec
 from processor.replica import KeyFilter, new_record
 from processor.spark.code import ship_job_code
 from processor.spark.fold import FoldState, Timings, replay

@@ -11,7 +11,7 @@ import pytest
 from orchestrator.wire.job_config import Format as ConfigFormat
 from processor import Emitted, Job, Output, Record, State
 from processor.formats import FORMATS, FormatError, FormattedJob, with_formats
-from processor.job import JobSpec
+from processor.jobspec import JobSpec
 from processor.testing import run_job
 
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from processor.job import JobSpec, Record, load_job
+from processor.job import Record, load_job
+from processor.jobspec import JobSpec
 from processor.spark.bulk import bulk_catch_up
 from processor.spark.code import JobCodeError, ship_job_code, zip_directory
 from processor.spark.ingest import ingest_bulk
