@@ -17,12 +17,13 @@ all: the default path costs nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Literal
 
 import orjson
 
-from processor.job import Context, Emitted, Job, Output, Record, State
+from processor.job import Context, Job, Output, Record, State
+from processor.replica import new_record
 
 __all__ = ["FORMATS", "Format", "FormatError", "FormattedJob", "with_formats"]
 
@@ -86,7 +87,9 @@ class FormattedJob(Job):
     def setup(self, context: Context) -> None:
         self.inner.setup(context)
 
-    def process(self, record: Record, state: State) -> Iterator[Emitted]:
+    def process(self, record: Record, state: State) -> list[Any]:
+        """The inner job's outputs, encoded: a list, so that a record that does not
+        decode raises here, where every caller of process() handles a failing record."""
         try:
             key = self._decode_key(record.key)
         except ValueError as exc:       # UnicodeDecodeError and orjson's are ValueErrors
@@ -97,24 +100,28 @@ class FormattedJob(Job):
         except ValueError as exc:
             raise FormatError(f"{_where(record)}: the value is not {self.value_format} "
                               f"([job] value_format): {exc}") from None
-        decoded = Record(key, value, record.topic, record.partition, record.offset,
-                         record.timestamp, record.headers)
-        for out in self.inner.process(decoded, state) or ():
-            yield self._encode(out, record)
-
-    def _encode(self, out: object, record: Record) -> Any:
-        """One yielded output encoded; a shape the producer refuses passes unchanged,
-        to be refused there (processor/outputs.py)."""
+        decoded = new_record(key, value, record.topic, record.partition, record.offset,
+                             record.timestamp, record.headers)
+        outputs = self.inner.process(decoded, state) or ()
+        if outputs.__class__ is not list:   # a generator: run it before encoding, so
+            outputs = list(outputs)         # what it raises is not taken for ours
+        encode_key, encode_value = self._encode_key, self._encode_value
         try:
-            if isinstance(out, Output):
-                return Output(self._encode_key(out.key), self._encode_value(out.value),
-                              out.headers, out.timestamp, out.topic)
-            if isinstance(out, tuple | list) and len(out) == 2:
-                return self._encode_key(out[0]), self._encode_value(out[1])
+            return [(encode_key(out[0]), encode_value(out[1])) if out.__class__ is tuple
+                    and len(out) == 2 else self._encode(out) for out in outputs]
         except TypeError as exc:
             raise FormatError(f"{_where(record)}: an output cannot be encoded "
                               f"([job] key_format {self.key_format}, value_format "
                               f"{self.value_format}): {exc}") from None
+
+    def _encode(self, out: object) -> Any:
+        """An output that is not a pair tuple, encoded; a shape the producer refuses
+        passes unchanged, to be refused there (processor/outputs.py)."""
+        if isinstance(out, Output):
+            return Output(self._encode_key(out.key), self._encode_value(out.value),
+                          out.headers, out.timestamp, out.topic)
+        if isinstance(out, list) and len(out) == 2:
+            return self._encode_key(out[0]), self._encode_value(out[1])
         return out
 
     def close(self) -> None:
