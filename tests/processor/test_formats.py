@@ -106,3 +106,13 @@ def test_a_job_spec_makes_the_formatted_job() -> None:
     assert isinstance(job, FormattedJob)
     record = Record(b"k", b'[1, 2]', "input", 0, 0, 1)
     assert list(job.process(record, {})) == [(b"k", b"[1,2]")]
+
+
+def test_an_error_of_the_job_itself_is_not_taken_for_a_format_error() -> None:
+    class Broken(Job):
+        def process(self, record: Record, state: State) -> Iterator[Emitted]:
+            yield record.key, record.value + 1     # str + int: the job's own TypeError
+
+    with pytest.raises(TypeError, match="can only concatenate str") as raised:
+        run_job(Broken, [("k", "v")], key_format="str", value_format="str")
+    assert not isinstance(raised.value, FormatError)
