@@ -137,7 +137,7 @@ class _Feeder:
 def _make_config(workdir: Path, bootstrap: str, topics: tuple[str, str]) -> Path:
     port = free_port()
     raw = {
-        "job": {"name": "demo", "class": "processor.examples:RunningSum",
+        "job": {"name": "demo", "class": "processor.examples:StampedSum",
                 "inputs": [topics[0]], "output": topics[1], "grouping": "partition",
                 # the demo's producer holds its writes while `baton expand` runs and
                 # refreshes its metadata before it writes again: it is never stale, so
