@@ -5,7 +5,7 @@ data dir every few seconds (an `autosave` thread, one JSON file per service). Th
 script loads --records records into one topic of a fresh embedded broker, then writes
 one record every 250 ms for --seconds and prints the CPU seconds the broker's autosave
 thread spends in each quarter second, and in all: what any test or bench with that much
-data pays on the same cores while anything writes (see the README's join figures).
+data pays on the same cores while anything writes (docs/performance.md, "Catch-up inside a join").
 
     .venv/bin/python bench/broker_autosave.py [--records 1000000] [--seconds 10] [--json]
 """

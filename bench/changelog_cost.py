@@ -33,7 +33,7 @@ CPU-second at these sizes), and the best rate of each phase over the rounds is t
 The runtimes are driven as the processor daemon drives them: poll() rounds of
 `--loop-ms` (default: the daemon's ROUND_S), transactions every commit_interval_ms
 (100 ms). `--loop-ms 100` commits every round instead, a transaction per poll batch of
-~5,000 records: how this bench measured before 2026-11-26.
+~5,000 records: a stricter case than the daemon's rounds.
 
     .venv/bin/python bench/changelog_cost.py [--records N] [--keys K] [--rounds R]
         [--loop-ms MS] [--apply-keys N] [--job processor.examples:RunningSum]

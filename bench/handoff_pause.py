@@ -20,7 +20,7 @@ Targets (issue 5): p99 <= 500 ms, and the 1M-key p99 within 1.5x of the 10k-key 
         [--logs DIR] [--source input|changelog] [--changelog-read-from beginning|store]
 
 With `--source changelog` the embedded profile reads changelog partitions from their
-beginning (`catch_up.changelog_read_from`, see the README): an activation then fetches
+beginning (`catch_up.changelog_read_from`, docs/operations.md): an activation then fetches
 its whole partition to apply the few records it lacks, and the pause grows with the
 state. `--changelog-read-from store` starts those reads at the store's position, as on
 a real Kafka broker; noida-db may then drop committed records after an aborted

@@ -8,9 +8,10 @@ requests a second it sends (librdkafka's fetch debug lines).
 
 A broker that parks an empty fetch for fetch.wait.max.ms (Apache Kafka does) costs an
 idle consumer almost nothing. noida-db 0.2.3 answers at once, and librdkafka has no
-back-off for an empty answer, so every idle consumer spins: measured 2026-11-25, ~0.3-0.5
+back-off for an empty answer, so every idle consumer spins: measured, ~0.3-0.5
 core in the client and ~0.25-0.4 core in the broker, whatever fetch.wait.max.ms is.
-On a two-core machine two idle processors take most of it (see the README).
+On a two-core machine two idle processors take most of it (`processor.idle_fetch_backoff_ms`
+is the remedy: docs/operations.md, "Brokers without long polls").
 
     .venv/bin/python bench/idle_consumer.py [--waits 20 500] [--seconds 3] [--json]
 """

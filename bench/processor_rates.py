@@ -49,7 +49,7 @@ ACTIVE_TARGET = 0.25         # issue 3: exactly-once processing >= a quarter of 
 _RAW_BATCH = 10_000          # raw consumer's consume() batch: larger than this gains nothing
 # TaskRuntime.poll() timeout: as long as commit_interval_ms, so the active phase commits
 # every round, a transaction per poll batch (the daemon's rounds are shorter, ROUND_S of
-# processor/daemon.py, and commit every commit_interval_ms: bench/changelog_cost.py)
+# processor/daemon/main.py, and commit every commit_interval_ms: bench/changelog_cost.py)
 _POLL_TIMEOUT_S = 0.1
 _PHASE_TIMEOUT_S = 1800.0    # a phase taking longer than this is reported as a failure
 _ADMIN_TIMEOUT_S = 30.0

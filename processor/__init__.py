@@ -1,4 +1,15 @@
-"""Processor daemon: the Job API, the task runtime, exactly-once output."""
+"""Processor daemon: the Job API, the task runtime, exactly-once output.
+
+In layers, each importing only its own and those below it (tests/test_layers.py):
+
+1. the per-task pieces, at this package's root: the Job API (`job`), the active task
+   (`active`, `outputs`), replicas (`replica`), the changelog writer and applier
+   (`changelog`, `changelog_replica`), replay sources (`sources`), and the job authors'
+   helpers (`testing`, `examples`, `oracle`);
+2. `spark/`: the Spark bulk catch-up and audit over those pieces;
+3. `runtime/`: every task of one processor, in its role, driven by one loop;
+4. `daemon/`: `baton processor`, the main loop and the heartbeat monitor.
+"""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ Theory of operation
   read_committed never applies the changes of an aborted or fenced transaction.
 * Because the offsets travel with the state, a store rebuilt from the changelog holds
   input offsets that belong to its state, and the activation can check that nothing
-  is missing (processor/runtime/task_runtime.py).
+  is missing (processor/runtime/catch_up.py).
 * The last record's delivery report (served by the flush that precedes
   send_offsets_to_transaction) gives the store's changelog position, committed with
   the state: after a crash the owner resumes applying the changelog from there.

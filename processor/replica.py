@@ -87,7 +87,7 @@ _drain: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 
 def log_error(msg: Message) -> None:
     """A consumer error message in a replay batch: the runtime hands a partition's run
-    over whole (processor/runtime/consumers.py, `replay_by_task`), so a replica skips
+    over whole (processor/runtime/batches.py, `replay_by_task`), so a replica skips
     such a message itself; it carries no record."""
     err = msg.error()
     if err is not None and err.code() != KafkaError._PARTITION_EOF:  # noqa: SLF001

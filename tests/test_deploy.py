@@ -1,4 +1,4 @@
-"""The systemd units in deploy/systemd: the keys the README promises (always), and
+"""The systemd units in deploy/systemd: the keys docs/operations.md promises (always), and
 `systemd-analyze verify` on them (additionally, where the command exists)."""
 
 from __future__ import annotations
@@ -45,11 +45,11 @@ def test_the_commands_are_the_cli() -> None:
     assert processor[-2:] == ["--id", "%i"]         # the instance name is the processor id
 
 
-def test_the_readme_shows_the_shipped_units() -> None:
-    readme = (UNITS.parent.parent / "README.md").read_text()
-    assert "## Running as services" in readme
+def test_the_operations_guide_shows_the_shipped_units() -> None:
+    guide = (UNITS.parent.parent / "docs" / "operations.md").read_text()
+    assert "## Running as services" in guide
     for path in (COORDINATOR, PROCESSOR):
-        assert path.read_text().strip() in readme, f"README's copy of {path.name} differs"
+        assert path.read_text().strip() in guide, f"the guide's copy of {path.name} differs"
 
 
 def test_systemd_analyze_verify(tmp_path: Path) -> None:

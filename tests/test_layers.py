@@ -5,6 +5,7 @@
 - `orchestrator.daemon` does not import cli, devkit or processor.
 - `processor` imports only `orchestrator.wire` and `orchestrator.kafka` of the orchestrator.
 - only `orchestrator.cli` and `orchestrator.devkit` import `processor`.
+- `processor` in layers: its root (the per-task pieces), `spark`, `runtime`, `daemon`.
 - `store` and `metrics` import no orchestrator or processor code.
 - no import cycles between Baton's modules.
 """
@@ -177,6 +178,32 @@ def test_folders_import_one_way() -> None:
                                           + ", ".join(sorted(cycles - FOLDER_CYCLES_KNOWN)))
 
 
-# the per-task pieces (active task, replicas, Job API) sit at processor/'s root beside
-# the daemon, which imports runtime/, which imports them: one known two-way pair
-FOLDER_CYCLES_KNOWN = {"processor <-> processor.runtime"}
+FOLDER_CYCLES_KNOWN: set[str] = set()
+
+
+# processor/ bottom up: the per-task pieces at its root (active task, replica, changelog
+# writer and applier, replay sources, Job API), spark/, runtime/, daemon/
+PROCESSOR_LAYERS = ("processor", "processor.spark", "processor.runtime", "processor.daemon")
+
+
+def _processor_layer(module: str) -> int:
+    return max(i for i, layer in enumerate(PROCESSOR_LAYERS) if _within(module, (layer,)))
+
+
+@pytest.mark.parametrize("importer", sorted(m for m in GRAPH if _within(m, ("processor",))))
+def test_processor_layers_point_down(importer: str) -> None:
+    """A processor module imports only its own layer's modules and lower layers'; the
+    package's own __init__ only re-exports the Job API."""
+    mine = _processor_layer(importer)
+    above = [m for m in GRAPH[importer]
+             if _within(m, ("processor",)) and _processor_layer(m) > mine]
+    assert not above, f"{importer} imports {above} of a layer above its own"
+
+
+def test_processor_layers_are_real() -> None:
+    """The layers' edges exist, so the rule above is not checked against nothing."""
+    assert "processor.runtime" in GRAPH["processor.daemon.main"]
+    assert "processor.active" in GRAPH["processor.runtime.task_runtime"]
+    assert "processor.job" in GRAPH["processor.spark.bulk"]
+    assert _processor_layer("processor.active") == 0
+    assert _processor_layer("processor.daemon.heartbeat") == 3

@@ -1,4 +1,4 @@
-"""`baton assign`: run the assignor offline on a what-if scenario (DESIGN.md, pinned).
+"""`baton assign`: run the assignor offline on a what-if scenario (pinned: docs/design.md).
 
 The scenario document is the one ``orchestrator.cli.scenario.parse_scenario`` reads;
 ``--json`` prints exactly the pinned ``{"processors": [...], "follow_up": bool}``, the
@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import click
 
+from orchestrator.cli.conventions import epilog
 from orchestrator.cli.scenario import Scenario, ScenarioError, format_assignment, scenario_from_json
 from orchestrator.core.assignment import (
     Assignment,
@@ -98,7 +99,7 @@ def _summary(scenario: Scenario, result: Assignment, moves: Sequence[Move]) -> l
     return lines
 
 
-@click.command("assign")
+@click.command("assign", epilog=epilog("assign"))
 @click.option("--scenario", "scenario_path", required=True, metavar="FILE",
               type=click.Path(dir_okay=False, allow_dash=True),
               help="A JSON scenario: tasks, processors (capacity, previous roles, lags), "

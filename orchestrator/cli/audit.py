@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
+from orchestrator.cli.conventions import epilog, fail
 from orchestrator.wire.config import Config, ConfigError, load_config
 
 if TYPE_CHECKING:
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
 __all__ = ["audit_command"]
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("audit", epilog=epilog("audit"),
+               context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False),
               help="The job's TOML config.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -56,8 +58,7 @@ def audit_command(config_path: str, as_json: bool) -> None:
 def _fail(message: str, as_json: bool) -> NoReturn:
     if as_json:
         click.echo(json.dumps({"ok": False, "error": message}))
-    click.echo(f"baton audit: {message}", err=True)
-    sys.exit(2)
+    fail(message, 2)
 
 
 def _print_human(config: Config, report: AuditReport) -> None:

@@ -15,6 +15,7 @@ import sys
 import click
 
 from orchestrator.cli.checks import Finding, exit_code, probe
+from orchestrator.cli.conventions import epilog
 from orchestrator.wire.config import ConfigError, load_config
 
 __all__ = ["check_command"]
@@ -22,8 +23,7 @@ __all__ = ["check_command"]
 _MARKS = {"ok": "ok   ", "note": "note ", "unreachable": "DOWN ", "error": "ERROR"}
 
 
-@click.command("check", epilog="Exit codes: 0 all good, 1 the broker or a coordinator did "
-               "not answer, 2 a config or permission error.")
+@click.command("check", epilog=epilog("check"))
 @click.option("-c", "--config", "config_path", required=True, metavar="FILE",
               type=click.Path(dir_okay=False), help="The job's TOML config.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")

@@ -9,10 +9,12 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from orchestrator.cli.conventions import epilog, fail
+
 __all__ = ["demo_command"]
 
 
-@click.command()
+@click.command("demo", epilog=epilog("demo"))
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (for scripts)")
 @click.option("--logs", "logs", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="copy the daemons' logs to this directory (to follow a slow handoff)")
@@ -24,8 +26,7 @@ def demo_command(as_json: bool, logs: Path | None) -> None:
     try:
         result = run_demo(console, logs)
     except (TimeoutError, RuntimeError) as exc:
-        click.echo(f"baton demo: {exc}", err=True)
-        sys.exit(1)
+        fail(str(exc), 1)
     if as_json:
         click.echo(json.dumps(result.__dict__))
     else:

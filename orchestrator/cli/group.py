@@ -1,4 +1,4 @@
-"""`baton group`: print a grouping, or fixed-task expand an earlier one (DESIGN.md, pinned).
+"""`baton group`: print a grouping, or fixed-task expand an earlier one (pinned: docs/design.md).
 
 Human output is a table of tasks; ``--json`` prints exactly what ``--previous`` reads back.
 Every bad argument exits 2 (click's usage-error code) with a message naming it.
@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import click
 
+from orchestrator.cli.conventions import epilog
 from orchestrator.core.grouping import (
     SCHEMES,
     Grouping,
@@ -88,7 +89,7 @@ def _render(grouping: Grouping, parents: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-@click.command("group")
+@click.command("group", epilog=epilog("group"))
 @click.option("--scheme", type=click.Choice(SCHEMES), default=None,
               help="Grouping scheme [default: partition, or the --previous file's].")
 @click.option("--input", "inputs", multiple=True, required=True, metavar="T=N",

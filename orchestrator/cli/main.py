@@ -1,13 +1,15 @@
-"""`baton`: the command line (pinned commands in DESIGN.md).
+"""`baton`: the command line (the pinned commands of docs/design.md).
 
 Exit codes: 0 success, 1 the thing asked for did not happen (timeout, oracle or audit
-failure), 2 bad usage or configuration, 3 a daemon stopped because it lost its
-coordinator or was declared dead.
+failure), 2 bad usage or configuration, 3 a processor stopped because its coordinator
+declared it dead. Each command's own are in its `--help` (`orchestrator.cli.conventions`).
+Every error reads `baton <command>: message`, click's usage errors included.
 """
 
 from __future__ import annotations
 
 import importlib
+from typing import IO, Any
 
 import click
 
@@ -34,8 +36,32 @@ _COMMANDS = {
 }
 
 
+class _CommandError(click.ClickException):
+    """A click error (a missing option, a bad value) shown as every other error is:
+    `baton <command>: message`, then where to find the usage."""
+
+    def __init__(self, command: str | None, error: click.ClickException) -> None:
+        super().__init__(error.format_message())
+        object.__setattr__(self, "exit_code", error.exit_code)   # a ClassVar in click
+        self.command = f"baton {command}" if command else "baton"
+        self.usage = isinstance(error, click.UsageError)
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"{self.command}: {self.format_message()}", file=file, err=True)
+        if self.usage:
+            click.echo(f"Try '{self.command} --help' for help.", file=file, err=True)
+
+
 class _LazyGroup(click.Group):
     """A group whose subcommands are imported on first use."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except _CommandError:
+            raise
+        except click.ClickException as exc:
+            raise _CommandError(ctx.invoked_subcommand, exc) from exc
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(_COMMANDS)
@@ -50,7 +76,11 @@ class _LazyGroup(click.Group):
         return command
 
 
-@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog="Exit codes: 0 success; 1 what was asked did not happen (timeout, "
+                    "oracle or audit difference, no coordinator); 2 bad usage or "
+                    "configuration; 3 a processor declared dead by its coordinator. "
+                    "Each command's --help lists its own.")
 @click.version_option(package_name="baton", prog_name="baton")
 def main() -> None:
     """Scale stateful Kafka stream processors out and in under live traffic.

@@ -1,4 +1,4 @@
-"""Operator commands (pinned in DESIGN.md): coordinator, status, wait, plan, drain, expand,
+"""Operator commands (pinned in docs/design.md): coordinator, status, wait, plan, drain, expand,
 split.
 
 Human output by default (rich tables, a progress bar with an ETA while waiting);
@@ -20,7 +20,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.cli.session import Session, await_token_file, coordinator, fail, load, poll_until
+from orchestrator.cli.conventions import epilog, fail, processor_ids
+from orchestrator.cli.session import Session, await_token_file, coordinator, load, poll_until
 from orchestrator.wire.client import CLI_LIMIT_S
 from orchestrator.wire.status import is_balanced
 
@@ -45,7 +46,7 @@ def _print_json(data: Any) -> None:
 # ---- coordinator ------------------------------------------------------------------------
 
 
-@click.command("coordinator")
+@click.command("coordinator", epilog=epilog("coordinator"))
 @_config_option
 @click.option("--listen", metavar="HOST:PORT", default=None,
               help="Overrides coordinator.listen (a second coordinator of a job is a standby).")
@@ -67,7 +68,7 @@ def coordinator_command(config_path: str, listen: str | None) -> None:
 # ---- status -----------------------------------------------------------------------------
 
 
-@click.command("status")
+@click.command("status", epilog=epilog("status"))
 @_config_option
 @_limit_option
 @_json_option
@@ -131,9 +132,6 @@ def _render_status(status: dict[str, Any], console: Console) -> None:
 # ---- wait ---------------------------------------------------------------------------------
 
 
-_PROCESSOR_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
-
-
 def _not_holding(status: dict[str, Any], expected: Sequence[str]) -> list[str]:
     """Why each of `expected` does not hold its share yet (registered, with a task)."""
     live = {p["id"]: p for p in status.get("processors", []) if p.get("alive")}
@@ -146,18 +144,18 @@ def _not_holding(status: dict[str, Any], expected: Sequence[str]) -> list[str]:
     return out
 
 
-@click.command("wait")
+@click.command("wait", epilog=epilog("wait"))
 @_config_option
 @click.option("--until", type=click.Choice(["balanced"]), required=True,
               help="balanced: no handoff in flight and the target assignment reached.")
-@click.option("--processors", default="", metavar="ID[,ID...]",
+@click.option("--processors", multiple=True, metavar="ID[,ID...]",
               help="Also wait until these processors are registered and hold tasks (for a "
-                   "wait started right after `baton processor --id ...`).")
+                   "wait started right after `baton processor --id ...`); repeatable.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=_WAIT_TIMEOUT_S,
               show_default=True,
               help="Seconds before giving up (exit 1), coordinator failovers included.")
 @_json_option
-def wait_command(config_path: str, until: str, processors: str, timeout: float,
+def wait_command(config_path: str, until: str, processors: tuple[str, ...], timeout: float,
                  as_json: bool) -> None:
     """Block until the job is balanced; exit 1 on timeout naming what is pending.
 
@@ -165,11 +163,8 @@ def wait_command(config_path: str, until: str, processors: str, timeout: float,
     balanced without it: name it with --processors to wait for it too. While no
     coordinator leads (a failover), it keeps trying and says so on stderr.
     """
+    expected = processor_ids("--processors", processors)
     config = load(config_path)
-    expected = [p for p in (x.strip() for x in processors.split(",")) if p]
-    bad = [p for p in expected if not _PROCESSOR_ID.fullmatch(p)]
-    if bad:
-        fail(f"--processors: {bad[0]!r} is not a processor id (letters, digits, . _ -)", 2)
 
     def done(status: dict[str, Any]) -> bool:
         missing = _not_holding(status, expected)
@@ -189,18 +184,21 @@ def wait_command(config_path: str, until: str, processors: str, timeout: float,
 # ---- plan ---------------------------------------------------------------------------------
 
 
-@click.command("plan")
+@click.command("plan", epilog=epilog("plan"))
 @_config_option
-@click.option("--add", multiple=True, metavar="ID", help="A processor to add (repeatable).")
-@click.option("--remove", multiple=True, metavar="ID", help="A processor to remove (repeatable).")
+@click.option("--add", multiple=True, metavar="ID[,ID...]",
+              help="Processors to add (repeatable).")
+@click.option("--remove", multiple=True, metavar="ID[,ID...]",
+              help="Processors to remove (repeatable).")
 @_limit_option
 @_json_option
 def plan_command(config_path: str, add: tuple[str, ...], remove: tuple[str, ...],
                  timeout: float, as_json: bool) -> None:
     """Dry run: the moves, their S2 sizes in records, the estimated catch-up time."""
+    added, removed = processor_ids("--add", add), processor_ids("--remove", remove)
     config = load(config_path)
     with coordinator(config, Session(timeout)) as client:
-        plan = client.plan(add, remove)
+        plan = client.plan(added, removed)
     if as_json:
         _print_json(plan)
         return
@@ -227,7 +225,7 @@ def _gone(pid: str) -> Callable[[dict[str, Any]], bool]:
     return check
 
 
-@click.command("drain")
+@click.command("drain", epilog=epilog("drain"))
 @_config_option
 @click.option("--processor", "processor", required=True, metavar="ID",
               help="The processor to drain.")
@@ -245,8 +243,9 @@ def drain_command(config_path: str, processor: str, wait: bool, timeout: float |
     with coordinator(config, session) as client:
         result = client.drain(processor)
         if wait:
-            result = {**result, "status": poll_until(client, _gone(processor), session,
-                                                     f"{processor} drained", as_json)}
+            result = {**result, "status": poll_until(
+                client, _gone(processor), session, f"{processor} drained", as_json,
+                applied=f"the drain of {processor} was requested and goes on")}
     if as_json:
         _print_json(result)
     elif wait:
@@ -258,29 +257,39 @@ def drain_command(config_path: str, processor: str, wait: bool, timeout: float |
 # ---- expand -------------------------------------------------------------------------------
 
 
-@click.command("expand")
+@click.command("expand", epilog=epilog("expand"))
 @_config_option
 @click.option("--topic", required=True, metavar="T", help="The input topic to grow.")
 @click.option("--partitions", required=True, type=click.IntRange(min=1), metavar="N",
               help="Its new partition count (a multiple of the current one).")
+@click.option("--no-wait", "no_wait", is_flag=True,
+              help="Return once the expansion is applied, without waiting until it is live.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=_WAIT_TIMEOUT_S,
               show_default=True, help="Seconds to wait for the new generation to be live "
                                       "(exit 1), coordinator failovers included.")
 @_json_option
-def expand_command(config_path: str, topic: str, partitions: int, timeout: float,
-                   as_json: bool) -> None:
-    """Grow an input topic, record the expansion barrier, wait until it is live."""
+def expand_command(config_path: str, topic: str, partitions: int, no_wait: bool,
+                   timeout: float, as_json: bool) -> None:
+    """Grow an input topic, record the expansion barrier, wait until it is live.
+
+    The expansion cannot be undone: once the topic has grown and the barrier is
+    recorded, a wait that times out (exit 1) says that the expansion itself was applied.
+    """
     config = load(config_path)
     session = Session(timeout)
     with coordinator(config, session) as client:
         result = client.expand(topic, partitions)
         generation = int(result["generation"])
-        poll_until(client, lambda s: s["generation"] >= generation and is_balanced(s), session,
-                   f"generation {generation} live", as_json)
+        if not no_wait:
+            poll_until(client, lambda s: s["generation"] >= generation and is_balanced(s),
+                       session, f"generation {generation} live", as_json,
+                       applied=f"the expansion itself was applied: {topic} has {partitions} "
+                               f"partitions, generation {generation} is recorded")
     if as_json:
         _print_json(result)
     else:
-        click.echo(f"{topic} has {partitions} partitions; generation {generation} is live")
+        live = "recorded (not waiting until it is live)" if no_wait else "live"
+        click.echo(f"{topic} has {partitions} partitions; generation {generation} is {live}")
         for child, barrier in result["barriers"].items():
             click.echo(f"  {child} starts after {barrier['parent']} reaches its barrier "
                        f"(at or after offset {barrier['offset']}, settled "
@@ -290,7 +299,7 @@ def expand_command(config_path: str, topic: str, partitions: int, timeout: float
 # ---- split --------------------------------------------------------------------------------
 
 
-@click.command("split")
+@click.command("split", epilog=epilog("split"))
 @_config_option
 @click.option("--dry-run", is_flag=True, help="Plan the splits; record nothing.")
 @_limit_option

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import click
 
+from orchestrator.cli.conventions import epilog, fail
 from orchestrator.wire.config import ConfigError, load_config
 from orchestrator.wire.logs import setup_logging
 
 __all__ = ["processor_command"]
 
 
-@click.command()
+@click.command("processor", epilog=epilog("processor"))
 @click.option("-c", "--config", "config_path", required=True, type=click.Path(path_type=Path),
               help="the job's TOML config")
 @click.option("--id", "processor_id", required=True,
@@ -30,8 +31,7 @@ def processor_command(config_path: Path, processor_id: str, state_dir: Path | No
     try:
         config = load_config(config_path)
     except ConfigError as exc:
-        click.echo(f"baton processor: {exc}", err=True)
-        sys.exit(2)
+        fail(str(exc), 2)
     if state_dir is not None:
         config = config.model_copy(update={"processor": config.processor.model_copy(
             update={"state_dir": str(state_dir.resolve())})})
@@ -42,13 +42,11 @@ def processor_command(config_path: Path, processor_id: str, state_dir: Path | No
     try:
         load_job(config.job.class_, config.job_path)
     except JobLoadError as exc:
-        click.echo(f"baton processor: {config_path}: {exc}", err=True)
-        sys.exit(2)
+        fail(f"{config_path}: {exc}", 2)
     from store.errors import StoreError
 
     try:
         code = run_processor(config, processor_id)
     except StoreError as exc:           # its state directory is locked or unusable
-        click.echo(f"baton processor: {exc}", err=True)
-        sys.exit(2)
+        fail(str(exc), 2)
     sys.exit(code)

@@ -1,5 +1,5 @@
 """The `baton assign --scenario` document: parse it into the assignor's input and
-format the answer (the pinned JSON shapes of DESIGN.md)."""
+format the answer (the pinned JSON shapes of docs/design.md)."""
 
 from __future__ import annotations
 

@@ -5,21 +5,20 @@ Every operator command runs under one `Deadline` (its `--timeout`): the client r
 within it while no coordinator leads (a failover, a restart), `wait` polls within it,
 and nothing outlives it. What a command waits for goes to stderr as it happens, so a
 human sees why it has not returned and `--json` output on stdout stays intact.
-Exit codes: 0 done, 1 not done (timeout, no leading coordinator, refused operation),
-2 bad usage or configuration.
+Exit codes: 0 done, 1 not done (timeout, no leading coordinator, refused operation, no
+token file yet: the coordinator has not started), 2 bad usage or configuration.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import Any
 
-import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from orchestrator.cli.conventions import command_name, fail
 from orchestrator.wire.client import CoordinatorClient, CoordinatorError, CoordinatorUnreachable
 from orchestrator.wire.clock import Clock, Deadline, SystemClock
 from orchestrator.wire.config import Config, ConfigError, load_config
@@ -31,12 +30,6 @@ __all__ = ["Session", "await_token_file", "coordinator", "fail", "load", "poll_u
 _POLL_S = 0.5
 # An unchanged notice is repeated this often (with the time left), not at every retry.
 _REPEAT_S = 5.0
-
-
-def fail(message: str, code: int) -> NoReturn:
-    """Print `error: message` on stderr and exit with `code`."""
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
 
 
 def load(path: str, read_secrets: bool = False) -> Config:
@@ -76,14 +69,21 @@ class Session:
             return
         self._last, self._at = message, now
         left = f" (trying for up to {self.deadline.remaining():.0f} s more)" if waiting else ""
-        self.console.print(f"baton: {message}{left}", markup=False, highlight=False,
+        self.console.print(f"{command_name()}: {message}{left}", markup=False, highlight=False,
                            soft_wrap=True)
 
 
 @contextmanager
 def coordinator(config: Config, session: Session) -> Iterator[CoordinatorClient]:
     """A client with the token that keeps trying until the command's deadline;
-    coordinator errors become clear messages and exit codes."""
+    coordinator errors become clear messages and exit codes.
+
+    No token file yet is no configuration error: the coordinator creates it at its first
+    start, so it has not started (or not got that far); exit 1 saying so."""
+    if not config.token_file.exists():
+        fail(f"the coordinator has not written its token file {config.token_file} yet "
+             f"(coordinator.token_file in {config.path}): start it, or wait for it "
+             f"(`baton wait` waits for the file)", 1)
     try:
         token = read_token(config.token_file)
     except TokenError as exc:
@@ -104,9 +104,14 @@ def coordinator(config: Config, session: Session) -> Iterator[CoordinatorClient]
 
 
 def poll_until(client: CoordinatorClient, done: Callable[[dict[str, Any]], bool],
-               session: Session, what: str, as_json: bool) -> dict[str, Any]:
+               session: Session, what: str, as_json: bool, applied: str = ""
+               ) -> dict[str, Any]:
     """Poll /status until `done`, with a progress bar; exit 1 naming what is pending
-    (or who answered, when no coordinator led) once the deadline passes."""
+    (or who answered, when no coordinator led) once the deadline passes.
+
+    `applied` says what the command already changed before it waited (an expansion, a
+    drain), so a timeout never reads as if nothing happened."""
+    after = f" ({applied}; only the wait timed out)" if applied else ""
     deadline, limit = session.deadline, session.limit
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeRemainingColumn(), TextColumn("{task.fields[now]}"),
@@ -119,7 +124,7 @@ def poll_until(client: CoordinatorClient, done: Callable[[dict[str, Any]], bool]
             except CoordinatorUnreachable as exc:
                 if not deadline.expired():
                     raise                   # not for want of time (a refused certificate)
-                fail(f"timed out after {limit:g} s waiting for {what}: {exc}", 1)
+                fail(f"timed out after {limit:g} s waiting for {what}: {exc}{after}", 1)
             finished = done(status)         # may add its own reasons to "pending"
             waiting = list(status.get("pending", []))
             if finished:
@@ -130,7 +135,8 @@ def poll_until(client: CoordinatorClient, done: Callable[[dict[str, Any]], bool]
                             now=waiting[0] if waiting else "")
             if deadline.expired():
                 pending = "; ".join(waiting) or "the condition is not met yet"
-                fail(f"timed out after {limit:g} s waiting for {what}; pending: {pending}", 1)
+                fail(f"timed out after {limit:g} s waiting for {what}; pending: {pending}"
+                     f"{after}", 1)
             session.clock.sleep(min(_POLL_S, deadline.remaining()))
 
 

@@ -6,7 +6,7 @@ coordinator on the same address fails here), the coordinator-stream topic, the H
 server thread (a `Gate`: a standby's answers until this coordinator leads), then the
 stream is read and the main loop runs.
 
-Leadership (README, "Several coordinators"): a coordinator leads when nobody does (a
+Leadership (docs/design.md, "The coordinator"): a coordinator leads when nobody does (a
 fresh job, a resigned leader) or when the leader has written nothing to the stream
 for `coordinator.takeover_ms` while the broker answered. Taking over opens the
 stream's transactional producer, which fences every earlier writer: a deposed

@@ -46,7 +46,7 @@ EMBEDDED_CLIENT_SETTINGS: dict[str, Any] = {"receive.message.max.bytes": 1_000_0
 # partition's whole backlog, and an empty one at once: a replay draining a fetched
 # backlog refetched the partition all the while, and each answer came back empty at
 # once, a spin of the consumer and the broker beside the catch-up (bench/
-# join_catchup.py; README, "Catch-up inside a join"). Apache Kafka sends a partition at
+# join_catchup.py; docs/performance.md, "Catch-up inside a join"). Apache Kafka sends a partition at
 # most max.partition.fetch.bytes a fetch, where the prefetch keeps a reader fed.
 EMBEDDED_KAFKA_SETTINGS: dict[str, Any] = {**EMBEDDED_CLIENT_SETTINGS, "queued.min.messages": 1}
 # the [catch_up] settings noida-db needs: a read_committed fetch must not start past an

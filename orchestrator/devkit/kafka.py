@@ -9,8 +9,9 @@ metadata request answers. A clean stop is SIGTERM (a controlled shutdown); `kill
 SIGKILL, after which a start on the same directory recovers the log, as a crashed
 host's broker would.
 
-The settings are those one node needs and no more (README, "The Apache Kafka broker of
-the tests", says why each is there); Baton's clients need no setting of their own here.
+The settings are those one node needs and no more (the comment above
+KAFKA_BROKER_SETTINGS says why each is there); Baton's clients need no setting of their
+own here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The TOML configuration shared by both daemons (keys pinned in DESIGN.md).
+"""The TOML configuration shared by both daemons (keys pinned in docs/design.md; each key
+is described in docs/configuration.md, generated from these models).
 
 Every error names the file and the dotted key, so an operator can fix it without
 reading code; daemons load the config before touching anything and exit 2 on error.
@@ -61,37 +62,46 @@ class ConfigError(Exception):
 
 
 class CoordinatorConfig(_Section):
-    listen: str = Field(default="127.0.0.1:8700", pattern=r"^[^:\s]+:\d+$")
-    # one URL, or every coordinator's (leader and standbys): clients use the leader
-    url: str | list[str] = "http://127.0.0.1:8700"
-    # a standby takes over when the leader has written nothing to the stream this long
+    listen: str = Field(default="127.0.0.1:8700", pattern=r"^[^:\s]+:\d+$",
+                        examples=["10.0.0.2:8700"])
+    """HOST:PORT the coordinator's HTTP API (and /metrics, /sd) binds to."""
+    url: str | list[str] = Field(default="http://127.0.0.1:8700",
+                                 examples=[["http://10.0.0.2:8700", "http://10.0.0.3:8700"]])
+    """One URL, or every coordinator's (leader and standbys): clients find the leader."""
     takeover_ms: int = Field(default=10000, ge=1000)
+    """A standby takes over when the leader has written nothing to the stream this long."""
     token_file: str = "./state/coordinator.token"
-    # if set, processors authenticate with this token and token_file is the operators'
-    processor_token_file: str = ""
-    # after SIGHUP re-reads the token files, a replaced token still works this long
+    """The operators' bearer token (0600; created at the first start when missing)."""
+    processor_token_file: str = Field(default="", examples=["/etc/baton/processor.token"])
+    """If set, the processors' own token (refused on operator endpoints, and back)."""
     token_grace_ms: int = Field(default=600000, ge=0)
-    # TLS: the coordinator serves its API with tls_cert_file/tls_key_file; every client
-    # verifies it with tls_ca_file; tls_client_ca_file asks clients for a certificate
-    tls_cert_file: str = ""
-    tls_key_file: str = ""
-    tls_ca_file: str = ""
-    tls_client_ca_file: str = ""
-    # the certificate the CLI presents under mutual TLS (processors: [processor])
-    tls_client_cert_file: str = ""
-    tls_client_key_file: str = ""
-    # a request body larger than this is refused with 413
+    """After SIGHUP re-reads the token files, a replaced token still works this long."""
+    tls_cert_file: str = Field(default="", examples=["/etc/baton/coordinator.pem"])
+    """The certificate the API is served with (PEM; with tls_key_file): TLS on."""
+    tls_key_file: str = Field(default="", examples=["/etc/baton/coordinator.key"])
+    """The key of tls_cert_file."""
+    tls_ca_file: str = Field(default="", examples=["/etc/baton/ca.pem"])
+    """The CA processors, the CLI and the demo verify the coordinator's certificate with."""
+    tls_client_ca_file: str = Field(default="", examples=["/etc/baton/clients-ca.pem"])
+    """Mutual TLS: clients must present a certificate signed by this CA."""
+    tls_client_cert_file: str = Field(default="", examples=["/etc/baton/operator.pem"])
+    """The certificate the CLI presents under mutual TLS (processors: [processor])."""
+    tls_client_key_file: str = Field(default="", examples=["/etc/baton/operator.key"])
+    """The key of tls_client_cert_file."""
     max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    """A request body larger than this is refused with 413 before it is parsed."""
     release_timeout_ms: int = Field(default=10000, gt=0)
+    """An old owner that has not released a task this long is declared dead."""
     activate_timeout_ms: int = Field(default=30000, gt=0)
+    """A new owner that has not activated a task this long: the move is cancelled."""
     monitor_interval_ms: int = Field(default=5000, gt=0)
-    # a processor silent this long is considered gone and its tasks are re-placed
+    """How often the inputs' partition counts are read (a grown input is noticed)."""
     processor_timeout_ms: int = Field(default=10000, gt=0)
-    # a processor that failed a task is excluded for it this long, doubled per attempt
+    """A processor silent this long is considered gone and its tasks are re-placed."""
     failure_backoff_ms: int = Field(default=30000, gt=0)
-    # attempts per (task, processor) before that processor never gets the task again
+    """A processor that failed a task is excluded for it this long, doubled per attempt."""
     max_task_attempts: int = Field(default=3, ge=1)
-
+    """Attempts per (task, processor) before that processor never gets the task again."""
 
     @field_validator("url")
     @classmethod
@@ -113,24 +123,28 @@ class CoordinatorConfig(_Section):
 
 
 class ProcessorConfig(_Section):
-    state_dir: str = "./state"
+    state_dir: str = Field(default="./state", examples=["/var/lib/baton"])
+    """Where task stores live: `<state_dir>/<job>/<processor id>/<task>/` (a cache)."""
     heartbeat_interval_ms: int = Field(default=1000, gt=0)
+    """How often a processor reports to the coordinator."""
     coordinator_grace_ms: int = Field(default=15000, gt=0)
+    """A coordinator unreachable this long is logged as an error (nothing stops)."""
     commit_interval_ms: int = Field(default=100, gt=0)
-    # 0: a free port (reported to the coordinator, found through GET /sd); a fixed port;
-    # or a table per processor id, e.g. { p1 = 9101, p2 = 9102 } (an id missing from
-    # it gets a free port): fixed ports survive restarts for static scrape configs
-    metrics_port: int | dict[str, int] = 0
-    metrics_host: str = "127.0.0.1"
+    """How long an active task's Kafka transaction stays open before it commits."""
+    metrics_port: int | dict[str, int] = Field(default=0, examples=[{"p1": 9101, "p2": 9102}])
+    """0: a free port (found through GET /sd); a fixed port; or a table per processor id
+    (an id missing from it gets a free port)."""
+    metrics_host: str = Field(default="127.0.0.1", examples=["10.0.0.5"])
+    """The address the metrics server binds to, and reports (not 0.0.0.0)."""
     on_error: Literal["fail", "skip", "dlq"] = "fail"
-    # for brokers that answer an empty fetch at once (no long poll, as noida-db): an
-    # active consumer idle this long stops fetching for this long (processor/runtime/
-    # idle_fetch.py); 0: never (Apache Kafka parks the fetch itself)
+    """A record whose process() raises: stop the task, skip it, or send it to the
+    dead-letter topic `baton.<job>.dlq`."""
     idle_fetch_backoff_ms: int = Field(default=0, ge=0, le=10_000)
-    # the certificate a processor presents under mutual TLS; its common name must be
-    # the processor id
-    tls_cert_file: str = ""
-    tls_key_file: str = ""
+    """An idle consumer pauses this long on brokers without long polls; 0: never."""
+    tls_cert_file: str = Field(default="", examples=["/etc/baton/p1.pem"])
+    """The certificate a processor presents under mutual TLS (common name: its id)."""
+    tls_key_file: str = Field(default="", examples=["/etc/baton/p1.key"])
+    """The key of tls_cert_file."""
 
     @field_validator("metrics_port")
     @classmethod
@@ -145,25 +159,31 @@ class ProcessorConfig(_Section):
 
 class CatchUpConfig(_Section):
     source: CatchUpSource = "input"
-    # where a changelog read starts: "store" (the store's changelog position) or
-    # "beginning" (the partition's start, skipping what the store has: for brokers whose
-    # read_committed fetch cannot start after an aborted transaction, as noida-db)
+    """Where a new home rebuilds a task's state: its input through process(), or the
+    changelog topic `baton.<job>.changelog` the active task writes."""
     changelog_read_from: Literal["store", "beginning"] = "store"
+    """Where a changelog read starts: the store's position, or the partition's start."""
     acceptable_lag: int = Field(default=1000, ge=0)
+    """A warmup this close to the owner (records) is handed the task."""
     max_warmups: int = Field(default=2, ge=1)
+    """Warmups catching up at once, job-wide."""
     num_standbys: int = Field(default=0, ge=0)
+    """Hot standby replicas per task (they follow the owner; failover goes to them)."""
     bulk_threshold: int = Field(default=5_000_000, ge=0)
+    """A fresh store's backlog above this many records is rebuilt on Spark first."""
     balance_factor: int = Field(default=1, ge=1)
+    """Balanced: each processor's active tasks within this many of its (capacity) share."""
 
 
 class SparkConfig(_Section):
-    master: str = "local[*]"
-    # Spark properties passed to the session as is (e.g. spark.driver.host,
-    # spark.authenticate); values may be { file } / { env } secrets as in [kafka].
-    # Resolved values, secrets included: never in repr
-    conf: dict[str, str | int | float | bool] = Field(default_factory=dict, repr=False)
-    # the conf keys whose values came from a file or the environment
+    master: str = Field(default="local[*]", examples=["spark://10.0.0.10:7077"])
+    """The Spark master of bulk catch-up and `baton audit` (spark://, yarn, k8s://...)."""
+    conf: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, repr=False, examples=[{"spark.driver.host": "10.0.0.21"}])
+    """Spark properties passed to the session as is; values may be `{ file }` / `{ env }`
+    secrets as in `[kafka]` (resolved values: never in repr)."""
     secret_keys: frozenset[str] = frozenset()
+    """(derived) the conf keys whose values came from a file or the environment."""
 
 
 class Config(_Section):

@@ -28,38 +28,34 @@ class Section(BaseModel):
 
 class JobConfig(Section):
     name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
-    params: dict[str, Any] = Field(
-        default_factory=dict,
-        description="[job.params]: the job's own settings, given to it as `Job.params` "
-                    "(processor/job.py)")
-    class_: str = Field(alias="class", pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
-                        description='import path "module:Class" of a processor.Job subclass')
-    path: list[str] = Field(
-        default_factory=list,
-        description="directories (relative to the config file) put first on sys.path "
-                    "before `class` is imported: by processors, `baton check`, `baton "
-                    "audit`, and shipped to Spark executors as a zip")
+    """The job's name: it names the consumer group, transactional ids and Baton's topics."""
+    params: dict[str, Any] = Field(default_factory=dict)
+    """`[job.params]`: the job's own settings, given to it as `Job.params`, read-only."""
+    class_: str = Field(alias="class", pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    """Import path `module:Class` of the `processor.Job` subclass to run."""
+    path: list[str] = Field(default_factory=list, examples=[["jobs"]])
+    """Directories of the job's code (one, or a list; relative to the config file), put
+    first on sys.path before `class` is imported: by processors, `baton check`, `dev`
+    and `audit`, and zipped to Spark executors."""
     inputs: list[str] = Field(min_length=1)
+    """The input topics (distinct); the grouping makes tasks of their partitions."""
     output: str = Field(min_length=1)
-    outputs: list[str] = Field(
-        default_factory=list,
-        description="further topics an `Output(topic=...)` may name, besides `output`; "
-                    "each is checked and created like `output`")
-    key_format: Format = Field(
-        default="bytes",
-        description="how record keys reach process() and output keys are produced: "
-                    "bytes (as is), str (UTF-8) or json")
-    value_format: Format = Field(
-        default="bytes",
-        description="the same for record and output values")
+    """The topic `(key, value)` pairs and `Output`s without a topic go to, in the task's
+    transaction."""
+    outputs: list[str] = Field(default_factory=list, examples=[["alerts", "audit"]])
+    """Further topics an `Output(topic=...)` may name (distinct, no input); each is
+    checked and created like `output`. Another topic fails the record (`on_error`)."""
+    key_format: Format = Field(default="bytes", examples=["str"])
+    """How record keys reach process() and output keys are produced: `bytes` as they are,
+    `str` (UTF-8) or `json`; a key that does not decode fails the record (`on_error`)."""
+    value_format: Format = Field(default="bytes", examples=["json"])
+    """The same for record and output values."""
     grouping: Literal["partition", "ssp", "cogroup", "single"] = "partition"
-    # the producers' key -> partition function; a split's key filter must agree with it
+    """How input partitions become tasks (see docs/design.md, "Words")."""
     partitioner: PartitionerName = "consistent_random"
-    # how stale the producers' metadata may be after an expansion: a new partition's
-    # barrier is its parent's end this long after the expansion was seen. The default
-    # is librdkafka's topic.metadata.refresh.interval.ms and the Java client's
-    # metadata.max.age.ms (both 5 minutes): default producers keep every key's order
+    """The producers' key -> partition function; a split's key filter must agree."""
     expansion_grace_ms: int = Field(default=300000, ge=0, le=86_400_000)
+    """How stale producers' metadata may be after an expansion (their refresh interval)."""
 
     @field_validator("inputs")
     @classmethod

@@ -2,13 +2,20 @@
 
 One module per concept, behind this surface:
 
-- `task_runtime`: `TaskRuntime`, the book of tasks and the poll loop;
+- `task_runtime`: `TaskRuntime`, the book of tasks, the coordinator's API and the loop;
 - `reconciliation`: a heartbeat reply -> what to release, drop, start, activate;
-- `activation`: fence the previous owner, replay T2 -> T1, go active;
-- `consumers`: the two assign()-based consumers, replica caps, expansion barriers;
-- `bulk_path`: the Spark bulk catch-up of a warmup's backlog;
-- `changelog_source`: the changelog mapping, changelog replicas and writers;
-- `reports`: the task reports of each heartbeat, store sizes for the scrape.
+- `catch_up`: the catch-up source (input replay or changelog apply) and what differs;
+- `activation`: fence the previous owner, run the silent replays, go active;
+- `active_round`, `replay_round`: a round's active batch and replay batch;
+- `commits`: when and how the active tasks commit, side by side;
+- `consumers`: the four consumers; `active_consumer` (assignment, expansion barriers,
+  idle back-off), `replay_consumers` (replays, caps), `lookups` (offsets), `batches`
+  (a batch grouped by task), `idle_fetch`, `metadata` (partition counts);
+- `task_partitions`: what each task reads; `children`, `child_release`: split children
+  in their parents; `barriers`: the expansion barriers' view;
+- `bulk_path`: the Spark bulk catch-up of a fresh replica's backlog;
+- `stores`: the task stores, closed off the loop; `jobs`: one job instance per task;
+- `dead_letters`: the dead-letter topic; `reports`: the task reports, store sizes.
 """
 
 from __future__ import annotations

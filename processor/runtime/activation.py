@@ -7,12 +7,11 @@ Three steps, each started by the runtime's loop:
    trip or a librdkafka retry timer, and other tasks must not wait for it. A future
    owner's producer is connected ahead of time (`prepare_producer`), so that wait for
    the coordinator connection is not part of the handoff pause.
-2. *check and replay* (`verify_fenced`, `replay`): the store must not lead the
-   committed offsets (T1); the task then replays T2 -> T1 silently, as a replica in
-   the `activating` role. With catch_up.source = "changelog" it first applies its
-   changelog partition to the committed end (final now: the previous owner is fenced),
-   which brings the store's input offsets to T1 as well; an input replay covers any
-   rest (a changelog that began after the store's history: a switch of source).
+2. *check and replay* (`verify_fenced`, `replay`, `next_replay`): the store must not
+   lead the committed offsets (T1); the task then replays silently, as a replica in
+   the `activating` role, the steps its catch-up source gives
+   (processor/runtime/catch_up.py): T2 -> T1 of the input, or first the changelog to
+   its committed end (final now: the previous owner is fenced).
 3. *go active* (`go_active`): once caught up, the replica's store and the fenced
    producer become an `ActiveTask` that processes with output from T1.
 """
@@ -20,10 +19,11 @@ Three steps, each started by the runtime's loop:
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable, Container, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from metrics import ProcessorMetrics
 from orchestrator.kafka.logs import client_logging
@@ -33,13 +33,13 @@ from orchestrator.wire.clock import Clock
 from orchestrator.wire.config import Config
 from processor.active import ActiveTask
 from processor.changelog import ChangelogWriter
-from processor.replica import Replay, Replica, ReplicaRole
+from processor.replica import Replay, ReplicaRole
 from processor.runtime.consumers import Consumers
 from processor.runtime.dead_letters import dlq_topic
 from processor.runtime.jobs import TaskJobs
 from store import Store
 
-__all__ = ["Activation", "Activations", "StoreAheadError"]
+__all__ = ["Activation", "Activations", "ReplayStep", "StoreAheadError"]
 
 log = logging.getLogger("baton.processor.runtime")
 
@@ -59,9 +59,6 @@ _PRODUCER_DEFAULTS: dict[str, Any] = {"retry.backoff.ms": 10, "retry.backoff.max
                                       "linger.ms": 5, "transaction.timeout.ms": 10_000}
 
 
-_R = TypeVar("_R", bound=Replay)
-
-
 class StoreAheadError(Exception):
     """A store claims to have applied records the owner never committed: refuse it."""
 
@@ -77,6 +74,17 @@ class Activation:
     replaying: bool = False
     # T1 as read once the fence was up: final, nobody else can commit the task's offsets
     committed: dict[str, int] = field(default_factory=dict)
+    steps: deque[ReplayStep] = field(default_factory=deque)   # the replays still to run
+    last: Replay | None = None          # the latest replay: caught up, it goes active
+
+
+@dataclass(frozen=True)
+class ReplayStep:
+    """One silent replay of an activation: how to build it on the task's store, and
+    what to log of the records it has to apply (the task, their count)."""
+
+    build: Callable[[Store, ReplicaRole], Replay]
+    announce: Callable[[str, int], None]
 
 
 class Activations:
@@ -152,7 +160,7 @@ class Activations:
         log.debug("task %r: fenced in %.0f ms", task,
                   (self._clock.monotonic() - activation.started) * 1000)
         store = activation.store
-        committed = self._consumers.committed(partitions)
+        committed = self._consumers.lookups.committed(partitions)
         applied = store.applied_offsets()
         ahead = {p: (applied[p], committed[p]) for p in partitions
                  if applied.get(p, -1) > committed[p]}
@@ -170,32 +178,47 @@ class Activations:
         Each lookup is a broker round trip inside the handoff pause."""
         known = self.pending[task].committed
         missing = [p for p in partitions if p not in known]
-        found = self._consumers.committed(missing) if missing else {}
+        found = self._consumers.lookups.committed(missing) if missing else {}
         return {p: known[p] if p in known else found[p] for p in partitions}
 
-    def replay(self, task: str, build: Callable[[Store, ReplicaRole], _R]) -> _R:
-        """The silent replay that precedes processing with output: T2 -> T1 over S2, or
-        the changelog to its committed end (then the input from T2, usually nothing)."""
+    def replay(self, task: str, steps: Sequence[ReplayStep]) -> Replay | None:
+        """Start the silent replays that precede processing with output, in order: the
+        first with records to apply, or None when all are caught up already."""
         activation = self.pending[task]
-        replay = build(activation.store, "activating")
+        activation.steps = deque(steps)
         activation.replaying = True
-        return replay
+        return self.next_replay(task)
 
-    def go_active(self, replay: Replica, partitions: Sequence[str],
+    def next_replay(self, task: str) -> Replay | None:
+        """The next replay with records to apply (announced), or None: all are caught
+        up, the task goes active."""
+        activation = self.pending[task]
+        while activation.steps:
+            step = activation.steps.popleft()
+            activation.last = replay = step.build(activation.store, "activating")
+            if not replay.caught_up():
+                step.announce(task, replay.lag())
+                return replay
+        return None
+
+    def go_active(self, task: str, partitions: Sequence[str],
                   changelog: ChangelogWriter | None = None) -> ActiveTask:
         """The caught-up replay's store and the fenced producer, processing `partitions`
         (a split child's ancestors stay behind) from T1, writing its state changes to
         `changelog` (catch_up.source = "changelog")."""
-        activation = self.pending.pop(replay.name)
+        activation = self.pending.pop(task)
+        replay = activation.last
+        if replay is None:
+            raise RuntimeError(f"task {task!r}: go_active before any replay")
         replay.commit()
         config = self._config
         job = self._jobs.get(replay.name, "activating", partitions)
         active = ActiveTask(replay.name, list(partitions), job, replay.store,
                             activation.producer, config.job.output, dlq_topic(config.job.name),
                             config.processor.on_error,
-                            self._consumers.active.consumer_group_metadata,
+                            self._consumers.active.consumer.consumer_group_metadata,
                             {p: replay.caps[p] for p in partitions},
-                            self._consumers.committed, clock=self._clock,
+                            self._consumers.lookups.committed, clock=self._clock,
                             changelog=changelog, outputs=config.job.outputs)
         active.activated_at = activation.started
         active.on_process_error = self._metrics.record_process_error

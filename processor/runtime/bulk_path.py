@@ -13,23 +13,37 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from metrics import ProcessorMetrics
 from orchestrator.wire.config import CatchUpSource, Config
 from orchestrator.wire.partitions import split_partition
-from processor.replica import KeyFilter, Replay, Replica
+from processor.replica import KeyFilter, Replay
 
 if TYPE_CHECKING:       # the Spark path (and pyspark) loads only when a warmup needs it
     from processor.spark.bulk import BulkResult
 
-__all__ = ["BulkPath", "bulk_plan", "changelog_bulk_plan"]
+__all__ = ["BulkPath", "BulkPlan", "changelog_bulk_plan", "input_bulk_plan"]
 
 log = logging.getLogger("baton.processor.runtime")
 
 
-def bulk_plan(replica: Replica, threshold: int
-              ) -> tuple[dict[str, tuple[int, int]], KeyFilter | None] | None:
+@dataclass(frozen=True)
+class BulkPlan:
+    """What Spark catches a fresh replica up over."""
+
+    ranges: dict[str, tuple[int, int]]      # partition -> [from, to)
+    source: CatchUpSource
+    what: str                               # what its records are, for the log
+    key_filter: KeyFilter | None = None     # a split child's ancestors: its keys only
+
+    def describe(self) -> str:
+        """What the plan covers, for the log."""
+        return f"{sum(hi - lo for lo, hi in self.ranges.values())} {self.what}"
+
+
+def input_bulk_plan(replica: Replay, threshold: int) -> BulkPlan | None:
     """The ranges (and key filter) Spark should replay for a fresh input replica, if its
     backlog exceeds `threshold` records. A split child's bulk part is its ancestors (one
     topic, one filter); its own partitions follow through the consumer once they are
@@ -47,16 +61,17 @@ def bulk_plan(replica: Replica, threshold: int
         return None
     if sum(hi - lo for lo, hi in ranges.values()) <= threshold:
         return None
-    return ranges, replica.filters[ancestors[0]] if ancestors else None
+    return BulkPlan(ranges, "input", "records to catch up",
+                    replica.filters[ancestors[0]] if ancestors else None)
 
 
-def changelog_bulk_plan(replica: Replay, threshold: int) -> dict[str, tuple[int, int]] | None:
+def changelog_bulk_plan(replica: Replay, threshold: int) -> BulkPlan | None:
     """The changelog range Spark should fold for a fresh changelog replica, if more than
     `threshold` records lie between its position and the partition's committed end."""
     ranges = {p: (replica.positions[p], replica.caps[p]) for p in replica.partitions}
     if sum(hi - lo for lo, hi in ranges.values()) <= threshold:
         return None
-    return ranges
+    return BulkPlan(ranges, "changelog", "changelog records to apply")
 
 
 class BulkPath:
@@ -84,28 +99,30 @@ class BulkPath:
         """True while a bulk catch-up is running or waits to be ingested."""
         return bool(self._running)
 
-    def start(self, task: str, ranges: dict[str, tuple[int, int]],
-              key_filter: KeyFilter | None = None, source: CatchUpSource = "input") -> None:
-        """Catch `task` up over `ranges` (partition -> [from, to)) on Spark, keeping only
-        the records whose key passes `key_filter` (a split child's ancestors); `source`
-        "changelog": the ranges are its changelog partition, folded last write wins."""
-        self._sources[task] = source
-        self._running[task] = self._pool.submit(self._run, task, ranges, key_filter, source)
+    def start(self, task: str, plan: BulkPlan) -> None:
+        """Catch `task` up over the plan's ranges on Spark, keeping only the records
+        whose key passes its key filter; from the changelog, the ranges are the task's
+        changelog partition, folded last write wins."""
+        log.info("task %r: %s: bulk path on Spark (%s)%s", task, plan.describe(),
+                 self._config.spark.master, " with a key filter" if plan.key_filter else "")
+        self._sources[task] = plan.source
+        self._running[task] = self._pool.submit(self._run, task, plan.ranges,
+                                                plan.key_filter, plan.source)
 
     def _run(self, task: str, ranges: dict[str, tuple[int, int]],
              key_filter: KeyFilter | None, source: CatchUpSource) -> BulkResult:
         """On a worker thread: Spark only, no store or consumer of the main loop."""
-        from processor.jobspec import job_spec
-        from processor.spark import spark_session, startup_seconds
-        from processor.spark.bulk import bulk_catch_up
+        from processor.spark import startup_seconds
+        from processor.spark.bulk import run_bulk_catch_up
 
-        spark = spark_session(self._config.spark.master, conf=self._config.spark.conf)
-        if not self._spark_started:
-            self._spark_started = True
-            self._metrics.record_spark_session_start(startup_seconds() or 0.0)
-        job = job_spec(self._config)
-        return bulk_catch_up(spark, job, self._config.kafka_settings(),
-                             ranges, source, task, key_filter=key_filter)
+        try:
+            return run_bulk_catch_up(self._config, ranges, task, source=source,
+                                     key_filter=key_filter)
+        finally:
+            started = startup_seconds()
+            if started is not None and not self._spark_started:
+                self._spark_started = True
+                self._metrics.record_spark_session_start(started)
 
     def progress(self, replicas: Mapping[str, Replay],
                  resume: Callable[[Replay], None]) -> None:

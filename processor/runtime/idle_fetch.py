@@ -12,7 +12,7 @@ long, then fetches again: one fetch per back-off while idle, and a record that a
 meanwhile waits at most that long. Under traffic nothing changes: a poll that finds
 records ends the idle spell.
 
-The decisions are pure functions over `IdleFetch`; `processor/runtime/consumers.py`
+The decisions are pure functions over `IdleFetch`; `processor/runtime/active_consumer.py`
 carries them out, unassigning the partitions for the back-off and assigning each again
 where its task goes on (librdkafka's pause and resume would wait ~1 s to fetch again).
 """

@@ -41,8 +41,8 @@ from processor.spark import (
     spark_failure,
     without_markers,
 )
-from processor.spark.bulk import group_chunks
 from processor.spark.code import JobCodeError, ship_job_code
+from processor.spark.plans import group_chunks
 
 __all__ = ["AuditError", "AuditReport", "KeyDiff", "audit", "compare_sequences"]
 

@@ -53,54 +53,44 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import logging
 import math
 import re
 import tempfile
 import time
 from array import array
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from itertools import chain
 from pathlib import Path
 from typing import Any, Literal
 
-from processor.job import Headers, Job, load_job
+from processor.job import load_job
 from processor.jobspec import JobSpec, job_spec
-from processor.replica import KeyFilter, new_record
+from processor.replica import KeyFilter
 from processor.spark.code import ship_job_code
-from processor.spark.fold import FoldState, Timings, replay
-from processor.spark.ingest import BulkCatchUpError, BulkResult, Source, ingest_bulk
+from processor.spark.fold import Timings
+from processor.spark.ingest import BulkCatchUpError, BulkResult, Source
+from processor.spark.plans import fold_and_write, group_chunks, replay_and_write
 from processor.spark.reader import (
     Chunk,
     Ranges,
     key_partition,
     parse_ranges,
     plan_chunks,
-    read_batches,
-    read_range,
-    without_markers,
 )
 from processor.spark.session import SparkUnavailableError, spark_failure, spark_session
-from store import changelog_offset, decode_changelog, decode_value, encode_key, write_sst
-from store.codec import OFFSET_PREFIX
+from store import write_sst
 
 __all__ = [
-    "BulkCatchUpError", "BulkResult", "KeyFilter", "LOCAL_MAX_RANGE_RECORDS", "Plan",
-    "RECORDS_PER_SST", "Source", "SstPart", "bulk_catch_up", "group_chunks", "log",
-    "run_bulk_catch_up",
+    "BulkCatchUpError", "BulkResult", "LOCAL_MAX_RANGE_RECORDS", "Plan", "RECORDS_PER_SST",
+    "Source", "bulk_catch_up", "run_bulk_catch_up",
 ]
 
 
 log = logging.getLogger(__name__)
 
 
-
-
 Plan = Literal["auto", "local", "shuffle"]
-
-
 
 
 # Largest range the local plan replays in one task: its whole state sits in one Python
@@ -111,182 +101,6 @@ LOCAL_MAX_RANGE_RECORDS = 10_000_000
 # Records per SST file of the shuffle plan (one reduce task each): bounds a reduce
 # task's memory and keeps every file well under Spark's 2 GB block limit.
 RECORDS_PER_SST = 2_000_000
-
-
-
-
-
-
-def _apply(job: Job | None, chunk: Chunk, key: bytes | None, value: bytes | None,
-           offset: int, timestamp: int, state: FoldState, headers: Headers = ()) -> bool:
-    """Apply one record: process() for `input` (job given), last write for `changelog`.
-    False if process() raised (the record is skipped, see `replay`)."""
-    if job is None:
-        if key is not None and key.startswith(OFFSET_PREFIX):
-            carried = changelog_offset(key, value)      # an input offset, not state
-            if carried is not None:
-                state.carried[carried[0]] = carried[1]
-            return True
-        state_key, raw = decode_changelog(key, value)
-        if raw is None:
-            state.raw.pop(state_key, None)
-        else:
-            state.raw[state_key] = raw
-        return True
-    return replay(job, state, new_record(key, value, chunk.topic, chunk.partition, offset,
-                                         timestamp, headers))
-
-
-# (file index, SST bytes, keys, state-key hashes, names of keys folded twice)
-SstPart = tuple[int, bytes, int, bytes, list[str]]
-
-
-def _sst_part(index: int, raw_state: dict[Any, bytes], offsets: dict[str, int],
-              timings: Any, began: float, twice: Iterable[Any] = ()) -> Iterator[SstPart]:
-    """Write one SST (on this executor's disk) and yield its bytes and key hashes.
-
-    Keys in `twice` (already folded from another record key) are hashed again, so the
-    driver's duplicate check sees them without failing (and retrying) this task.
-    """
-    twice = list(twice)
-    data = b""
-    if raw_state or offsets:
-        with tempfile.TemporaryDirectory(prefix="baton-sst-") as tmp:
-            path = Path(tmp) / f"part-{index:05d}.sst"
-            write_sst(path, ((k, decode_value(v)) for k, v in raw_state.items()), offsets)
-            data = path.read_bytes()
-    hashes = array("Q", (int.from_bytes(hashlib.blake2b(encode_key(k), digest_size=8)
-                                        .digest(), "little") for k in chain(raw_state, twice)))
-    if timings is not None:
-        timings.add({"write": time.process_time() - began})
-    if data:
-        yield index, data, len(raw_state), hashes.tobytes(), [repr(k) for k in twice[:3]]
-
-
-def _replay_and_write(spec: JobSpec, settings: Mapping[str, Any], source: Source,
-                      offsets: dict[str, int], first: int, timings: Any,
-                      chunks: Iterable[Chunk]) -> Iterator[SstPart]:
-    """Local plan: replay a whole range in offset order on one state, then write it."""
-    for chunk in chunks:
-        began = time.process_time()
-        state, count, skipped = FoldState(), 0, 0
-        where = f"{chunk.topic}:{chunk.partition}"
-        batches = ([*without_markers(batch, where, refuse=True)]
-                   for batch in read_batches(settings, chunk.topic, chunk.partition,
-                                             chunk.start, chunk.end))
-        if source == "input":
-            job = spec.make([f"{chunk.topic}:{chunk.partition}"])
-            try:
-                count, skipped = _process_batches(job, chunk, batches, state)
-            finally:
-                job.close()
-        else:
-            for batch in batches:
-                for msg in batch:
-                    _apply(None, chunk, msg.key(), msg.value(), msg.offset(), 0, state)
-                count += len(batch)
-        written = time.process_time()
-        if timings is not None:
-            timings.add({"replay": written - began, "records": count, "skipped": skipped})
-        own = offsets if chunk.order == first else {}
-        yield from _sst_part(chunk.order, state.settle(), {**own, **state.carried},
-                             timings, written)
-
-
-def _process_batches(job: Job, chunk: Chunk, batches: Iterable[list[Any]],
-                     state: FoldState) -> tuple[int, int]:
-    """The hot loop of the local plan: `replay` inlined; (records, records skipped)."""
-    topic, partition, count, skipped = chunk.topic, chunk.partition, 0, 0
-    process, begin, drain = job.process, state.begin, _drain
-    for batch in batches:
-        for msg in batch:
-            record = new_record(msg.key(), msg.value(), topic, partition, msg.offset(),
-                                msg.timestamp()[1], msg.headers() or ())
-            begin()
-            try:
-                drain(process(record, state) or ())
-            except Exception:  # noqa: BLE001 - user code: skipped as `replay` explains
-                state.rollback()
-                skipped += 1
-        count += len(batch)
-    return count, skipped
-
-
-# runs a generator to its end, discarding what it yields, without a Python-level loop
-_drain: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
-
-
-def group_chunks(settings: Mapping[str, Any], source: Source, key_filter: KeyFilter | None,
-                 timings: Any, chunks: Iterable[Chunk]) -> Iterator[tuple[Any, Any]]:
-    """Shuffle plan, map side: read chunks, yield (key, piece) per key and chunk.
-
-    A piece is (order, first offset, rows), rows [(offset, value, timestamp, headers)] in offset
-    order; for `changelog` only the chunk's last write of the key.
-    """
-    for chunk in chunks:
-        began = time.process_time()
-        rows: dict[bytes | None, list[tuple[int, bytes | None, int, Headers]]] = {}
-        count = 0
-        for msg in without_markers(read_range(settings, chunk.topic, chunk.partition,
-                                              chunk.start, chunk.end),
-                                   f"{chunk.topic}:{chunk.partition}", refuse=True):
-            count += 1
-            key = msg.key()
-            if key_filter is not None and not key_filter(key):
-                continue
-            row = (msg.offset(), msg.value(), msg.timestamp()[1], msg.headers() or ())
-            if source == "changelog" or (known := rows.get(key)) is None:
-                rows[key] = [row]
-            else:
-                known.append(row)
-        if timings is not None:
-            timings.add({"read": time.process_time() - began, "records": count})
-        for key, found in rows.items():
-            yield key, (chunk.order, found[0][0], found)
-
-
-def _fold_and_write(spec: JobSpec, source: Source, chunks: Mapping[int, Chunk],
-                    offsets: dict[str, int], timings: Any, index: int,
-                    pieces: Iterable[tuple[Any, Any]]) -> Iterator[SstPart]:
-    """Shuffle plan, reduce side: fold each key in (order, offset) order, write the SST."""
-    groups: dict[Any, list[Any]] = {}
-    for key, piece in pieces:
-        groups.setdefault(key, []).append(piece)
-    began = time.process_time()
-    job = spec.make(sorted({f"{c.topic}:{c.partition}" for c in chunks.values()})
-                    ) if source == "input" else None
-    try:
-        raw_state, carried, twice, skipped = _fold_groups(job, chunks, groups)
-    finally:
-        if job is not None:
-            job.close()
-    written = time.process_time()
-    if timings is not None:
-        timings.add({"fold": written - began, "skipped": skipped})
-    own = offsets if index == 0 else {}
-    yield from _sst_part(index, raw_state, {**own, **carried}, timings, written, twice)
-
-
-def _fold_groups(job: Job | None, chunks: Mapping[int, Chunk],
-                 groups: Mapping[Any, list[Any]]
-                 ) -> tuple[dict[Any, bytes], dict[str, int], list[Any], int]:
-    """Fold each key's pieces on its own state: (raw state, carried offsets, keys seen
-    in several folds, records skipped)."""
-    raw_state: dict[Any, bytes] = {}
-    carried: dict[str, int] = {}
-    twice: list[Any] = []
-    skipped = 0
-    for key, found in groups.items():
-        state = FoldState()
-        for order, _, rows in sorted(found, key=lambda piece: (piece[0], piece[1])):
-            chunk = chunks[order]
-            for offset, value, timestamp, headers in rows:
-                if not _apply(job, chunk, key, value, offset, timestamp, state, headers):
-                    skipped += 1
-        twice.extend(k for k in state.raw if k in raw_state)
-        raw_state.update(state.settle())
-        carried.update(state.carried)
-    return raw_state, carried, twice, skipped
 
 
 _CROSS_KEY = ("a state key is written from several ranges or record keys ({}): the job "
@@ -388,7 +202,7 @@ def _attempt(plan: str, sc: Any, spec: JobSpec, settings: dict[str, Any],
             _offsets_only(result)
         elif plan == "local":
             written = sc.parallelize(chunks, len(chunks)).mapPartitions(functools.partial(
-                _replay_and_write, spec, settings, source, offsets, chunks[0].order,
+                replay_and_write, spec, settings, source, offsets, chunks[0].order,
                 timings))
             _collect(written, result)
         else:
@@ -418,7 +232,7 @@ def _shuffled(sc: Any, spec: JobSpec, settings: dict[str, Any], source: Source,
         functools.partial(group_chunks, settings, source, key_filter, timings))
     by_order = {c.order: c for c in whole}
     return keyed.partitionBy(files, key_partition).mapPartitionsWithIndex(
-        functools.partial(_fold_and_write, spec, source, by_order, offsets, timings))
+        functools.partial(fold_and_write, spec, source, by_order, offsets, timings))
 
 
 def _collect(written: Any, result: BulkResult) -> None:
@@ -460,34 +274,31 @@ def _offsets_only(result: BulkResult) -> None:
     result.sst_paths.append(path)
 
 
-def run_bulk_catch_up(config: Any, store: Any, ranges: Ranges, task: str, *,
+def run_bulk_catch_up(config: Any, ranges: Ranges, task: str, *,
+                      source: Source | None = None,
                       key_filter: KeyFilter | None = None) -> BulkResult:
-    """The processor's one call: Spark session, bulk catch-up, ingest (T2 included).
+    """The processor's one call: the Spark session `[spark]` names, then `bulk_catch_up`
+    of the job's ranges. The caller ingests the result (`ingest_bulk`) where the store
+    lives: the processor's loop, which must not wait for Spark.
 
     Args:
-        config: the `orchestrator.wire.config.Config` (spark.master, catch_up.source, job, kafka).
-        store: the task's open, empty TaskStore.
+        config: the `orchestrator.wire.config.Config` (spark, catch_up.source, job, kafka).
         ranges: {"topic:N": (start, end)} of S2 (input partitions, or the changelog
             partitions for source "changelog"); `end` becomes T2.
         task: the task's name.
+        source: what the ranges hold (default: `catch_up.source`).
         key_filter: a split child's filter on the parent partition's keys.
-
-    Returns:
-        The result, already ingested (its timings include "ingest").
 
     Raises:
         BulkCatchUpError: anything went wrong (Java or the master missing included);
-            the store is untouched, so the caller falls back to the consumer path.
+            nothing was ingested, so the caller falls back to the consumer path.
     """
     try:
         spark = spark_session(config.spark.master, conf=config.spark.conf)
     except SparkUnavailableError as exc:
         raise BulkCatchUpError(f"task {task}: {exc}") from exc
-    result = bulk_catch_up(spark, job_spec(config),
-                           config.kafka_settings(), ranges,
-                           config.catch_up.source, task, key_filter=key_filter)
-    ingest_bulk(store, result)
-    return result
+    return bulk_catch_up(spark, job_spec(config), config.kafka_settings(), ranges,
+                         source or config.catch_up.source, task, key_filter=key_filter)
 
 
 def _describe(ranges: Ranges) -> str:

@@ -16,20 +16,8 @@ __all__ = ["FoldState", "Timings", "replay"]
 
 
 _dumps = orjson.dumps
-
-
 _loads = orjson.loads
-
-
 _JSONDecodeError = orjson.JSONDecodeError
-
-
-def _decode(raw: bytes) -> Any:
-    """The store's value decoding, with orjson's fast path inlined."""
-    try:
-        return _loads(raw)
-    except _JSONDecodeError:
-        return decode_value(raw)
 
 
 class FoldState(MutableMapping[Any, Any]):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from orchestrator.wire.clock import FakeClock
 from orchestrator.wire.protocol import HeartbeatReply, TaskReport
-from processor.heartbeat import HeartbeatMonitor
+from processor.daemon.heartbeat import HeartbeatMonitor
 
 
 def monitor(tmp_path: Path, reports: list[TaskReport]) -> HeartbeatMonitor:

@@ -131,7 +131,8 @@ def test_unreachable_coordinator_is_named(coordinated) -> None:
     assert result.returncode == 1
     assert 3 <= time.monotonic() - started < 30          # kept trying for --timeout
     error = result.stderr.splitlines()[-1]
-    assert error.startswith(f"error: coordinator at {config.coordinator.url} is unreachable")
+    assert error.startswith(f"baton status: coordinator at {config.coordinator.url} is "
+                            "unreachable")
     assert "kept trying for 3 s" in error
     assert "no coordinator leads yet" in result.stderr   # said so while it tried
 
@@ -142,6 +143,12 @@ def test_plan_drain_refusals_and_expand(coordinated, daemons, broker) -> None:
     client = wait_for_coordinator(config, coordinator)
     plan = json.loads(baton("plan", "-c", path, "--add", "p1", "--json").stdout)
     assert {m["to"] for m in plan["moves"]} == {"p1"}
+    # one list syntax: a comma list and a repeated option plan the same
+    listed = json.loads(baton("plan", "-c", path, "--add", "p1,p2", "--json").stdout)
+    repeated = json.loads(baton("plan", "-c", path, "--add", "p1", "--add", "p2",
+                                "--json").stdout)
+    assert {m["to"] for m in listed["moves"]} == {"p1", "p2"}
+    assert listed["moves"] == repeated["moves"]
     human = baton("plan", "-c", path, "--add", "p1")
     assert human.returncode == 0 and "Partition 1" in human.stdout
     unknown = baton("drain", "-c", path, "--processor", "ghost")
@@ -152,6 +159,9 @@ def test_plan_drain_refusals_and_expand(coordinated, daemons, broker) -> None:
     grown = baton("expand", "-c", path, "--topic", config.job.inputs[0], "--partitions", "4",
                   "--timeout", "1")
     assert grown.returncode == 1 and "no live processor" in grown.stderr
+    assert grown.stderr.startswith("baton expand: timed out")
+    assert (f"the expansion itself was applied: {config.job.inputs[0]} has 4 partitions"
+            in grown.stderr)
     status = client.status()
     # 2: the expansion; 3 once its barriers are settled (expansion_grace_ms 0: at once)
     assert status["generation"] in (2, 3)
@@ -159,6 +169,14 @@ def test_plan_drain_refusals_and_expand(coordinated, daemons, broker) -> None:
                                                 f"{config.job.inputs[0]}:2"]
     waited = baton("wait", "-c", path, "--until", "balanced", "--timeout", "1")
     assert waited.returncode == 1 and "pending" in waited.stderr
+    # --no-wait: applied and recorded, no wait for a generation that cannot go live
+    started = time.monotonic()
+    again = baton("expand", "-c", path, "--topic", config.job.inputs[0], "--partitions", "8",
+                  "--no-wait", "--timeout", "60")
+    assert again.returncode == 0, again.stderr
+    assert time.monotonic() - started < 30
+    assert "has 8 partitions" in again.stdout and "not waiting" in again.stdout
+    assert len(client.status()["tasks"][0]["partitions"]) == 4
 
 
 def test_monitor_applies_growth_and_reports_refusals(coordinated, daemons, broker) -> None:

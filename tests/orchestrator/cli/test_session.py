@@ -97,5 +97,5 @@ def test_wait_gives_up_at_its_timeout_naming_who_answered(capsys: Any) -> None:
     assert exited.value.code == 1
     assert 30 <= clock.monotonic() <= 31
     error = capsys.readouterr().err
-    assert error.startswith("error: timed out after 30 s waiting for balanced: coordinator "
+    assert error.startswith("baton: timed out after 30 s waiting for balanced: coordinator "
                             f"at {B} answered /status with HTTP 503")

@@ -78,7 +78,7 @@ def test_restart_before_the_commit_redoes_the_transaction(broker, job_config, tm
              lambda: active.process(_records(runtime.active_consumer.consume(500, 0.1))))
     broker.local.restart()
     with caplog.at_level(logging.WARNING, logger="baton.processor.runtime"):
-        runtime._run_active(TASK, runtime._commit)
+        runtime.active_round.run(TASK, runtime.commits.commit)
     assert "lost its brokers" in caplog.text
     assert active.committed == active.pending          # rewound to T1, nothing committed
     _finish(broker, config, runtime, 500)
@@ -99,7 +99,7 @@ def test_restart_inside_the_commit_is_detected(broker, job_config, tmp_path, cap
     wait_for(lambda: active.processed > 0, 30, "an open transaction",
              lambda: active.process(_records(runtime.active_consumer.consume(500, 0.1))))
     with caplog.at_level(logging.WARNING, logger="baton.processor.runtime"):
-        runtime._run_active(TASK, runtime._commit)
+        runtime.active_round.run(TASK, runtime.commits.commit)
     # the embedded broker came back without the transaction (Kafka would have kept it):
     # the task restarts from the offsets the broker holds, with a new producer
     assert "came back without it" in caplog.text

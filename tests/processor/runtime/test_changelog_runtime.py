@@ -90,8 +90,8 @@ def test_warmup_applies_the_changelog_and_the_handoff_keeps_every_id(
         assert report.role == "warmup" and report.lag is not None
         # lookups (the warmup's end, committed offsets) go to a consumer that reads
         # nothing: on the replay consumer they waited behind its fetched backlog
-        assert new.consumers.lookup.assignment() == []
-        assert [f"{tp.topic}:{tp.partition}" for tp in new.consumers.replay.assignment()] \
+        assert new.consumers.lookups.consumer.assignment() == []
+        assert [f"{tp.topic}:{tp.partition}" for tp in new.consumers.replays.replay.assignment()] \
             == warmup.partitions
         assert set(report.positions) == {format_partition(config.job.inputs[0], 0)}
         applied = registry.get_sample_value("baton_catchup_records_total", {
@@ -242,7 +242,7 @@ def test_a_standby_takes_over_from_a_dead_owner(broker, job_config, tmp_path) ->
         # before the commit: the standby's fence aborts them
         active = owner.active["Partition 0"]
         wait_for(lambda: active.processed > 0, 30, "a batch in an open transaction",
-                 lambda: active.process([m for m in owner.consumers.active.consume(500, 0.2)
+                 lambda: active.process([m for m in owner.active_consumer.consume(500, 0.2)
                                          if not m.error()]))
         offsets = {p: o for p, o in active.pending.items() if o != active.committed.get(p)}
         assert active.changelog is not None

@@ -6,7 +6,7 @@ from confluent_kafka import KafkaError, Message
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor.runtime.consumers import by_task, ends_of, replay_by_task
+from processor.runtime.batches import by_task, ends_of, replay_by_task
 
 OWNERS = {"a:0": "t0", "a:1": "t1", "b:0": "t2"}
 

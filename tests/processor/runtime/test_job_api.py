@@ -53,7 +53,7 @@ def test_headers_outputs_params_and_hooks_through_a_handoff(broker, job_config,
             f"{topic}:0") == 30, 60, "the owner to process", lambda: old.poll(0.05))
         # the warmup's cap is the group's committed offset when it starts: wait until
         # the broker shows the owner's last commit
-        wait_for(lambda: new.consumers.committed([f"{topic}:0"]) == {f"{topic}:0": 30}, 60,
+        wait_for(lambda: new.consumers.lookups.committed([f"{topic}:0"]) == {f"{topic}:0": 30}, 60,
                  "the owner's commit to be visible", lambda: old.poll(0.05))
         new.apply(_reply(model, warmup=[_TASK]))
         wait_for(lambda: _TASK in new.replicas and new.replicas[_TASK].caught_up()

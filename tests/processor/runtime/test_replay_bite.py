@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor.runtime.task_runtime import replay_bite
+from processor.runtime.replay_round import replay_bite
 
 
 def test_alone_a_replay_takes_a_full_batch() -> None:

@@ -132,8 +132,8 @@ def test_idle_backoff_pauses_an_idle_consumer_and_loses_nothing(broker, job_conf
     try:
         runtime.apply(_reply(model, active=list(model)))
         for burst in range(8):
-            before = runtime.consumers.idle_pauses
-            wait_for(lambda b=before: runtime.consumers.idle_pauses > b, 30,
+            before = runtime.consumers.active.idle_pauses
+            wait_for(lambda b=before: runtime.consumers.active.idle_pauses > b, 30,
                      "the idle consumer to pause", lambda: runtime.poll(0.01))
             for _ in range(burst % 3):                # while paused, or just after
                 runtime.poll(0.01)
@@ -183,7 +183,7 @@ def test_a_warmup_paused_at_its_cap_follows_each_commit_promptly(broker, job_con
         follower.apply(_reply(model, warmup=list(model)))
         for burst in range(8):
             if burst:       # caught up to the last commit: the partition is paused
-                wait_for(lambda: partition in follower.consumers._paused, 30,
+                wait_for(lambda: partition in follower.consumers.replays.paused, 30,
                          "the warmup to pause at its cap", both)
             for i in range(50):
                 producer.produce(topic, key=f"k{i % 7}".encode(), value=b"2")

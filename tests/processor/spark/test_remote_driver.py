@@ -132,6 +132,7 @@ from pathlib import Path
 from orchestrator.wire.config import load_config
 from processor.spark.bulk import run_bulk_catch_up
 from processor.spark import spark_session
+from processor.spark.ingest import ingest_bulk
 from store import TaskStore
 
 config = load_config(sys.argv[1])
@@ -143,7 +144,8 @@ while sc._jsc.sc().getExecutorMemoryStatus().size() < 3:   # two executors + the
     time.sleep(0.2)
 executors = sc._jsc.sc().getExecutorMemoryStatus().keySet().toString()
 store = TaskStore(Path(sys.argv[3]))
-result = run_bulk_catch_up(config, store, json.loads(sys.argv[2]), "Partition 0")
+result = run_bulk_catch_up(config, json.loads(sys.argv[2]), "Partition 0")
+ingest_bulk(store, result)
 store.close()
 print(json.dumps({"driver_host": sc.getConf().get("spark.driver.host"),
                   "authenticate": sc.getConf().get("spark.authenticate"),

@@ -26,7 +26,7 @@ from orchestrator.wire.collector import Collector
 from orchestrator.wire.config import Config
 from orchestrator.wire.protocol import TaskReport
 from orchestrator.wire.tls import TlsSettings
-from processor.heartbeat import EXIT_DEAD, HeartbeatMonitor
+from processor.daemon.heartbeat import EXIT_DEAD, HeartbeatMonitor
 from processor.runtime import TaskRuntime
 from processor.runtime.dead_letters import DeadLetterTopicError
 from store.layout import ProcessorStateDir

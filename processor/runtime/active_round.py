@@ -1,0 +1,84 @@
+"""A round's active batch: every active task here processes its share of one consume().
+
+Each step on an active task (processing a batch, committing) runs through `run`, which
+owns what a step may raise: an aborted transaction rewinds the task to T1 and it goes
+on; a fatal producer error restarts it (fence again, replay, carry on); a fence or a
+failure stops it, reported `failed`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Mapping
+
+from metrics import ProcessorMetrics
+from processor.active import ActiveTask, ProducerFatal, TaskFailed, TaskFenced, TransactionAborted
+from processor.runtime.activation import StoreAheadError
+from processor.runtime.active_consumer import ActiveConsumer
+from processor.runtime.batches import by_task
+from processor.runtime.children import SplitChildren
+from processor.runtime.commits import Commits
+from processor.runtime.consumers import log_error
+
+__all__ = ["ActiveRound"]
+
+log = logging.getLogger("baton.processor.runtime")
+
+
+class ActiveRound:
+    """Runs the active tasks' batches and commits.
+
+    Args:
+        active: the runtime's active tasks (the live map).
+        consumer: the active consumer.
+        children: the split children embedded in their parents (pruned each round).
+        commits: when and how the tasks commit.
+        metrics: counts aborted and fenced transactions.
+        stop: stops a task without committing, with the reason it failed.
+        restart: stops a task and activates it again, for the reason given.
+    """
+
+    def __init__(self, active: Mapping[str, ActiveTask], consumer: ActiveConsumer,
+                 children: SplitChildren, commits: Commits, metrics: ProcessorMetrics,
+                 stop: Callable[[str, str], None], restart: Callable[[str, str], None]
+                 ) -> None:
+        self._active = active
+        self._consumer = consumer
+        self._children = children
+        self._commits = commits
+        self._metrics = metrics
+        self._stop = stop
+        self._restart = restart
+
+    def poll(self, batch: int, timeout: float, commit: bool = True) -> int:
+        """Process one batch of at most `batch` records; with `commit`, commit every
+        open transaction after it. Returns the records read."""
+        self._consumer.release_barriers(self._active)
+        self._children.prune(self._active)
+        messages = self._consumer.poll(batch, timeout, self._active)
+        for task, records in by_task(messages, self._consumer.owner.get, log_error).items():
+            self.run(task, functools.partial(ActiveTask.process, messages=records))
+        if commit:
+            self._commits.commit_all(self._active, self.run)
+        return len(messages)
+
+    def run(self, task: str, step: Callable[[ActiveTask], None]) -> None:
+        """Run `step` on an active task (see the module docstring for its errors)."""
+        active = self._active.get(task)
+        if active is None:
+            return
+        try:
+            step(active)
+        except TransactionAborted as exc:
+            log.warning("%s; rewinding to %s", exc, active.committed)
+            self._metrics.record_transaction(task, "aborted")
+            self._consumer.rewind(active)
+        except ProducerFatal as exc:
+            log.warning("%s", exc)
+            self._restart(task, str(exc))        # fence again, replay, carry on
+        except (TaskFenced, TaskFailed, StoreAheadError) as exc:
+            log.error("%s", exc)
+            if isinstance(exc, TaskFenced):
+                self._metrics.record_transaction(task, "fenced")
+            self._stop(task, str(exc))

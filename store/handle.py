@@ -1,0 +1,146 @@
+"""A task store's handle on its RocksDB database: the attributes every part of the
+store shares, what it reads of the committed data, and its lifecycle (checkpoint, size,
+close, destroy).
+
+`TaskStore` (store/rocksdb.py) is built in layers, one module each: this handle, the
+writes (store/writes.py: the transaction, changelog records), SST ingest
+(store/ingest.py) and, on top, the state mapping, the per-record hot path.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any, NoReturn, Self, cast
+
+import rocksdict
+
+from store._overlay import merge, overlay_changes
+from store.codec import BYTES_TAG, DATA_END, OFFSET_END, OFFSET_PREFIX, Key, decode_offset_item
+from store.errors import StoreError
+from store.options import READ_OPTIONS
+
+__all__ = ["ClosedLog", "StoreHandle"]
+
+
+class StoreHandle:
+    """The open (or closed) database of one task store and its transaction overlay."""
+
+    __slots__ = ("_path", "_db", "_write_opts", "_overlay", "_bases", "_undo", "_closed",
+                 "_reads", "__weakref__")
+
+    _path: Path
+    _db: rocksdict.Rdict
+    _write_opts: rocksdict.WriteOptions
+    _overlay: dict[Key, Any]
+    _bases: dict[Key, bytes]         # committed encodings of live values read
+    _undo: list[tuple[Key, Any]] | None      # None: no undo log kept
+    _closed: bool
+    _reads: bool
+
+    @property
+    def path(self) -> Path:
+        """The store's directory."""
+        return self._path
+
+    def expect_reads(self) -> None:
+        """The store is about to be read (its task goes active): memtables made from
+        now on keep a Bloom filter again (the current one has none; a read of it is
+        only slower).
+
+        Raises:
+            StoreError: the store is closed or RocksDB refused the options.
+        """
+        if self._reads:
+            return
+        self._check_open()
+        try:
+            self._db.set_options(READ_OPTIONS)
+        except Exception as exc:
+            raise StoreError(self._path, f"task store {self._path}: {exc}") from exc
+        self._reads = True
+
+    # -- reads of the committed data ----------------------------------------------
+
+    def applied_offsets(self) -> dict[str, int]:
+        """The committed "topic:N" -> next offset to apply."""
+        self._check_open()
+        read_opts = rocksdict.ReadOptions()
+        read_opts.set_iterate_upper_bound(OFFSET_END)
+        stored = self._db.items(from_key=OFFSET_PREFIX, read_opt=read_opts)
+        return dict(decode_offset_item(k, v) for k, v
+                    in cast("Iterator[tuple[bytes, bytes]]", stored))
+
+    def _merged(self) -> Iterator[tuple[bytes, bytes]]:
+        """Committed data merged with a snapshot of the overlay, in encoded-key order."""
+        self._check_open()
+        pending = overlay_changes(self._overlay)
+        read_opts = rocksdict.ReadOptions()
+        read_opts.set_iterate_upper_bound(DATA_END)
+        stored = self._db.items(from_key=BYTES_TAG, read_opt=read_opts)
+        return merge(pending, cast("Iterator[tuple[bytes, bytes]]", stored))
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def checkpoint(self, dest: str | os.PathLike[str]) -> None:
+        """Write a consistent copy of the committed state to new directory `dest`."""
+        self._check_open()
+        try:
+            rocksdict.Checkpoint(self._db).create_checkpoint(str(dest))
+        except Exception as exc:
+            raise StoreError(self._path, (
+                f"cannot checkpoint task store {self._path} to {dest}: {exc}")) from exc
+
+    def approximate_bytes(self) -> int:
+        """Size of the store's files on disk (0 once destroyed)."""
+        try:
+            with os.scandir(self._path) as entries:
+                return sum(e.stat().st_size for e in entries if e.is_file())
+        except FileNotFoundError:
+            return 0
+
+    def close(self) -> None:
+        """Close the store, dropping uncommitted writes; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._overlay = {}
+        # writes check `_undo` anyway; this one refuses them, so the open path pays
+        # nothing for the closed check (reads fail in RocksDB, translated in `_stored`)
+        self._undo = ClosedLog(self._path)
+        self._db.close()
+
+    def destroy(self) -> None:
+        """Close the store and remove its directory."""
+        self.close()
+        if self._path.exists():
+            shutil.rmtree(self._path)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            self._raise_closed()
+
+    def _raise_closed(self) -> NoReturn:
+        raise StoreError(self._path, f"task store {self._path} is closed")
+
+
+class ClosedLog(list[tuple[Key, Any]]):
+    """The undo log of a closed store: any write fails at no cost to the open path."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self._path = path
+
+    def append(self, item: tuple[Key, Any]) -> None:
+        raise StoreError(self._path, f"task store {self._path} is closed")
+
