@@ -60,7 +60,7 @@ def test_formats_outputs_and_a_poison_record_through_a_handoff(broker, job_confi
         old.apply(_reply(model, active=[_TASK]))
         wait_for(lambda: _TASK in old.active and old.active[_TASK].committed.get(
             f"{topic}:0") == 20, 60, "the owner to process", lambda: old.poll(0.05))
-        wait_for(lambda: new.consumers.committed([f"{topic}:0"]) == {f"{topic}:0": 20}, 60,
+        wait_for(lambda: new.consumers.lookups.committed([f"{topic}:0"]) == {f"{topic}:0": 20}, 60,
                  "the owner's commit to be visible", lambda: old.poll(0.05))
         owner_state = dict(old.active[_TASK].store.items())
         new.apply(_reply(model, warmup=[_TASK]))
