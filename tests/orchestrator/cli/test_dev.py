@@ -171,3 +171,31 @@ def test_dev_runs_a_job_from_outside_the_repository_and_stops_on_ctrl_c(tmp_path
     assert len(pids) == 4, log                   # the broker, the coordinator, p1, p2
     assert not [pid for pid in pids if _alive(pid)]
     assert not (tmp_path / "job.dev.toml").exists()
+
+
+def test_dev_reads_stdin_until_ctrl_c(tmp_path) -> None:
+    """Lines typed (here: written) on stdin go in as they come; SIGINT stops all."""
+    config = _job(tmp_path)
+    err = tmp_path / "dev.err"
+    with err.open("w") as stderr:
+        dev = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "dev", "-c",
+                                str(config)], cwd=tmp_path, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=stderr, text=True)
+    try:
+        assert dev.stdin is not None
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=_lines, args=(dev.stdout, lines), daemon=True).start()
+        dev.stdin.write('{"key": "k", "value": {"n": 3}}\n')
+        dev.stdin.flush()
+        [first] = _outputs(lines, 1)
+        assert (first["topic"], first["key"], first["value"]) == ("totals", "k", '{"total":3}')
+        dev.stdin.write('{"key": "k", "value": {"n": 4}}\n')
+        dev.stdin.flush()
+        assert sorted((o["topic"], o["value"]) for o in _outputs(lines, 2)) == [
+            ("alerts", '{"over":7}'), ("totals", '{"total":7}')]
+    finally:
+        dev.send_signal(signal.SIGINT)
+        code = dev.wait(_TIMEOUT_S)
+    log = err.read_text()
+    assert code == 0, log
+    assert not [pid for pid in map(int, re.findall(r"\(pid (\d+)\)", log)) if _alive(pid)]
