@@ -7,10 +7,12 @@ from pathlib import Path
 
 import click
 
+from orchestrator.cli.conventions import epilog, fail
+
 __all__ = ["dev_command"]
 
 
-@click.command()
+@click.command("dev", epilog=epilog("dev"))
 @click.option("-c", "--config", "config_path", required=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="the job's TOML config (its [kafka] is replaced by the embedded broker)")
@@ -26,7 +28,7 @@ def dev_command(config_path: Path, processors: int, input_file: Path | None,
     """Run your job on the embedded broker: a coordinator and N processors, records fed
     from a JSON-lines file or stdin, committed outputs printed as JSON lines on stdout.
     Ctrl-C stops everything (exit 0). See docs/jobs.md."""
-    from orchestrator.devkit.dev import DevError, run_dev
+    from orchestrator.devkit.dev import run_dev
     from orchestrator.devkit.embedded import EmbeddedBrokerError
     from orchestrator.wire.config import ConfigError, load_config
     from processor.job import JobLoadError, load_job
@@ -34,20 +36,16 @@ def dev_command(config_path: Path, processors: int, input_file: Path | None,
     if input_file is not None and str(input_file) == "-":
         input_file = None
     if input_file is not None and not input_file.is_file():
-        click.echo(f"baton dev: --input {input_file}: no such file", err=True)
-        sys.exit(2)
+        fail(f"--input {input_file}: no such file", 2)
     try:
         config = load_config(config_path)
         load_job(config.job.class_, config.job_path)
     except ConfigError as exc:
-        click.echo(f"baton dev: {exc}", err=True)
-        sys.exit(2)
+        fail(str(exc), 2)
     except JobLoadError as exc:
-        click.echo(f"baton dev: {config_path}: job.class: {exc}", err=True)
-        sys.exit(2)
+        fail(f"{config_path}: job.class: {exc}", 2)
     try:
         code = run_dev(config_path, processors, input_file, partitions)
-    except (DevError, EmbeddedBrokerError, RuntimeError, TimeoutError, OSError) as exc:
-        click.echo(f"baton dev: {exc}", err=True)
-        sys.exit(1)
+    except (EmbeddedBrokerError, RuntimeError, TimeoutError, OSError) as exc:
+        fail(str(exc), 1)
     sys.exit(code)

@@ -44,13 +44,9 @@ from orchestrator.devkit.embedded import (
 from orchestrator.devkit.records import InputError, output_line, parse_line
 from orchestrator.wire.config import Config, dump_config, load_config
 
-__all__ = ["DevError", "effective_config", "run_dev"]
+__all__ = ["effective_config", "run_dev"]
 
 _POLL_S = 0.2
-
-
-class DevError(RuntimeError):
-    """`baton dev` could not start or a daemon it runs stopped under it."""
 
 
 def effective_config(config_file: Path, bootstrap: str, state_dir: Path) -> Path:
@@ -136,7 +132,8 @@ def run_dev(config_file: Path, processors: int, input_file: Path | None, partiti
 
     Raises:
         ConfigError: the job's file is invalid.
-        DevError: the broker, the topics or the coordinator could not start.
+        EmbeddedBrokerError: the broker did not start.
+        RuntimeError, TimeoutError: the topics or the coordinator could not start.
         OSError: the input file cannot be read.
     """
     config = load_config(config_file)

@@ -199,3 +199,12 @@ def test_dev_reads_stdin_until_ctrl_c(tmp_path) -> None:
     log = err.read_text()
     assert code == 0, log
     assert not [pid for pid in map(int, re.findall(r"\(pid (\d+)\)", log)) if _alive(pid)]
+
+
+def test_a_job_class_that_does_not_import_is_named_before_anything_starts(tmp_path) -> None:
+    config = _job(tmp_path)
+    config.write_text(config.read_text().replace('path = "code"', 'path = "elsewhere"'))
+    done = _baton("dev", "-c", str(config), "--input", str(config), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"baton dev: {config}: job.class: cannot import"), done.stderr
+    assert not (tmp_path / "job.dev.toml").exists()
