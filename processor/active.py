@@ -290,15 +290,15 @@ class ActiveTask:
         """Produce the rest of a record's outputs from `first`, its first that is not a
         `(key, value)` tuple: an `Output` (its own topic, headers and timestamp) or a
         list pair. All of them are checked before any is produced, so a bad one (an
-        undeclared topic) goes through on_error like a process() that raised; only if
-        plain pairs of the record were already produced (they cannot be taken back)
-        does the task stop whatever on_error says."""
+        undeclared topic) goes through on_error with none of them produced. The
+        record's state writes stand: replicas never look at outputs, and keep them too.
+        Only if plain pairs of the record were already produced (they cannot be taken
+        back) does the task stop whatever on_error says."""
         start = next(i for i, out in enumerate(outputs) if out is first)
         try:
             fields = [output_fields(out, self.output_topic, self.output_topics)
                       for out in outputs[start:]]
         except OutputError as exc:
-            self.store.rollback_record()
             if start == 0:
                 self._on_error(record, exc)
                 return
