@@ -15,14 +15,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from orchestrator.core.assignment import (  # noqa: E402
+from orchestrator.core.assignment import (
     Assignment,
     AssignmentConfig,
     ProcessorSnapshot,

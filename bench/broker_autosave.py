@@ -16,21 +16,18 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
+from _common import thread_cpu_seconds
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from handoff_pause import _thread_cpu_seconds  # noqa: E402 - the sibling bench's reader
-
-from orchestrator.devkit.embedded import EmbeddedBroker  # noqa: E402
+from orchestrator.devkit.embedded import EmbeddedBroker
 
 _STEP_S = 0.25
 
 
 def _autosave(pid: int | None) -> float:
-    return _thread_cpu_seconds(pid).get("autosave", 0.0)
+    return thread_cpu_seconds(pid).get("autosave", 0.0)
 
 
 def measure(records: int, seconds: float) -> dict[str, float]:

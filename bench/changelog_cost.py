@@ -56,8 +56,10 @@ from pathlib import Path
 from typing import Any
 
 import rocksdict
+from _common import wait_broker_quiet
 from confluent_kafka import Consumer, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from processor_rates import Bench, _drive, prepared
 
 from orchestrator.devkit.embedded import (
     EMBEDDED_CATCH_UP_SETTINGS,
@@ -68,10 +70,6 @@ from orchestrator.wire.protocol import HeartbeatReply, RoleListing
 from processor.daemon import ROUND_S
 from processor.runtime import TaskRuntime
 from store.options import db_options
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from handoff_pause import wait_broker_quiet  # noqa: E402 - the sibling benches
-from processor_rates import Bench, _drive, prepared  # noqa: E402
 
 __all__ = ["main", "measure"]
 

@@ -25,10 +25,8 @@ import argparse
 import asyncio
 import gc
 import json
-import os
 import random
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -41,6 +39,7 @@ from typing import Any
 
 import httpx
 import orjson
+from _common import cpu_seconds, own_cpu_seconds
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
@@ -50,7 +49,6 @@ from orchestrator.wire.status import is_balanced
 from orchestrator.wire.token import read_token
 
 ROOT = Path(__file__).resolve().parents[1]
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -111,16 +109,6 @@ class Tally:
     model_replies: int = 0
     statuses: dict[str, int] = field(default_factory=dict)   # what the errors were
     latencies: list[float] = field(default_factory=list)
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
-
-
-def _own_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 class _Connection:
@@ -227,7 +215,7 @@ async def _run(url: str, token: str, processors: int, seconds: float, settle_s: 
 
         async def sample(at: float, key: str) -> None:
             await asyncio.sleep(max(0.0, at - time.monotonic()))
-            cpu[key], cpu["own" + key] = _cpu_s(pid), _own_cpu_s()
+            cpu[key], cpu["own" + key] = cpu_seconds(pid), own_cpu_seconds()
 
         # the generator's own full collections stopped it for 0.4-1.3 s each, which
         # its latencies then counted: none while it measures

@@ -30,11 +30,8 @@ transaction, which a clean drain-and-restart like this one does not produce.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
 import shutil
-import sys
 import tempfile
 import time
 import zlib
@@ -42,7 +39,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from _common import (
+    PHASE_LINE,
+    Traffic,
+    caught_up_records,
+    cpu_seconds,
+    last_done,
+    log,
+    machine_cpu_seconds,
+    preload,
+    report,
+    thread_cpu_seconds,
+    wait_broker_quiet,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestrator.devkit.demo import (
@@ -63,50 +72,8 @@ PARTITIONS = 4
 RATE = 1000.0
 
 
-class _Traffic:
-    """Live keyed traffic over the state's key space (one partition per key)."""
-
-    def __init__(self, bootstrap: str, topic: str, keys: int) -> None:
-        import threading
-
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-        self.topic, self.keys, self.sent = topic, keys, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        started = time.monotonic()
-        while not self._stop.is_set():
-            due = int((time.monotonic() - started) * RATE)
-            while self.sent < due:
-                key = f"key-{self.sent * 7919 % self.keys}".encode()
-                self.producer.produce(self.topic, key=key, value=b"1",
-                                      partition=zlib.crc32(key) % PARTITIONS)
-                self.sent += 1
-            self.producer.poll(0)
-            time.sleep(0.005)
-        self.producer.flush(30)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(60)
-
-
-def _preload(bootstrap: str, topic: str, keys: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50,
-                         "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000})
-    for i in range(keys):
-        key = f"key-{i}".encode()
-        while True:
-            try:
-                producer.produce(topic, key=key, value=b"1", partition=zlib.crc32(key) % PARTITIONS)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    producer.flush(120)
+def _partition_of(key: bytes) -> int:
+    return zlib.crc32(key) % PARTITIONS
 
 
 def _wait_committed(bootstrap: str, topic: str, timeout: float) -> None:
@@ -120,80 +87,17 @@ def _wait_committed(bootstrap: str, topic: str, timeout: float) -> None:
         time.sleep(0.5)
 
 
-def _cpu_seconds(pid: int | None) -> float:
-    """User + system CPU seconds a process has used so far (Linux /proc; 0 elsewhere)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _thread_cpu_seconds(pid: int | None) -> dict[str, float]:
-    """CPU seconds of a process's live threads so far, summed by thread name (Linux
-    /proc; empty elsewhere): which of the broker's threads, or librdkafka's, spent it."""
-    spent: dict[str, float] = {}
-    try:
-        threads = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return spent
-    for thread in threads:
-        try:
-            comm = (thread / "comm").read_text().strip()
-            fields = (thread / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue                    # the thread ended meanwhile
-        ticks = int(fields[11]) + int(fields[12])
-        spent[comm] = spent.get(comm, 0.0) + ticks / os.sysconf("SC_CLK_TCK")
-    return spent
-
-
-def _machine_cpu_seconds() -> float:
-    """CPU seconds every core of the machine has been busy so far (Linux /proc/stat; 0
-    elsewhere): set beside the processes', it shows what else ran during a measure."""
-    try:
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    except OSError:
-        return 0.0
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
-def wait_broker_quiet(pid: int | None, quiet_s: float = 1.5, timeout_s: float = 120.0
-                      ) -> float:
-    """Wait until the embedded broker's `autosave` thread has spent nothing for `quiet_s`
-    and return the seconds waited. After writes it rewrites everything it holds (~0.8
-    CPU seconds a save at 1,000,000 records, one ~0.6 s after the first write it has not
-    saved, bench/broker_autosave.py): a save of what was written before a measurement
-    must not land in it. Another broker (no such thread): no wait."""
-    started = time.monotonic()
-    if "autosave" not in _thread_cpu_seconds(pid):
-        return 0.0
-    last, quiet_since = _thread_cpu_seconds(pid)["autosave"], time.monotonic()
-    while time.monotonic() - quiet_since < quiet_s:
-        if time.monotonic() - started > timeout_s:
-            raise TimeoutError(f"the broker's autosave did not settle in {timeout_s:.0f}s")
-        time.sleep(0.05)
-        now = _thread_cpu_seconds(pid).get("autosave", last)
-        if now - last >= 0.005:
-            quiet_since = time.monotonic()
-        last = now
-    return time.monotonic() - started
-
-
 def _cpu_of(cluster: _Cluster, broker: EmbeddedBroker) -> dict[str, float]:
     """CPU seconds so far of each process ("p1", this bench's own: "bench") and of its
     threads by name ("broker/autosave", "p1/rdk:broker1")."""
     pids = {name: proc.pid for name, proc in cluster.procs.items()}
-    spent: dict[str, float] = {"machine": _machine_cpu_seconds()}
+    spent: dict[str, float] = {"machine": machine_cpu_seconds()}
     for name, pid in {**pids, "broker": broker.pid, "bench": os.getpid()}.items():
-        spent[name] = _cpu_seconds(pid)
-        for comm, seconds in _thread_cpu_seconds(pid).items():
+        spent[name] = cpu_seconds(pid)
+        for comm, seconds in thread_cpu_seconds(pid).items():
             spent[f"{name}/{comm}"] = seconds
     return spent
 
-
-_PHASE_LINE = re.compile(r"^(\S+ \S+) .*task '([^']+)' handoff \S+ -> (\S+): (\S+) -> (\S+)$")
 
 
 def _catch_up_window(coordinator_log: Path, to: str) -> float | None:
@@ -203,7 +107,7 @@ def _catch_up_window(coordinator_log: Path, to: str) -> float | None:
     started: list[datetime] = []
     ended: list[datetime] = []
     for line in coordinator_log.read_text(errors="replace").splitlines():
-        match = _PHASE_LINE.match(line)
+        match = PHASE_LINE.match(line)
         if match is None or match.group(3) != to:
             continue
         when = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f")
@@ -214,28 +118,6 @@ def _catch_up_window(coordinator_log: Path, to: str) -> float | None:
     if not started or not ended:
         return None
     return (max(ended) - min(started)).total_seconds()
-
-
-def _last_done(coordinator_log: Path, to: str) -> float | None:
-    """Epoch seconds of the last handoff to `to` reaching done (the coordinator's log):
-    the moment the job became balanced, without a status poll's delay."""
-    last: datetime | None = None
-    for line in coordinator_log.read_text(errors="replace").splitlines():
-        match = _PHASE_LINE.match(line)
-        if match is not None and match.group(3) == to and match.group(5) == "done":
-            last = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f")
-    return None if last is None else last.timestamp()
-
-
-def _caught_up_records(metrics_url: str) -> int:
-    """Records a processor applied to its stores without processing them (its warmups'
-    and activations' catch-up, either source): baton_catchup_records_total."""
-    import urllib.request
-
-    with urllib.request.urlopen(metrics_url, timeout=10) as reply:
-        text = reply.read().decode()
-    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith("baton_catchup_records_total{")))
 
 
 def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
@@ -262,7 +144,7 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
         demo = Demo(None)
         cluster = _Cluster(workdir, config, log)
         started = time.monotonic()
-        _preload(broker.bootstrap, "events", keys)
+        preload(broker.bootstrap, "events", keys, _partition_of, flush_s=120)
         log(f"{keys} keys preloaded in {time.monotonic() - started:.1f}s")
         cluster.start("coordinator", "coordinator")
         try:
@@ -289,14 +171,13 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
                         if spent - cpu_before.get(name, 0.0) >= 0.01}
             # exact, not sampled: the status poll is 200 ms apart and sees a lag only
             # after the catch-up has begun
-            join_s = (_last_done(workdir / "coordinator.log", "p2") or time.time()) - joined
-            volume = _caught_up_records(next(p["metrics_url"] for p in balanced["processors"]
+            join_s = (last_done(workdir / "coordinator.log", "p2") or time.time()) - joined
+            volume = caught_up_records(next(p["metrics_url"] for p in balanced["processors"]
                                              if p["id"] == "p2"))
             catch_up_s = _catch_up_window(workdir / "coordinator.log", "p2")
             log(f"p2 joined -> balanced in {join_s:.2f}s (caught up {volume} records; "
                 f"catching up {catch_up_s}s; CPU seconds meanwhile {join_cpu})")
-            traffic = _Traffic(broker.bootstrap, "events", keys)
-            traffic.start()
+            traffic = Traffic(broker.bootstrap, "events", keys, RATE, _partition_of).start()
             time.sleep(2)
             demo.watches.clear()
             victim = "p1"
@@ -350,25 +231,20 @@ def main() -> None:
                         help="copy the daemons' logs here (one directory per size)")
     args = parser.parse_args()
 
-    def log(text: str) -> None:
-        print(f"# {text}", file=sys.stderr, flush=True)
-
     results = [run_size(k, args.handoffs, log, source=args.source, keep_logs=args.logs,
                         read_from=args.changelog_read_from) for k in args.keys]
     summary: dict[str, Any] = {"sizes": results}
     if len(results) >= 2 and results[0]["pause_ms_p99"]:
         summary["p99_ratio_largest_to_smallest"] = round(
             results[-1]["pause_ms_p99"] / results[0]["pause_ms_p99"], 2)
-    if args.json:
-        print(json.dumps(summary))
-        return
-    for r in results:
-        print(f"{r['keys']:>9} keys: pause p50 {r['pause_ms_p50']} ms, p99 {r['pause_ms_p99']} ms "
-              f"(max {r['pause_ms_max']}, {r['handoffs']} handoffs); join -> balanced "
-              f"{r['join_to_balanced_s']} s for ~{r['catch_up_records']} catch-up records "
-              f"({r['catch_up_records_per_s']} records/s)")
+    lines = [f"{r['keys']:>9} keys: pause p50 {r['pause_ms_p50']} ms, p99 {r['pause_ms_p99']} "
+             f"ms (max {r['pause_ms_max']}, {r['handoffs']} handoffs); join -> balanced "
+             f"{r['join_to_balanced_s']} s for ~{r['catch_up_records']} catch-up records "
+             f"({r['catch_up_records_per_s']} records/s)" for r in results]
     if "p99_ratio_largest_to_smallest" in summary:
-        print(f"p99 ratio (largest / smallest state): {summary['p99_ratio_largest_to_smallest']}")
+        lines.append("p99 ratio (largest / smallest state): "
+                     f"{summary['p99_ratio_largest_to_smallest']}")
+    report(summary, args.json, lines)
 
 
 if __name__ == "__main__":

@@ -24,16 +24,13 @@ import logging
 import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
+from _common import cpu_seconds
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestrator.devkit.embedded import EMBEDDED_CLIENT_SETTINGS, EmbeddedBroker
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from handoff_pause import _cpu_seconds  # noqa: E402 - the sibling bench's CPU reading
 
 
 def _consumer(bootstrap: str, extra: dict[str, Any], wait_ms: int,
@@ -74,10 +71,10 @@ def idle_cost(bootstrap: str, extra: dict[str, Any], broker_pid: int | None, top
     try:
         consumer.assign(parts)
         consumer.consume(1, 1.0)                     # connected, fetching
-        client0, broker0 = time.process_time(), _cpu_seconds(broker_pid)
+        client0, broker0 = time.process_time(), cpu_seconds(broker_pid)
         elapsed = _poll_for(consumer, seconds)
         client = (time.process_time() - client0) / elapsed
-        broker = (_cpu_seconds(broker_pid) - broker0) / elapsed if broker_pid else None
+        broker = (cpu_seconds(broker_pid) - broker0) / elapsed if broker_pid else None
     finally:
         consumer.close()
     counter = _FetchCounter()

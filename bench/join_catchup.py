@@ -43,10 +43,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import changelog_cost  # noqa: E402 - sibling benches: the same phases, reused
-import handoff_pause  # noqa: E402
-import processor_rates  # noqa: E402
+import changelog_cost  # sibling benches: the same phases, reused
+import handoff_pause
+import processor_rates
+from _common import wait_broker_quiet
 
 from orchestrator.devkit.embedded import (  # noqa: E402
     EMBEDDED_CATCH_UP_SETTINGS,
@@ -73,7 +73,7 @@ def alone(source: str, keys: int, beside_idle: bool = False) -> float:
         job = ""
         if source == "changelog":
             _, job, _ = changelog_cost.run_active(bench, keys, JOB, "changelog", catch_up)
-        handoff_pause.wait_broker_quiet(broker.pid)    # as before the join
+        wait_broker_quiet(broker.pid)    # as before the join
         with _idle_consumer(broker.bootstrap, bench.topic) if beside_idle else nullcontext():
             if source == "input":
                 return keys / processor_rates.run_warmup(bench, keys, ROUND_S)

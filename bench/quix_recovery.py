@@ -232,7 +232,6 @@ def measure(records: int, keys: int, partitions: int, rounds: int, guarantee: st
             quix_python: str, bootstrap: str | None,
             report: Callable[[str], None]) -> dict[str, Any]:
     """Best restore and raw times over `rounds` rounds on one changelog."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from processor_rates import prepared  # the sibling bench's input
 
     embedded = bootstrap is None

@@ -18,7 +18,6 @@ Target (issue 12): with a standby, 1,000,000 keys within 1.5x of 10,000 keys.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -27,7 +26,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from _common import Traffic, log, preload, report, wait_until
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestrator.devkit.demo import _Cluster, _committed_all, _make_config
@@ -38,52 +38,10 @@ from orchestrator.wire.token import read_token
 
 RATE = 500.0                     # live records per second during the failover
 TIMEOUT_MS = 2000                # coordinator.processor_timeout_ms: detection time
-TASK = "Partition 0"
 
 
-def _produce(bootstrap: str, topic: str, keys: int, start: int = 0) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50,
-                         "batch.num.messages": 10000,
-                         "queue.buffering.max.messages": 1_000_000})
-    for i in range(start, start + keys):
-        while True:
-            try:
-                producer.produce(topic, key=f"key-{i}".encode(), value=b"1", partition=0)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    producer.flush(300)
-
-
-class _Traffic:
-    """A steady trickle over the state's keys, so the new owner has work at once."""
-
-    def __init__(self, bootstrap: str, topic: str, keys: int) -> None:
-        import threading
-
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-        self.topic, self.keys, self.sent = topic, keys, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        started = time.monotonic()
-        while not self._stop.is_set():
-            while self.sent < int((time.monotonic() - started) * RATE):
-                key = f"key-{self.sent * 7919 % self.keys}".encode()
-                self.producer.produce(self.topic, key=key, value=b"1", partition=0)
-                self.sent += 1
-            self.producer.poll(0)
-            time.sleep(0.005)
-        self.producer.flush(30)
-
-    def start(self) -> _Traffic:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(60)
+def _one_partition(key: bytes) -> int:
+    return 0                     # the one task's one input partition
 
 
 def _first_output_after(bootstrap: str, topic: str, after_ms: int, timeout: float) -> float:
@@ -137,14 +95,6 @@ def _config(workdir: Path, bootstrap: str, standbys: int) -> Path:
     return path
 
 
-def _wait(what: str, done: Any, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.1)
-
-
 def run(keys: int, standbys: int, log: Any) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="baton-failover-") as tmp, \
             EmbeddedBroker() as broker:
@@ -155,22 +105,22 @@ def run(keys: int, standbys: int, log: Any) -> dict[str, Any]:
             future.result(30)
         config = _config(workdir, broker.bootstrap, standbys)
         listen = tomllib.loads(config.read_text())["coordinator"]["listen"]
-        _produce(broker.bootstrap, "events", keys)
+        preload(broker.bootstrap, "events", keys, _one_partition)
         cluster = _Cluster(workdir, config, log)
         try:
             cluster.start("coordinator", "coordinator")
-            _wait("token", (workdir / "coordinator.token").exists, 60)
+            wait_until("token", (workdir / "coordinator.token").exists, 60)
             token = read_token(workdir / "coordinator.token")
             client = CoordinatorClient(f"http://{listen}", token)
             cluster.start("p1", "processor", "--id", "p1")
-            _wait("p1 processed the state", lambda: _committed_all(
+            wait_until("p1 processed the state", lambda: _committed_all(
                 broker.bootstrap, "events", "baton.demo")[0] >= keys, 600)
             cluster.start("p2", "processor", "--id", "p2")
-            _wait("p2 registered", lambda: len(client.status()["processors"]) == 2, 60)
+            wait_until("p2 registered", lambda: len(client.status()["processors"]) == 2, 60)
             if standbys:
                 metrics = f"http://{listen}/metrics"
-                _wait("p2's standby caught up", lambda: _standby_lag(metrics) == 0, 600)
-            traffic = _Traffic(broker.bootstrap, "events", keys).start()
+                wait_until("p2's standby caught up", lambda: _standby_lag(metrics) == 0, 600)
+            traffic = Traffic(broker.bootstrap, "events", keys, RATE, _one_partition).start()
             time.sleep(2)
             killed = time.time()
             cluster.procs.pop("p1").kill()
@@ -187,24 +137,17 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    def log(text: str) -> None:
-        print(f"# {text}", file=sys.stderr, flush=True)
-
     rows = [run(keys, standbys, log) for keys in args.keys for standbys in (1, 0)]
     by = {(r["keys"], r["standbys"]): r["failover_s"] for r in rows}
     small, large = min(args.keys), max(args.keys)
     summary = {"rows": rows,
                "standby_ratio_largest_to_smallest": round(by[large, 1] / by[small, 1], 2)}
-    if args.json:
-        print(json.dumps(summary))
-        return 0
-    for r in rows:
-        print(f"{r['keys']:>9} keys, {'with' if r['standbys'] else 'without'} a standby: "
-              f"SIGKILL -> first output of the new owner {r['failover_s']} s")
-    print(f"with a standby, {large} keys / {small} keys = "
-          f"{summary['standby_ratio_largest_to_smallest']}x (target <= 1.5x)")
+    lines = [f"{r['keys']:>9} keys, {'with' if r['standbys'] else 'without'} a standby: "
+             f"SIGKILL -> first output of the new owner {r['failover_s']} s" for r in rows]
+    lines.append(f"with a standby, {large} keys / {small} keys = "
+                 f"{summary['standby_ratio_largest_to_smallest']}x (target <= 1.5x)")
+    report(summary, args.json, lines)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

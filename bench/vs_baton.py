@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from handoff_pause import _caught_up_records, _last_done
+from _common import caught_up_records, last_done
 from vs_common import (
     PARTITIONS,
     CpuWindow,
@@ -137,11 +137,11 @@ def scale_out(bootstrap: str, broker_pid: int | None, keys: int, workdir: Path,
         cpu = CpuWindow({**pids, "broker": broker_pid}).start()
         wait_until("p3 balanced", lambda: _joined(client.status()), BALANCE_TIMEOUT_S, 0.1)
         spent = cpu.stop()
-        balanced = _last_done(workdir / "coordinator.log", "p3") or time.time()
+        balanced = last_done(workdir / "coordinator.log", "p3") or time.time()
         status = client.status()
         moved = {t for t, owner in _owners(status).items() if before.get(t) != owner}
         metrics_url = next(p["metrics_url"] for p in status["processors"] if p["id"] == "p3")
-        rebuilt = _caught_up_records(metrics_url)
+        rebuilt = caught_up_records(metrics_url)
         time.sleep(SETTLE_S)
         traffic.stop()
         wait_until("the traffic processed", lambda: _done(bootstrap, inp, group),

@@ -10,23 +10,21 @@ gap in processing, measured the same way for both.
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+import _common
+from _common import CpuWindow, cpu_seconds, percentile, wait_until
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from processor.oracle import OracleResult, check_running_sums
 
-__all__ = ["PARTITIONS", "RATE", "Traffic", "committed", "cpu_seconds", "create_topics",
-           "first_outputs_after", "moved_gaps_ms", "oracle", "partition_of", "percentile",
-           "preload", "read_topic", "wait_until"]
+__all__ = ["PARTITIONS", "RATE", "CpuWindow", "Traffic", "committed", "cpu_seconds",
+           "create_topics", "first_outputs_after", "moved_gaps_ms", "oracle", "partition_of",
+           "percentile", "preload", "read_topic", "wait_until"]
 
 PARTITIONS = 8
 RATE = 1000.0          # steady records/s over the state's keys: ~8 ms between outputs of a task
@@ -50,67 +48,6 @@ def create_topics(bootstrap: str, *names: str) -> None:
                     .topics[n].partitions.values()) for n in names), 60)
     finally:
         consumer.close()
-
-
-def preload(bootstrap: str, topic: str, keys: int) -> None:
-    """One record of value 1 per key: the state both systems build first."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50,
-                         "batch.num.messages": 10000,
-                         "queue.buffering.max.messages": 1_000_000})
-    for i in range(keys):
-        key = f"key-{i}".encode()
-        while True:
-            try:
-                producer.produce(topic, key=key, value=b"1", partition=partition_of(key))
-                break
-            except BufferError:
-                producer.poll(0.05)
-    producer.flush(300)
-
-
-class Traffic:
-    """Steady keyed traffic over the state's keys on a thread of its own."""
-
-    def __init__(self, bootstrap: str, topic: str, keys: int) -> None:
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-        self.topic, self.keys, self.sent = topic, keys, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        started = time.monotonic()
-        while not self._stop.is_set():
-            while self.sent < int((time.monotonic() - started) * RATE):
-                key = f"key-{self.sent * 7919 % self.keys}".encode()
-                self.producer.produce(self.topic, key=key, value=b"1",
-                                      partition=partition_of(key))
-                self.sent += 1
-            self.producer.poll(0)
-            time.sleep(0.005)
-        self.producer.flush(30)
-
-    def start(self) -> Traffic:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(60)
-
-
-def wait_until(what: str, done: Callable[[], bool], timeout: float,
-               every: float = 0.1) -> float:
-    """Poll `done` until true; returns the epoch seconds it became true.
-
-    Raises:
-        TimeoutError: naming `what`.
-    """
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout:.0f} s")
-        time.sleep(every)
-    return time.time()
 
 
 def committed(bootstrap: str, topic: str, group: str) -> tuple[int, int]:
@@ -201,35 +138,13 @@ def first_outputs_after(bootstrap: str, topic: str, after_ms: int, partitions: s
                        f"again within {timeout:.0f} s of the kill")
 
 
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU seconds a process (all its threads) has used (Linux /proc)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def preload(bootstrap: str, topic: str, keys: int) -> None:
+    """One record of value 1 per key: the state both systems build first."""
+    _common.preload(bootstrap, topic, keys, partition_of)
 
 
-def percentile(values: list[float], q: float) -> float:
-    """The nearest-rank q-th percentile (0 for none): with a few moved tasks, p99 is the
-    longest pause."""
-    if not values:
-        return 0.0
-    ranked = sorted(values)
-    return ranked[min(len(ranked) - 1, max(0, int(-(-q * len(ranked) // 100)) - 1))]
+class Traffic(_common.Traffic):
+    """Steady keyed traffic over the state's keys at `RATE`, on a thread of its own."""
 
-
-@dataclass
-class CpuWindow:
-    """CPU seconds of named processes over a window: `start()`, then `stop()`."""
-
-    pids: dict[str, int | None]
-    before: dict[str, float] | None = None
-
-    def start(self) -> CpuWindow:
-        self.before = {n: cpu_seconds(p) for n, p in self.pids.items()}
-        return self
-
-    def stop(self) -> dict[str, float]:
-        before = self.before or {}
-        return {n: round(cpu_seconds(p) - before.get(n, 0.0), 2) for n, p in self.pids.items()}
+    def __init__(self, bootstrap: str, topic: str, keys: int) -> None:
+        super().__init__(bootstrap, topic, keys, RATE, partition_of)

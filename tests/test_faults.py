@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.wire.client import CoordinatorUnreachable
 from tests.conftest import FAULT_RESULTS, Broker, Feeder, oracle_check, wait_for
 from tests.orchestrator.test_e2e import PARTITIONS, Job
 
@@ -59,6 +60,14 @@ def _source_of(j: Job, *phases: str) -> str:
 # takes the target tens of milliseconds, so the phase before it (planned: the warmup is
 # listed, not yet reported) counts too; the target is frozen the moment it is seen.
 _BEFORE_RELEASE = ("planned", "catching_up")
+
+
+def _leads(j: Job) -> bool:
+    try:
+        j.status()
+    except CoordinatorUnreachable:
+        return False
+    return True
 
 
 def _in_phase(j: Job, phase: str) -> bool:
@@ -211,6 +220,9 @@ class TestBrokerRestart:
             sent = feeder.sent
             broker.local.restart()         # same port, same data dir, clean stop
             wait_for(lambda: feeder.sent > sent + 2000, 60, "traffic after the restart")
+            # while the broker was away the coordinator could not renew its lease on the
+            # stream, so it stood by; it leads again once a stream write succeeds
+            wait_for(lambda: _leads(j), 60, "the coordinator to lead again")
             assert _in_phase(j, "catching_up"), j.status()["handoffs"]
         finally:
             j.signal(["p3"], signal.SIGCONT)

@@ -7,7 +7,8 @@
 - only `orchestrator.cli` and `orchestrator.devkit` import `processor`.
 - `processor` in layers: its root (the per-task pieces), `spark`, `runtime`, `daemon`.
 - `store` and `metrics` import no orchestrator or processor code.
-- no import cycles between Baton's modules.
+- no import cycles between Baton's modules, nor between its folders.
+- no private name (`_x`) is imported from another module: what modules share is public.
 """
 
 from __future__ import annotations
@@ -155,6 +156,7 @@ def test_the_graph_is_real() -> None:
     assert "processor.runtime.consumers" in GRAPH["processor.runtime.task_runtime"]
     assert "orchestrator.core.model" in GRAPH["orchestrator.core.coordinator"]
     assert "orchestrator.wire.barrier" in GRAPH["processor.active"]
+    assert "orchestrator.core.picture" in GRAPH["orchestrator.core.coordinator"]
 
 
 def test_folders_import_one_way() -> None:
@@ -172,6 +174,9 @@ def test_folders_import_one_way() -> None:
             if theirs != mine and not (modules[name].name == "__init__.py"
                                        and theirs.startswith(mine + ".")):
                 folders.setdefault(mine, set()).add(theirs)
+    # the folder graph is real too: it would pass empty
+    assert "orchestrator.core" in folders["orchestrator.daemon"]
+    assert "orchestrator.core.handoff" in folders["orchestrator.core"]
     cycles = {f"{a} <-> {b}" for a, deps in folders.items() for b in deps
               if a in folders.get(b, set()) and a < b}
     assert cycles <= FOLDER_CYCLES_KNOWN, ("folders importing each other: "
@@ -207,3 +212,23 @@ def test_processor_layers_are_real() -> None:
     assert "processor.job" in GRAPH["processor.spark.bulk"]
     assert _processor_layer("processor.active") == 0
     assert _processor_layer("processor.daemon.heartbeat") == 3
+
+
+def _private_imports(path: Path) -> Iterator[str]:
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            yield from (f"{node.module}.{a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__"))
+
+
+def test_no_private_name_crosses_modules() -> None:
+    """A helper two modules share is part of an interface: it is public."""
+    found = {name: sorted(_private_imports(path)) for name, path in _modules().items()}
+    wrong = {name: names for name, names in found.items() if names}
+    assert not wrong, f"private names imported across modules: {wrong}"
+
+
+def test_the_private_name_check_catches_one(tmp_path: Path) -> None:
+    module = tmp_path / "bad_import.txt"
+    module.write_text("from orchestrator.core.model import _hidden, Visible\n")
+    assert list(_private_imports(module)) == ["orchestrator.core.model._hidden"]

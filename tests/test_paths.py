@@ -1,4 +1,6 @@
-"""Every repository path named in a docstring, a comment or the docs exists."""
+"""Every repository path named in a docstring, a comment or the docs exists: a path from
+the top (`orchestrator/core/model.py`), a path inside a folder (`core/model.py`) or a
+module's file name (`model.py`)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPS = ("orchestrator/", "processor/", "store/", "metrics/", "tests/", "bench/", "deploy/",
-        "docs/")
+        "docs/", "examples/")
 _TOPS = "|".join(re.escape(t) for t in TOPS)
 PATH = re.compile(rf"(?<![\w./-])((?:{_TOPS})[\w./@-]*\w/?)")
 # names that look like paths but are not: coordinator-stream keys ("processor/<id>"),
@@ -31,3 +33,34 @@ def test_named_paths_exist() -> None:
                     continue
                 missing.append(f"{text.relative_to(ROOT)}:{number}: {name}")
     assert not missing, "paths that do not exist:\n" + "\n".join(missing)
+
+
+# a path inside some folder ("handoff/machine.py") or a Python file's bare name
+PARTIAL = re.compile(r"(?<![\w./-])((?:[\w-]+/)*[\w-]+\.py)\b")
+
+
+def _repository_files() -> set[str]:
+    return {str(p.relative_to(ROOT)) for top in (*TOPS, "run", "pyproject.toml")
+            for p in [ROOT / top, *(ROOT / top).rglob("*")]
+            if "__pycache__" not in p.parts}
+
+
+def test_partial_paths_name_a_file() -> None:
+    files = _repository_files()
+    suffixes = {f[f.index("/") + 1:] for f in files if "/" in f}
+    while more := {s[s.index("/") + 1:] for s in suffixes if "/" in s} - suffixes:
+        suffixes |= more
+    missing = []
+    for text in _texts():
+        for number, line in enumerate(text.read_text().splitlines(), 1):
+            for found in PARTIAL.finditer(line):
+                name = found.group(1)
+                if name.startswith(TOPS) or name in files or name in suffixes:
+                    continue
+                missing.append(f"{text.relative_to(ROOT)}:{number}: {name}")
+    assert not missing, "paths that name no file:\n" + "\n".join(missing)
+
+
+def test_partial_path_check_catches_an_old_name() -> None:
+    gone = "core/" + "gone" + ".py"    # spelled apart, so this file names no missing path
+    assert PARTIAL.findall(f"see {gone} and handoff_driver.py") == [gone, "handoff_driver.py"]

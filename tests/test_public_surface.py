@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import types
 
 import pytest
 
@@ -27,6 +28,24 @@ def test_star_import(module: str) -> None:
     exported = getattr(importlib.import_module(module), "__all__", None)
     if exported is not None:
         assert set(exported) <= set(namespace), module
+
+
+def _packages() -> list[str]:
+    return [m for m in _modules() if hasattr(importlib.import_module(m), "__path__")]
+
+
+@pytest.mark.parametrize("package", _packages())
+def test_a_package_that_lists_modules_lists_them_all(package: str) -> None:
+    """A package's `__all__` names objects it exports, or its modules: then every one
+    of them (a new module cannot be left out of the package's surface)."""
+    module = importlib.import_module(package)
+    children = {m.name for m in pkgutil.iter_modules(module.__path__)
+                if not m.name.startswith("_")}
+    exported = set(getattr(module, "__all__", ()))
+    names_modules = all(isinstance(getattr(module, n, None), types.ModuleType)
+                        or n not in vars(module) for n in exported)
+    if exported and exported <= children and names_modules:
+        assert exported == children, f"{package}.__all__ leaves out {children - exported}"
 
 
 def test_metrics_vocabulary_copies_equal_the_domain() -> None:

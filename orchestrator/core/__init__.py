@@ -1,9 +1,11 @@
-"""Pure decisions: grouping, job model, liveness, roles, handoffs, assignment, placement.
+"""Pure decisions: grouping, job model, liveness, roles, handoffs, assignment, placement,
+lag, the coordinator core and what it persists and replies.
 
 No confluent_kafka, no threads, no time.*: the clock is injected.
 """
 
 __all__ = [
-    "assignment", "changelog", "coordinator", "grouping", "handoff", "handoff_driver",
-    "liveness", "model", "placement", "roles", "settings", "split", "views",
+    "assignment", "changelog", "coordinator", "failures", "grouping", "grouping_checks",
+    "handoff", "handoff_driver", "lag", "liveness", "model", "picture", "placement",
+    "replies", "roles", "settings", "split", "stream_records", "views",
 ]

@@ -40,40 +40,29 @@ it looks at the whole current picture and moves it one step towards the target.
    the assignor's input, so their tasks are placed elsewhere and leave through
    handoffs; a draining processor that holds nothing is told to stop.
 
-Lag of a replica on a task = sum over the task's partitions of max(0, T1 - T2): T1 is
-the owner's reported committed position (the released position during a release;
-the group's committed offset when no owner reports; else the low watermark), T2 the
-replica's reported position (a missing partition counts from the low watermark).
-
-Persistence: `records()` is the whole state as coordinator-stream records;
-`pending_changes()` diffs it against what was last written, and the daemon writes
-that batch in one transaction *before* it answers, so nothing a processor hears was
-not persisted first. `Coordinator.restore()` rebuilds the core from the records and
-resumes handoffs in flight; the next replies simply carry the persisted roles. After
-a restart no new moves start until every known processor reported again (or timed
-out), so the assignor never decides on an empty picture.
+Lag (orchestrator/core/lag.py), the records persisted before any answer
+(orchestrator/core/stream_records.py) and the reply a processor gets
+(orchestrator/core/replies.py) each live in their own module. After a restart no new
+moves start until every known processor reported again (or timed out), so the
+assignor never decides on an empty picture.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from metrics import CoordinatorMetrics, HandoffSample, LagSample
+from metrics import CoordinatorMetrics
 from orchestrator.core import handoff as hs
-from orchestrator.core.assignment import TaskInfo
-from orchestrator.core.failures import Failures
-from orchestrator.core.handoff_driver import Moves
-from orchestrator.core.liveness import Liveness, Processor
+from orchestrator.core.liveness import Processor
 from orchestrator.core.model import Expansion, JobModel
+from orchestrator.core.picture import CorePicture
 from orchestrator.core.placement import place
-from orchestrator.core.roles import RoleBook
 from orchestrator.core.settings import CoreConfig
 from orchestrator.core.split import Split
 from orchestrator.wire.clock import Clock
-from orchestrator.wire.lineage import AncestorRange, ancestry
-from orchestrator.wire.protocol import Barrier, HeartbeatReply, HeartbeatRequest, TaskReport
+from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest, TaskReport
 
 __all__ = ["Coordinator", "CoreConfig", "DrainError", "UnknownProcessor"]
 
@@ -83,18 +72,10 @@ log = logging.getLogger("baton.coordinator")
 # a quiet job is placed again this often anyway (failure backoffs and standbys' lags
 # change with time, not with news)
 PLACE_EVERY_S = 60.0
-# Keys of the coordinator stream this core writes (others, like the daemon's
-# "leader" record, are left alone).
-_OWNED_KEYS = ("model", "assignment", "drain", "errors", "failures")
-_OWNED_PREFIXES = ("processor/", "handoff/")
 
 
 def _roles(reports: Mapping[str, TaskReport]) -> dict[str, str]:
     return {t: str(r.role) for t, r in reports.items()}
-
-
-def _owned(key: str) -> bool:
-    return key in _OWNED_KEYS or key.startswith(_OWNED_PREFIXES)
 
 
 class UnknownProcessor(LookupError):
@@ -105,49 +86,33 @@ class DrainError(RuntimeError):
     """A drain that cannot be done (for example the processor is not alive)."""
 
 
-class Coordinator:
-    """The coordinator's state and rules; see the module docstring.
+class Coordinator(CorePicture):
+    """Applies processors' messages, observations and ticks to the picture, one
+    reconcile step per call; see the module docstring.
 
     Args:
         config: thresholds and timeouts.
-        clock: the injected clock (a `FakeClock` in tests).
+        clock: the injected clock (tests pass tests/clocks.py's fake one).
         model: the job model in force.
         metrics: where to record handoff phases, outcomes, pauses, invalid heartbeats.
     """
 
     def __init__(self, config: CoreConfig, clock: Clock, model: JobModel,
                  metrics: CoordinatorMetrics | None = None) -> None:
-        self.config = config
-        self.clock = clock
-        self.model = model
-        self.metrics = metrics
-        self.processors = Liveness()
-        self.roles = RoleBook(self._valid)
-        self.moves = Moves(config.handoff, self.roles, clock, metrics,
-                           lambda pid, why: self._lose(pid, why, keep_roles=False),
-                           is_pending=lambda task: task in self.model.pending,
-                           went_live=self._went_live)
-        self.draining: set[str] = set()
-        self.failures = Failures(config.failure_backoff_s, config.max_task_attempts)
-        self.errors: list[str] = []
-        self.low: dict[str, int] = {}
-        self.high: dict[str, int] = {}
-        self.committed: dict[str, int] = {}
+        super().__init__(config, clock, model, metrics,
+                         lambda pid, why: self._lose(pid, why, keep_roles=False),
+                         self._went_live)
         self.follow_up = False
         self.turn_wanted = False
         # what the last placement saw (see `_placement_due`)
         self._placement_news = True
         self._placed: tuple[float, JobModel] | None = None
-        self._task_infos: tuple[JobModel | None, list[TaskInfo]] = (None, [])
-        self._model_record: tuple[JobModel | None, Any] = (None, None)
-        self._handoff_records: dict[str, tuple[hs.Handoff, dict[str, Any]]] = {}
-        self._persisted: dict[str, Any] = {}
         self._settle_by = clock.monotonic()
         if metrics is not None:
             metrics.set_generation(model.generation)
             metrics.set_views(lag_view=self.lag_samples, handoff_view=self.handoff_samples)
 
-    # ---- restore and persistence --------------------------------------------------------
+    # ---- restore --------------------------------------------------------
 
     @classmethod
     def restore(cls, config: CoreConfig, clock: Clock, records: Mapping[str, Any],
@@ -164,58 +129,14 @@ class Coordinator:
         core.draining = set(dict(records.get("drain", {})).get("processors", ()))
         core.errors = list(dict(records.get("errors", {})).get("errors", ()))
         core.failures.load(dict(records.get("failures", {})), now)
-        core._persisted = {k: v for k, v in records.items() if _owned(k)}
+        core._stream.load(records)
         core._settle_by = now + config.processor_timeout_s
         for key, value in records.items():
             if key.startswith("handoff/"):
                 core.moves.resume(hs.Handoff.from_dict(value))
         return core
 
-    def records(self) -> dict[str, Any]:
-        """The whole state as coordinator-stream records (key -> JSON value)."""
-        if self._model_record[0] is not self.model:     # a big model, rarely changed
-            self._model_record = (self.model, self.model.to_record())
-        out: dict[str, Any] = {"model": self._model_record[1]}
-        for p in self.processors:
-            out[f"processor/{p.id}"] = p.to_record()
-        out["assignment"] = self.roles.to_record()
-        records: dict[str, tuple[hs.Handoff, dict[str, Any]]] = {}
-        for task, handoff in sorted(self.handoffs.items()):
-            cached = self._handoff_records.get(task)
-            if cached is None or cached[0] is not handoff:     # handoffs are immutable
-                cached = (handoff, handoff.to_dict())
-            records[task] = cached
-            out[f"handoff/{task}"] = cached[1]
-        self._handoff_records = records
-        if self.draining:
-            out["drain"] = {"processors": sorted(self.draining)}
-        if self.errors:
-            out["errors"] = {"errors": list(self.errors)}
-        if self.failures.by_task:
-            out["failures"] = self.failures.to_record()
-        return out
-
-    def pending_changes(self) -> dict[str, Any | None]:
-        """Records changed since the last `confirm()`; None values are deletions."""
-        now = self.records()
-        changes: dict[str, Any | None] = {k: v for k, v in now.items()
-                                          if self._persisted.get(k) != v}
-        changes.update({k: None for k in self._persisted if k not in now})
-        return changes
-
-    def confirm(self, changes: Mapping[str, Any | None]) -> None:
-        """The daemon wrote `changes`: they are the persisted state now."""
-        for key, value in changes.items():
-            if value is None:
-                self._persisted.pop(key, None)
-            else:
-                self._persisted[key] = value
-
     # ---- processors ---------------------------------------------------------------------
-
-    def alive(self, execution_id: str) -> bool:
-        """The pinned /containerHeartbeat answer."""
-        return self.processors.alive(execution_id)
 
     def register(self, request: HeartbeatRequest, decide: bool = True) -> HeartbeatReply:
         """A processor execution starts: it becomes its id's one valid execution.
@@ -272,37 +193,6 @@ class Coordinator:
             return in_force
         return self.reply(processor, request.generation)
 
-    def reply(self, processor: Processor, known: int | None) -> HeartbeatReply:
-        """The decision in force for `processor`, the job model only when `known` (the
-        generation it holds) is stale."""
-        if not processor.valid:
-            return HeartbeatReply(alive=False, generation=self.model.generation)
-        processor.generation = self.model.generation
-        if known == self.model.generation:     # the model only when stale
-            return HeartbeatReply(
-                alive=True, generation=self.model.generation, same_model=True,
-                embedded=self.embedded(), assignment=self.roles.peek(processor.id).wire(),
-                moving=self._moving_from(processor.id), stop=self._drained(processor.id))
-        # built from the core's own, valid data: `model_construct` skips validating the
-        # job model again (13 ms at 10,000 tasks, per reply); every field is given (its
-        # defaults are slow to compute)
-        return HeartbeatReply.model_construct(
-            alive=True, generation=self.model.generation, tasks=self.model.tasks,
-            barriers={c: Barrier(parent=p, offset=o, settled=c not in self.model.unsettled)
-                      for c, (p, o) in self.model.barriers.items()},
-            embedded=self.embedded(), pending=dict(self.model.pending),
-            changelog=dict(self.model.changelog), assignment=self.roles.peek(processor.id).wire(),
-            moving=self._moving_from(processor.id), stop=self._drained(processor.id),
-            unknown=False, same_model=False)
-
-    def _moving_from(self, pid: str) -> list[str]:
-        """`pid`'s tasks that another processor is catching up on: told so, `pid` asks
-        for its release by long poll, and takes it at once instead of at its next
-        heartbeat (on average half an interval inside the handoff pause)."""
-        early = (hs.Phase.PLANNED, hs.Phase.CATCHING_UP)
-        return sorted(h.task for h in self.moves.involving(pid)
-                      if h.source == pid and h.phase in early)
-
     def _leave(self, processor: Processor) -> HeartbeatReply:
         """A graceful goodbye: take its released positions, then forget it."""
         self._drive_handoffs()
@@ -345,11 +235,6 @@ class Coordinator:
         self._reconcile()
         return {"processor": pid, "draining": True,
                 "tasks": sorted(self.roles.peek(pid).active)}
-
-    def _drained(self, pid: str) -> bool:
-        """A draining processor holds nothing and takes part in no handoff."""
-        return (pid in self.draining and self.roles.peek(pid).empty()
-                and not self.moves.involving(pid))
 
     # ---- observations -------------------------------------------------------------------
 
@@ -412,32 +297,6 @@ class Coordinator:
         if self.metrics is not None:
             self.metrics.set_generation(self.model.generation)
 
-    def task_infos(self) -> list[TaskInfo]:
-        """The assignor's view of the model's tasks (built once per model: 10,000
-        tasks cost ~10 ms a placement)."""
-        if self._task_infos[0] is not self.model:
-            self._task_infos = (self.model, [TaskInfo(t) for t in self.model.tasks])
-        return self._task_infos[1]
-
-    def embedded(self) -> dict[str, str]:
-        """Pending split children whose partitions their parent's owner still consumes:
-        all of them but those whose own handoff has reached the release."""
-        early = (hs.Phase.PLANNED, hs.Phase.CATCHING_UP)
-        return {c: p for c, p in self.model.pending.items()
-                if (h := self.handoffs.get(c)) is None or h.phase in early}
-
-    def consumed(self, task: str) -> list[str]:
-        """The partitions `task`'s owner consumes: its own and its embedded children's."""
-        own = self.model.tasks.get(task, [])
-        return own + [p for c, parent in self.embedded().items() if parent == task
-                      for p in self.model.tasks.get(c, [])]
-
-    def holder(self, task: str) -> str | None:
-        """Who processes `task`'s partitions: its owner, or for a pending split child the
-        owner of the parent it is embedded in."""
-        parent = self.model.pending.get(task)
-        return self.owner(task) if parent is None else self.owner(parent)
-
     def refuse_expansion(self, reason: str) -> None:
         """A growth the grouping refuses: keep the old model, surface the reason."""
         message = f"expansion refused: {reason}"
@@ -451,19 +310,6 @@ class Coordinator:
         (when it did not, nothing the stream records changed: no need to diff them)."""
         self.turn_wanted = False
         return self._reconcile()
-
-    def in_line(self, pid: str) -> bool:
-        """`pid` reports exactly the active tasks it is listed with, none in flight: it
-        has nothing to do until the decision changes (a long poll may wait)."""
-        processor = self.processors.get(pid)
-        if processor is None or not processor.valid:
-            return False
-        listed = set(self.roles.peek(pid).active)
-        reported = {t for t, r in processor.reports.items() if r.role == "active"}
-        busy = any(r.role == "activating" for r in processor.reports.values())
-        catching_up = any(h.target == pid and h.phase in (hs.Phase.PLANNED, hs.Phase.CATCHING_UP)
-                          for h in self.moves.involving(pid))
-        return listed == reported and not busy and not catching_up
 
     # ---- the reconcile step -------------------------------------------------------------
 
@@ -494,9 +340,10 @@ class Coordinator:
         return placed
 
     def _placement_due(self, now: float) -> bool:
-        """Does the assignor have anything new to weigh? At 1,000 processors over
-        10,000 tasks a placement costs ~100 ms of CPU, and running it twice a second
-        on a quiet job starved the threads answering heartbeats. Conservative: news
+        """Does the assignor have anything new to weigh? A large job's placement costs
+        enough CPU that running it on every tick of a quiet job starves the threads
+        answering heartbeats (docs/performance.md, "Measurements behind the code").
+        Conservative: news
         from a processor (a registration, a loss, changed roles, replicas' lags), a
         handoff in flight, a follow-up, a drain, a failure, a new model, or
         `PLACE_EVERY_S` since the last placement (time-based decisions)."""
@@ -513,110 +360,3 @@ class Coordinator:
         """After a restart, wait for every valid processor's first report."""
         return (self.clock.monotonic() >= self._settle_by
                 or all(p.reported for p in self.processors.live()))
-
-    # ---- queries ------------------------------------------------------------------------
-
-    def _valid(self, pid: str) -> bool:
-        processor = self.processors.get(pid)
-        return processor is not None and processor.valid
-
-    def report(self, pid: str | None, task: str) -> TaskReport | None:
-        """`pid`'s last report on `task`, if `pid` is valid and holds it."""
-        processor = self.processors.get(pid) if pid is not None else None
-        if processor is None or not processor.valid:
-            return None
-        return processor.reports.get(task)
-
-    @property
-    def handoffs(self) -> dict[str, hs.Handoff]:
-        """The handoffs in flight, by task."""
-        return self.moves.handoffs
-
-    @property
-    def history(self) -> list[hs.Handoff]:
-        """Recently finished handoffs, newest last."""
-        return self.moves.history
-
-    def owner(self, task: str) -> str | None:
-        """The live processor listed with `task` active, if any."""
-        return self.roles.owner(task)
-
-    def t1(self, task: str) -> dict[str, int | None]:
-        """The owner's committed positions on `task`; None where nothing is known yet.
-
-        A pending split child's partitions (and their ancestors) are reported by the
-        owner of the parent it is embedded in, or by that owner's release of it."""
-        reported: dict[str, int] = {}
-        handoff = self.handoffs.get(task)
-        source = handoff.source if handoff is not None else None
-        released = self.report(source, task)
-        consumer = self.model.pending.get(task, task)
-        holder = self.report(self.owner(consumer), consumer)
-        if holder is not None and holder.role == "active":
-            reported.update(holder.positions)
-        if released is not None and released.role == "released":
-            reported.update(released.positions)
-        out = {a.partition: self.consumed_position(a.partition) for a in self.ancestry_of(task)}
-        out.update({p: reported.get(p, self.committed.get(p, self.low.get(p)))
-                    for p in self.consumed(task)})
-        return out
-
-    def consumed_position(self, partition: str) -> int | None:
-        """How far the task consuming `partition` has got (its owner's report), else the
-        group's committed offset."""
-        for task in self.model.tasks:
-            if partition in self.consumed(task):
-                report = self.report(self.holder(task), self.model.pending.get(task, task))
-                if report is not None and partition in report.positions:
-                    return report.positions[partition]
-        return self.committed.get(partition, self.low.get(partition))
-
-    def ancestry_of(self, task: str) -> list[AncestorRange]:
-        """The ancestor ranges a split child's S2 reads (empty for other tasks)."""
-        own = set(self.model.tasks.get(task, []))
-        return [a for p in self.model.tasks.get(task, [])
-                for a in ancestry(p, self.model.barriers) if a.partition not in own]
-
-    def lag(self, task: str, pid: str) -> int | None:
-        """Records `pid`'s replica of `task` is behind T1; None without a replica report.
-
-        A pending split child also counts what it has left of its ancestors (each up to
-        its barrier); until the parent has consumed past every barrier (so the child's
-        own partitions have started) its lag is unknown, never caught up."""
-        report = self.report(pid, task)
-        if report is None or report.role not in ("warmup", "standby", "activating"):
-            return None
-        if self.config.catch_up_source == "changelog":
-            # changelog records between the replica's position and the partition's
-            # committed end: only the processor reading it knows both
-            return report.lag
-        t1 = self.t1(task)
-        if any(v is None for v in t1.values()):
-            return None  # T1 unknown: never call a replica caught up on a guess
-        if self.model.waits_for_settlement(self.model.tasks.get(task, [])):
-            return None  # where the child's keys leave its parent is not decided yet
-        ends = {a.partition: a.end for a in self.ancestry_of(task)}
-        if any((t1[a] or 0) < end for a, end in ends.items()):
-            return None  # the parent has not reached a barrier yet: the child must wait
-        return sum(max(0, min(v or 0, ends.get(p, v or 0))
-                          - report.positions.get(p, self.low.get(p, 0)))
-                   for p, v in t1.items())
-
-    def lag_samples(self, processors: Iterable[Processor] | None = None) -> list[LagSample]:
-        """Scrape-time view for metrics: every replica of every task (of `processors`,
-        by default every live one)."""
-        out = []
-        for processor in self.processors.live() if processors is None else processors:
-            for task, report in processor.reports.items():
-                if report.role in ("warmup", "standby", "activating", "active"):
-                    lag = 0 if report.role == "active" else self.lag(task, processor.id)
-                    out.append(LagSample(task, processor.id, report.role, lag, report.rate))
-        return out
-
-    def failed_tasks(self) -> list[str]:
-        """Tasks that failed and run nowhere now (waiting out a backoff, or stuck)."""
-        return [t for t in self.model.tasks
-                if t in self.failures.by_task and self.holder(t) is None]
-
-    def handoff_samples(self) -> list[HandoffSample]:
-        return self.moves.samples()

@@ -52,11 +52,21 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import Any, Literal, Protocol
 
-from orchestrator.wire.partitions import TOPIC_NAME as _TOPIC_NAME
-from orchestrator.wire.partitions import PartitionNameError, format_partition
-from orchestrator.wire.partitions import parse_partition as _parse_partition
+from orchestrator.core.grouping_checks import (
+    GroupingError,
+    Inputs,
+    Task,
+    check_inputs,
+    check_tasks,
+    derive_inputs,
+    inputs_from_json,
+    json_field,
+    parse_partition,
+    task_from_json,
+)
+from orchestrator.wire.partitions import format_partition
 
 __all__ = [
     "SCHEMES",
@@ -77,20 +87,7 @@ __all__ = [
 
 Scheme = Literal["partition", "ssp", "cogroup", "single"]
 SCHEMES: tuple[Scheme, ...] = ("partition", "ssp", "cogroup", "single")
-Inputs: TypeAlias = tuple[tuple[str, int], ...]
 
-
-
-class GroupingError(ValueError):
-    """Inputs, a grouping or an expansion that Baton refuses; the message says why."""
-
-
-@dataclass(frozen=True)
-class Task:
-    """A unit of state and of assignment: a named set of input partitions."""
-
-    name: str
-    partitions: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -105,8 +102,8 @@ class Grouping:
         if self.scheme not in SCHEMES:
             raise GroupingError(f"unknown grouping scheme {self.scheme!r}: expected one of "
                                 f"{', '.join(SCHEMES)}")
-        _check_inputs(self.inputs)
-        _check_tasks(self.inputs, self.tasks)
+        check_inputs(self.inputs)
+        check_tasks(self.inputs, self.tasks)
 
     def to_json(self) -> dict[str, Any]:
         """The pinned ``baton group --json`` form, plus the input counts under "inputs"."""
@@ -125,13 +122,13 @@ class Grouping:
         """
         if not isinstance(data, Mapping):
             raise GroupingError("a grouping must be a JSON object with 'scheme' and 'tasks'")
-        scheme = _field(data, "scheme", str, "grouping")
-        raw_tasks = _field(data, "tasks", list, "grouping")
-        tasks = tuple(_task_from_json(raw, f"tasks[{i}]") for i, raw in enumerate(raw_tasks))
+        scheme = json_field(data, "scheme", str, "grouping")
+        raw_tasks = json_field(data, "tasks", list, "grouping")
+        tasks = tuple(task_from_json(raw, f"tasks[{i}]") for i, raw in enumerate(raw_tasks))
         if "inputs" in data:
-            inputs = _inputs_from_json(data["inputs"])
+            inputs = inputs_from_json(data["inputs"])
         else:
-            inputs = _derive_inputs(tasks)
+            inputs = derive_inputs(tasks)
         return cls(scheme, inputs, tasks)
 
 
@@ -147,21 +144,13 @@ def mod_expansion(topic: str, old_count: int, new_count: int, partition: int) ->
     return partition % old_count
 
 
-def parse_partition(text: str) -> tuple[str, int]:
-    """`orchestrator.wire.partitions.parse_partition`, raising `GroupingError`."""
-    try:
-        return _parse_partition(text)
-    except PartitionNameError as exc:
-        raise GroupingError(str(exc)) from None
-
-
 def group(inputs: Sequence[tuple[str, int]], scheme: str = "partition") -> Grouping:
     """Group ``inputs`` from scratch with ``scheme`` (see the module docstring).
 
     Raises:
         GroupingError: unknown scheme, no inputs, a bad topic or count, a duplicate topic.
     """
-    checked = _check_inputs(inputs)
+    checked = check_inputs(inputs)
     if scheme not in _BUILDERS:
         raise GroupingError(f"unknown grouping scheme {scheme!r}: expected one of "
                             f"{', '.join(SCHEMES)}")
@@ -184,7 +173,7 @@ def expand(previous: Grouping, inputs: Sequence[tuple[str, int]],
     Raises:
         GroupingError: bad inputs, a shrink or non-multiple growth, or a bad parent.
     """
-    checked = _check_inputs(inputs)
+    checked = check_inputs(inputs)
     parents = _parents(previous, checked, algorithm)
     holders = partition_to_tasks(previous)
     kept = {topic for topic, _ in checked}
@@ -312,95 +301,3 @@ def _free_name(name: str, taken: set[str]) -> str:
         candidate = f"{name} #{suffix}"
         suffix += 1
     return candidate
-
-
-# --- validation --------------------------------------------------------------------------
-
-def _check_inputs(inputs: Sequence[tuple[str, int]]) -> Inputs:
-    if not inputs:
-        raise GroupingError("no inputs: a grouping needs at least one (topic, partition count)")
-    seen: set[str] = set()
-    for topic, count in inputs:
-        if not isinstance(topic, str) or not _TOPIC_NAME.fullmatch(topic):
-            raise GroupingError(f"input topic {topic!r} is not a Kafka topic name "
-                                f"(1 to 249 of A-Z a-z 0-9 . _ -)")
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise GroupingError(f"input {topic!r} has {count!r} partitions: a partition count "
-                                f"must be a positive integer")
-        if topic in seen:
-            raise GroupingError(f"input {topic!r} is listed twice: each topic is one input")
-        seen.add(topic)
-    return tuple((topic, count) for topic, count in inputs)
-
-
-def _check_tasks(inputs: Inputs, tasks: tuple[Task, ...]) -> None:
-    counts = dict(inputs)
-    names: set[str] = set()
-    covered: set[str] = set()
-    for task in tasks:
-        if not task.name or task.name in names:
-            raise GroupingError(f"task name {task.name!r} is empty or not unique")
-        names.add(task.name)
-        if not task.partitions or len(set(task.partitions)) != len(task.partitions):
-            raise GroupingError(f"task {task.name!r} has no partitions, or one twice")
-        for partition in task.partitions:
-            topic, number = parse_partition(partition)
-            if number >= counts.get(topic, 0):
-                raise GroupingError(f"task {task.name!r} holds {partition}, which is not a "
-                                    f"partition of the inputs ({_describe(inputs)})")
-        covered.update(task.partitions)
-    for topic, count in inputs:
-        missing = [p for p in range(count) if format_partition(topic, p) not in covered]
-        if missing:
-            raise GroupingError(f"{format_partition(topic, missing[0])} is in no task: every "
-                                f"partition of the inputs ({_describe(inputs)}) needs one")
-
-
-def _describe(inputs: Inputs) -> str:
-    return ", ".join(f"{t}={n}" for t, n in inputs)
-
-
-# --- JSON --------------------------------------------------------------------------------
-
-def _field(data: Mapping[Any, Any], key: str, kind: type[Any], where: str) -> Any:
-    if not isinstance(data.get(key), kind):
-        raise GroupingError(f"{where}: {key!r} must be a {_JSON_KIND[kind]}, "
-                            f"got {data.get(key)!r}")
-    return data[key]
-
-
-_JSON_KIND: dict[type[Any], str] = {str: "string", list: "list", int: "integer"}
-
-
-def _task_from_json(raw: object, where: str) -> Task:
-    if not isinstance(raw, Mapping):
-        raise GroupingError(f"{where}: a task must be an object with 'name' and 'partitions'")
-    name = _field(raw, "name", str, where)
-    partitions = _field(raw, "partitions", list, where)
-    for i, partition in enumerate(partitions):
-        if not isinstance(partition, str):
-            raise GroupingError(f"{where}.partitions[{i}]: {partition!r} is not 'topic:N'")
-        parse_partition(partition)
-    return Task(name, tuple(partitions))
-
-
-def _inputs_from_json(raw: object) -> Inputs:
-    if not isinstance(raw, list):
-        raise GroupingError(f"grouping: 'inputs' must be a list, got {raw!r}")
-    inputs = []
-    for i, item in enumerate(raw):
-        if not isinstance(item, Mapping):
-            raise GroupingError(f"inputs[{i}]: expected {{'topic': ..., 'partition_count': ...}}")
-        topic = _field(item, "topic", str, f"inputs[{i}]")
-        inputs.append((topic, _field(item, "partition_count", int, f"inputs[{i}]")))
-    return _check_inputs(inputs)
-
-
-def _derive_inputs(tasks: tuple[Task, ...]) -> Inputs:
-    """Topics in order of first appearance (input order for every scheme), count = max + 1."""
-    counts: dict[str, int] = {}
-    for task in tasks:
-        for partition in task.partitions:
-            topic, number = parse_partition(partition)
-            counts[topic] = max(counts.get(topic, 0), number + 1)
-    return _check_inputs(list(counts.items()))

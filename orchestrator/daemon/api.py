@@ -40,13 +40,14 @@ from orchestrator.core.coordinator import DrainError, UnknownProcessor
 from orchestrator.core.split import SplitError
 from orchestrator.core.views import PlanError
 from orchestrator.daemon.credentials import Credentials, Kind, Refused
+from orchestrator.daemon.growth import ExpansionError
 from orchestrator.daemon.heartbeat_route import (
     HEARTBEAT_PATH,
     MAX_WAIT_MS,
     HeartbeatRoute,
     validation_reply,
 )
-from orchestrator.daemon.service import CoordinatorService, ExpansionError, InvalidReport
+from orchestrator.daemon.service import CoordinatorService, InvalidReport
 from orchestrator.daemon.tls import peer_name
 from orchestrator.kafka.stream import StreamError
 from orchestrator.kafka.topics import TopicsError

@@ -50,11 +50,10 @@ _OFFSETS_S = 1.0
 _DECIDE_S = 0.5
 # What /metrics shows of the core is copied this often (a scrape never takes the lock).
 _VIEWS_S = 1.0
-# The loop's periodic work grows with the job (at 1,000 processors over 10,000 tasks a
-# decision takes ~90 ms, a refresh of 10,000 partitions' offsets ~150 ms), so each waits
-# at least this many times what it last cost: the timer's decisions at most 10% of a
-# core, views and offsets 5% each, decisions on news at most a third. A small job
-# never notices (its decisions take a millisecond or two).
+# The loop's periodic work grows with the job (docs/performance.md, "Measurements behind
+# the code"), so each waits at least this many times what it last cost: the timer's
+# decisions at most 10% of a core, views and offsets 5% each, decisions on news at most
+# a third. A small job never notices.
 _DECIDE_SPACING, _NEWS_SPACING, _REFRESH_SPACING = 10.0, 3.0, 20.0
 # a keepalive write in flight at a stop is bounded by the stream's commit timeout; the
 # stop waits this long for it, then closes the stream under it
@@ -80,7 +79,7 @@ class Leadership:
     def __init__(self, config: Config, clock: Clock, admin: TopicAdmin,
                  metrics: CoordinatorMetrics, url: str, keepalive_s: float) -> None:
         self.config, self.clock, self.url = config, clock, url
-        self.stream = CoordinatorStream(config.kafka_settings(), config.job.name)
+        self.stream = CoordinatorStream(config.kafka_settings(), config.job.name, clock)
         try:
             core = self._core(admin, metrics)
             if config.catch_up.source == "changelog":
@@ -92,7 +91,8 @@ class Leadership:
             self.service = CoordinatorService(
                 core, self.stream.write, admin, config.job.inputs,
                 {"coordinator": {"url": url, "metrics_url": f"{url}/metrics",
-                                 "listen": config.coordinator.listen, "leader": True}})
+                                 "listen": config.coordinator.listen, "leader": True}},
+                waits=clock)
             self.service.commit()
             self.service.keepalive(self.identity())
         except BaseException:

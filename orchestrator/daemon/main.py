@@ -165,7 +165,7 @@ class _Daemon:
         self.url = own_url(c.listen, tls is not None, c.urls)
         self.takeover_s = c.takeover_ms / 1000
         settings = config.kafka_settings()
-        self.admin = TopicAdmin(settings, f"baton.{config.job.name}")
+        self.admin = TopicAdmin(settings, f"baton.{config.job.name}", clock=clock)
         self.tail: StreamTail | None = None
         self.lead: Leadership | None = None
         self._last_life = clock.monotonic()     # the leader's last sign of life seen
@@ -204,7 +204,7 @@ class _Daemon:
         log.info("coordinator of job %s listening on %s (pid %d), %s", self.config.job.name,
                  self.config.coordinator.listen, os.getpid(), self.url)
         log.info("kafka settings (secrets redacted): %s", self.config.shown_kafka_settings())
-        collector = Collector()
+        collector = Collector(clock=self.clock)
         try:
             self._first_turn()
             while not self.stop.is_set():
@@ -234,7 +234,7 @@ class _Daemon:
         Raises:
             StartupError: leading failed for a reason a retry will not fix.
         """
-        self.tail = StreamTail(self.config.kafka_settings(), self.config.job.name)
+        self.tail = StreamTail(self.config.kafka_settings(), self.config.job.name, self.clock)
         try:
             self.tail.catch_up(self.takeover_s)
         except StreamError as exc:
@@ -325,7 +325,8 @@ class _Daemon:
         `takeover_s`), so the leader it names is current."""
         try:
             if self.tail is None:
-                self.tail = StreamTail(self.config.kafka_settings(), self.config.job.name)
+                self.tail = StreamTail(self.config.kafka_settings(), self.config.job.name,
+                                       self.clock)
             self.tail.catch_up(self.takeover_s)
         except (StreamError, KafkaException) as exc:
             log.warning("standby: cannot read the stream yet (will retry): %s", exc)

@@ -11,12 +11,12 @@ the model it has.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 
 from confluent_kafka import KafkaException
 
-from orchestrator.daemon.service import Admin, CoordinatorService
+from orchestrator.daemon.growth import Admin
+from orchestrator.daemon.service import CoordinatorService
 from orchestrator.kafka.topics import TopicsError
 from orchestrator.wire.clock import Clock, Deadline
 
@@ -38,6 +38,7 @@ class PartitionMonitor:
         self._service = service
         self._inputs = list(inputs)
         self._interval_s = interval_s
+        self._clock = clock
         self._due = Deadline(clock)
         self._due.arm(0)
 
@@ -45,7 +46,7 @@ class PartitionMonitor:
         """Poll once if the interval has passed; returns whether it polled."""
         if not self._due.expired():
             return False
-        started = time.perf_counter()
+        started = self._clock.monotonic()
         try:
             counts = self._admin.partition_counts(self._inputs)
         except (TopicsError, KafkaException) as exc:
@@ -53,8 +54,8 @@ class PartitionMonitor:
             log.warning("partition monitor: cannot read partition counts of %s: %s; "
                         "retrying in %.1f s", ", ".join(self._inputs), exc, self._interval_s)
             return True
-        # the metadata of 10,000 partitions costs the GIL ~90 ms, a stall for every
-        # heartbeat in flight: a large job is polled less often than `interval_s`
-        self._due.arm(max(self._interval_s, _SPACING * (time.perf_counter() - started)))
+        # a large job's metadata holds the GIL long enough to stall every heartbeat in
+        # flight: such a job is polled less often than `interval_s`
+        self._due.arm(max(self._interval_s, _SPACING * (self._clock.monotonic() - started)))
         self._service.sync_partitions(counts)
         return True

@@ -9,15 +9,16 @@ restarted coordinator would not find.
 Heartbeats are cheap: they take the report in and answer from the decision in force;
 they do not decide. While a decision holds the lock, a plain heartbeat is answered with
 the reply its processor last got (still the decision in force: a decision publishes
-only when it releases the lock, by bumping `_version`) and its report waits in an inbox
-for the next holder of the lock. Decisions (liveness, handoffs, placement) run in `tick()` on the
-daemon's loop, which `wake` rouses when a report carries news a decision waits for.
+only when it releases the lock; orchestrator/daemon/replies_in_force.py) and its report
+waits in an inbox for the next holder of the lock. Decisions (liveness, handoffs,
+placement) run in `tick()` on the daemon's loop, which `wake` rouses when a report
+carries news a decision waits for.
 A heartbeat may also wait (a long poll, `wait_s`) while its processor has nothing to
 do: it is answered as soon as a decision changes its listing.
 
-Admin I/O (watermarks, partition counts, create_partitions) runs *outside* the core
-lock, so a slow broker never stalls heartbeats; the expansion path has its own lock
-so the monitor and POST /expand never apply the same growth twice.
+Input growth and offsets (admin I/O, outside the core lock) are
+orchestrator/daemon/growth.py's; writing the stream is
+orchestrator/daemon/stream_writer.py's.
 """
 
 from __future__ import annotations
@@ -25,51 +26,26 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 from orchestrator.core import views
 from orchestrator.core.coordinator import Coordinator
-from orchestrator.core.grouping import GroupingError
 from orchestrator.core.split import SplitError
+from orchestrator.daemon.growth import Admin, InputGrowth, WriteMarkers
+from orchestrator.daemon.replies_in_force import RepliesInForce
+from orchestrator.daemon.stream_writer import PersistRecords, StreamWriter
 from orchestrator.kafka.stream import FencedError
-from orchestrator.kafka.topics import Watermarks
-from orchestrator.wire.changelog import changelog_partition
+from orchestrator.wire.clock import Clock, Deadline, SystemClock
 from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest
 
-__all__ = ["Admin", "CoordinatorService", "ExpansionError", "InvalidReport", "PersistRecords",
-           "WriteMarkers"]
+__all__ = ["CoordinatorService", "InvalidReport"]
 
 log = logging.getLogger("baton.coordinator")
 
-_T = TypeVar("_T")
 # a registration waits at most this long for the loop's next decision
-_REGISTER_WAIT_S = 2.0
-PersistRecords = Callable[[Mapping[str, Any | None]], None]
-# writes barrier markers (parent partition -> children) and, in the same transaction,
-# the records `changes_for(offsets)` gives for the markers' offsets; returns the offsets
-WriteMarkers = Callable[[Mapping[str, Sequence[str]], Mapping[str, int],
-                         Callable[[Mapping[str, int]], Mapping[str, Any | None]],
-                         Mapping[str, int]],
-                        Mapping[str, int]]
-
-
-class Admin(Protocol):
-    """The admin I/O the service needs (orchestrator.kafka.topics.TopicAdmin; fakes in tests)."""
-
-    def partition_counts(self, topics: Sequence[str]) -> dict[str, int]: ...
-
-    def watermarks(self, partitions: Iterable[str]) -> dict[str, Watermarks]: ...
-
-    def committed(self, partitions: Iterable[str]) -> dict[str, int]: ...
-
-    def create_partitions(self, topic: str, count: int) -> None: ...
-
-
-class ExpansionError(ValueError):
-    """An expansion request Baton refuses (not an input, a shrink, not a multiple)."""
+REGISTER_WAIT_S = 2.0
 
 
 # processors whose lag samples refresh_views copies per hold of the core's lock
@@ -89,34 +65,27 @@ class CoordinatorService:
         admin: admin I/O for offsets and expansion.
         inputs: the job's input topics, in order (`job.inputs`).
         info: extra keys for /status (the coordinator's own URLs).
+        waits: bounds the waits of heartbeats and registrations; real time, whatever
+            the core's clock (the system clock by default).
     """
 
     def __init__(self, core: Coordinator, persist: PersistRecords, admin: Admin,
-                 inputs: Sequence[str], info: Mapping[str, Any] | None = None) -> None:
+                 inputs: Sequence[str], info: Mapping[str, Any] | None = None,
+                 waits: Clock | None = None) -> None:
         self.core = core
-        self._clock = core.clock
-        self.last_write = core.clock.monotonic()
-        self._persist = persist
-        self._admin = admin
-        self._inputs = list(inputs)
+        self._waits = waits or SystemClock()
         self._info = dict(info or {})
-        self._lock = threading.RLock()
-        self._expand_lock = threading.Lock()
-        self._write_lock = threading.Lock()   # one stream transaction at a time
-        self._decided = threading.Condition(self._lock)
+        self.lock = threading.RLock()
+        self._decided = threading.Condition(self.lock)
         self._unpersisted = False
         self._decisions = 0                 # tick() calls: a registration waits for one
         self.loop_decides = False           # set by the leader once its loop decides
-        self.fenced: FencedError | None = None
-        self.fenced_event = threading.Event()
         self.wake = threading.Event()       # a decision is wanted (or this one is fenced)
+        self.writer = StreamWriter(persist, core.clock, self.wake)
+        self.growth = InputGrowth(self, self.writer, admin, inputs)
         self._views: tuple[list[Any], list[Any]] = ([], [])
-        # bumped as a lock holder that may change a decision lets go: the replies
-        # cached in `_answers` (pid -> execution, generation, version, reply) are the
-        # decision in force while their version is current
-        self._version = 0
-        self._answers: dict[str, tuple[str, int, int, HeartbeatReply]] = {}
-        self._inbox: deque[HeartbeatRequest] = deque()   # reports answered while busy
+        # published as a lock holder that may change a decision lets go
+        self._replies = RepliesInForce()
         if core.metrics is not None:
             core.metrics.set_views(lag_view=lambda: self._views[0],
                                    handoff_view=lambda: self._views[1])
@@ -131,24 +100,21 @@ class CoordinatorService:
         changes = self.core.pending_changes()
         if changes:
             self._unpersisted = True
-            self._write(changes)
+            self.writer.write(changes)
             self.core.confirm(changes)
         self._unpersisted = False
-        with self._lock:
+        with self.lock:
             self._decided.notify_all()      # waiting heartbeats look at the new decision
 
-    def _write(self, changes: Mapping[str, Any | None]) -> None:
-        try:
-            with self._write_lock:
-                if self.fenced is not None:     # the producer is dead: never write again
-                    raise self.fenced
-                self._persist(changes)
-        except FencedError as exc:
-            self.fenced = exc
-            self.fenced_event.set()
-            self.wake.set()
-            raise
-        self.last_write = self._clock.monotonic()
+    @property
+    def fenced(self) -> FencedError | None:
+        """The fencing a write met (another coordinator took over), if any."""
+        return self.writer.fenced
+
+    @property
+    def last_write(self) -> float:
+        """When the stream was last written (the clock's monotonic reading)."""
+        return self.writer.last_write
 
     def keepalive(self, record: Mapping[str, Any] | None) -> None:
         """Write the "leader" record (None: resign, a standby may lead at once).
@@ -157,28 +123,28 @@ class CoordinatorService:
         fenced by a newer one only learns it when it writes. Not under the core's
         lock: a busy core must not delay the record that keeps the lease.
         """
-        self._write({"leader": None if record is None else dict(record)})
+        self.writer.write({"leader": None if record is None else dict(record)})
 
     @contextmanager
-    def _deciding(self) -> Iterator[None]:
+    def deciding(self) -> Iterator[None]:
         """The lock, for an operation that may change what heartbeats are told."""
-        with self._lock:
+        with self.lock:
             try:
                 yield
             finally:
-                self._version += 1
+                self._replies.publish()
 
     def _take_inbox(self) -> None:
         """Caller holds the lock: the reports answered while it was busy, in order."""
-        while self._inbox:
-            self.core.heartbeat(self._inbox.popleft(), decide=False)
+        for request in self._replies.take():
+            self.core.heartbeat(request, decide=False)
         if self.core.turn_wanted:
             self.wake.set()
 
     # ---- processors -------------------------------------------------------------------
 
     def alive(self, execution_id: str) -> bool:
-        with self._lock:
+        with self.lock:
             return self.core.alive(execution_id)
 
     def check_reports(self, request: HeartbeatRequest) -> None:
@@ -198,7 +164,7 @@ class CoordinatorService:
         new execution for a zombie of an older one) and answered with a decision that
         counts it: the loop's next one, whose decision and write a burst of
         registrations shares (or at once, when no loop decides: `loop_decides`)."""
-        with self._deciding():
+        with self.deciding():
             if not self.loop_decides:
                 reply = self.core.register(request)
                 self.commit()
@@ -206,8 +172,8 @@ class CoordinatorService:
             self.core.register(request, decide=False)
             self.wake.set()         # the loop's decision is persisted before any answer
             decisions = self._decisions
-            deadline = time.monotonic() + _REGISTER_WAIT_S
-            while self._decisions == decisions and (left := deadline - time.monotonic()) > 0:
+            deadline = Deadline.after(self._waits, REGISTER_WAIT_S)
+            while self._decisions == decisions and (left := deadline.remaining()) > 0:
                 self._decided.wait(left)
             if self._unpersisted:
                 self.commit()       # the loop's write failed: nothing unpersisted goes out
@@ -224,58 +190,45 @@ class CoordinatorService:
     def try_heartbeat(self, request: HeartbeatRequest) -> HeartbeatReply | None:
         """A plain heartbeat (no wait, not leaving) answered without blocking: under
         the lock when it is free, else from the reply cache; None: neither (then
-        `heartbeat` from a thread), or `unpersisted`. Why: at 1,000 processors over
-        10,000 tasks a decision holds the lock ~100 ms, and every heartbeat that came
-        meanwhile waited it out (p99 several times the decision); a thread per
-        heartbeat cost more than the heartbeat."""
+        `heartbeat` from a thread), or `unpersisted`. Why: a large job's decision holds
+        the lock long enough that heartbeats waiting it out set their p99, and a thread
+        per heartbeat costs more than the heartbeat (docs/performance.md, "Measurements
+        behind the code")."""
         if request.leaving:
             return None
-        if not self._lock.acquire(blocking=False):
+        if not self.lock.acquire(blocking=False):
             return self._cached(request)
         try:
             if self._unpersisted:
                 return None
             self._take_inbox()
-            reply = self.core.heartbeat(request, decide=False, in_force=self._in_force(request))
+            reply = self.core.heartbeat(request, decide=False,
+                                        in_force=self._replies.get(request))
             if self.core.turn_wanted:
                 self.wake.set()
-            if reply.alive and reply.same_model:
-                self._answers[request.processor_id] = (
-                    request.execution_id, reply.generation, self._version, reply)
+            self._replies.remember(request, reply)
             return reply
         finally:
-            self._lock.release()
+            self.lock.release()
 
     def _cached(self, request: HeartbeatRequest) -> HeartbeatReply | None:
         """The reply `request`'s processor last got, if it is still the decision in
         force for the generation it holds; its report is taken in later."""
-        reply = self._in_force(request)
+        reply = self._replies.get(request)
         if reply is None or self._unpersisted:
             return None
-        self._inbox.append(request)
-        return reply
-
-    def _in_force(self, request: HeartbeatRequest) -> HeartbeatReply | None:
-        """The reply `request`'s processor last got, if no decision came since and it
-        still holds the same execution and generation."""
-        entry = self._answers.get(request.processor_id)
-        if entry is None:
-            return None
-        execution, generation, version, reply = entry
-        if (execution, generation, version) != (request.execution_id, request.generation,
-                                                self._version):
-            return None
+        self._replies.queue(request)
         return reply
 
     def heartbeat(self, request: HeartbeatRequest, wait_s: float = 0.0) -> HeartbeatReply:
         """Take the report in, answer from the decision in force; with `wait_s`, wait
         up to that long for a decision that changes this processor's listing, as long
         as it has nothing to do (`Coordinator.in_line`)."""
-        with self._lock:
-            self._answers.pop(request.processor_id, None)   # its next reply may differ
+        with self.lock:
+            self._replies.forget(request.processor_id)
             self._take_inbox()
             if self._unpersisted or request.leaving:
-                self._version += 1
+                self._replies.publish()
             if self._unpersisted:
                 self.commit()       # a loop write failed: nothing unpersisted goes out
             reply = self.core.heartbeat(request, decide=False)
@@ -292,8 +245,8 @@ class CoordinatorService:
     def _await_change(self, request: HeartbeatRequest, reply: HeartbeatReply,
                       wait_s: float) -> HeartbeatReply:
         """Caller holds the lock (the condition's wait releases it meanwhile)."""
-        deadline = time.monotonic() + wait_s    # a real wait, whatever the core's clock
-        while (left := deadline - time.monotonic()) > 0:
+        deadline = Deadline.after(self._waits, wait_s)
+        while (left := deadline.remaining()) > 0:
             self._decided.wait(left)
             processor = self.core.processors.valid(request)
             if processor is None:
@@ -306,51 +259,22 @@ class CoordinatorService:
     # ---- operators --------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        with self._lock:
+        with self.lock:
             return {**views.status(self.core), **self._info}
 
     def plan(self, add: Sequence[str], remove: Sequence[str]) -> dict[str, Any]:
-        with self._lock:
+        with self.lock:
             return views.plan(self.core, add, remove)
 
     def drain(self, processor: str) -> dict[str, Any]:
-        with self._deciding():
+        with self.deciding():
             result = self.core.drain(processor)
             self.commit()
             return result
 
     def expand(self, topic: str, partitions: int) -> dict[str, Any]:
-        """Grow an input topic and apply the expansion at once (POST /expand).
-
-        The growth is checked against the grouping *before* the topic is touched.
-        The barrier offsets are read after the partitions exist: a record a producer
-        wrote to a parent before it saw the new count is then still below the
-        barrier, so the child never overtakes it (reading earlier could miss it).
-
-        Raises:
-            ExpansionError: not an input, a shrink, or not a multiple.
-        """
-        with self._expand_lock:
-            if topic not in self._inputs:
-                raise ExpansionError(f"{topic!r} is not an input of job "
-                                     f"{self.core.config.job!r} (inputs: "
-                                     f"{', '.join(self._inputs)})")
-            with self._lock:
-                model = self.core.model
-            counts = model.counts()
-            try:
-                model.plan_expansion([(t, partitions if t == topic else counts.get(t, n))
-                                      for t, n in model.grouping.inputs])
-            except GroupingError as exc:
-                raise ExpansionError(str(exc)) from exc
-            self._admin.create_partitions(topic, partitions)
-            self._sync_locked(self._admin.partition_counts(self._inputs))
-            with self._lock:
-                return {"topic": topic, "partitions": partitions,
-                        "generation": self.core.model.generation,
-                        "barriers": {c: {"parent": p, "offset": o}
-                                     for c, (p, o) in self.core.model.barriers.items()
-                                     if c.startswith(topic + ":")}}
+        """Grow an input topic and apply the expansion at once (POST /expand)."""
+        return self.growth.expand(topic, partitions)
 
     def split(self, dry_run: bool) -> dict[str, Any]:
         """Split every task that can split (POST /split); record it unless `dry_run`.
@@ -368,10 +292,10 @@ class CoordinatorService:
                 "with catch_up.source = \"input\" (the default: the child replays its "
                 "parent's input through process()), then switch back: the children get "
                 "changelog partitions of their own at the next coordinator start")
-        with self._lock:
+        with self.lock:
             model, splits = self.core.model.plan_split()
             if splits and not dry_run:
-                self._version += 1
+                self._replies.publish()
                 self.core.apply_split(model, splits)
                 self.commit()
             return {"splits": [s.to_json() for s in splits], "tasks": len(model.tasks),
@@ -381,7 +305,7 @@ class CoordinatorService:
 
     def tick(self) -> None:
         """Decide (the daemon's loop), persist, then answer the waiting heartbeats."""
-        with self._lock:
+        with self.lock:
             self._take_inbox()
             placed = self.core.tick()
             self._decisions += 1
@@ -389,114 +313,33 @@ class CoordinatorService:
                 try:
                     self.commit()
                 finally:
-                    self._version += 1
+                    self._replies.publish()
             else:   # nothing changed: no records to diff, the replies in force stay so
                 self._decided.notify_all()
 
     def refresh_views(self) -> None:
         """Copy what /metrics shows of the core, so a scrape never waits on the lock;
-        a few processors per hold of the lock (10,000 tasks' samples at once held it
-        40-200 ms, and every heartbeat waited)."""
-        with self._lock:
+        a few processors per hold of the lock, because a large job's samples taken at
+        once would hold it long enough to delay every heartbeat."""
+        with self.lock:
             live = list(self.core.processors.live())
             handoffs = self.core.handoff_samples()
         lags: list[Any] = []
         for start in range(0, len(live), _VIEW_CHUNK):
             time.sleep(0)   # hand the GIL over: the event loop answering heartbeats waits
-            with self._lock:
+            with self.lock:
                 lags += self.core.lag_samples(p for p in live[start:start + _VIEW_CHUNK]
                                               if p.valid)
         self._views = (lags, handoffs)
 
     def sync_partitions(self, counts: Mapping[str, int]) -> None:
-        """The monitor saw these partition counts: expand, or refuse and say why.
-
-        Skipped while POST /expand is at work (it applies the growth itself), so the
-        daemon's loop never waits on its admin calls.
-        """
-        if not self._expand_lock.acquire(blocking=False):
-            return
-        try:
-            self._sync_locked(counts)
-        finally:
-            self._expand_lock.release()
-
-    def _sync_locked(self, counts: Mapping[str, int]) -> None:
-        with self._lock:
-            model = self.core.model
-        if any(t not in counts for t in self._inputs):
-            return  # a partial answer must never look like a removed input
-        inputs = [(t, counts[t]) for t in self._inputs]
-        if inputs == list(model.grouping.inputs):
-            return
-        try:
-            grouping, parents = model.plan_expansion(inputs)
-        except GroupingError as exc:
-            with self._deciding():
-                self.core.refuse_expansion(str(exc))
-                self.commit()
-            return
-        marks = self._admin.watermarks(sorted(set(parents.values())))
-        ends = {p: m.high for p, m in marks.items()}
-        with self._deciding():
-            if self.core.model is model:
-                due = self._clock.time() + self.core.config.expansion_grace_s
-                self.core.apply_expansion(model.expanded(grouping, parents, ends, due))
-                self.commit()
+        """The monitor saw these partition counts: expand, or refuse and say why."""
+        self.growth.sync_partitions(counts)
 
     def settle_barriers(self, write: WriteMarkers) -> bool:
-        """Settle the expansion barriers that are due (orchestrator/wire/barrier.py):
-        their markers and the model naming the markers' offsets commit in one stream
-        transaction, so no reader of a parent meets a marker the job does not know.
-        Returns whether any was settled.
-
-        Raises:
-            FencedError, StreamError: the write failed; nothing changed (the markers
-                of an aborted transaction are invisible), the next turn tries again.
-        """
-        if not self.core.model.unsettled or not self.core.model.due(self._clock.time()):
-            return False        # the common case: no lock taken, no reply cache dropped
-        with self._deciding():
-            model = self.core.model
-            due = model.due(self._clock.time())
-            if not due:
-                return False
-            written: dict[str, Any] = {}
-
-            def changes_for(offsets: Mapping[str, int]) -> Mapping[str, Any | None]:
-                markers = {c: offsets[p] for p, kids in due.items() for c in kids}
-                written["model"] = model.settled(markers)
-                written["markers"] = markers
-                changes: dict[str, Any | None] = {**self.core.pending_changes(),
-                                                  "model": written["model"].to_record()}
-                written["changes"] = changes
-                return changes
-
-            try:
-                with self._write_lock:
-                    floors = {model.barriers[c][0]: model.barriers[c][1]
-                              for kids in due.values() for c in kids}
-                    write(due, model.counts(), changes_for, floors)
-            except FencedError as exc:
-                self.fenced = exc
-                self.fenced_event.set()
-                self.wake.set()
-                raise
-            self.last_write = self._clock.monotonic()
-            self.core.apply_settlement(written["model"], written["markers"])
-            self.core.confirm(written["changes"])
-            return True
+        """Settle the expansion barriers that are due; returns whether any was."""
+        return self.growth.settle_barriers(write)
 
     def refresh_offsets(self) -> None:
-        """Watermarks and committed offsets of every input partition, for lags, and the
-        watermarks of the changelog partitions the tasks have (`baton plan` sizes a
-        changelog catch-up with them)."""
-        with self._lock:
-            partitions = self.core.model.partitions
-            changelog = sorted({changelog_partition(self.core.config.job, n)
-                                for n in self.core.model.changelog.values()})
-        marks = self._admin.watermarks([*partitions, *changelog])
-        committed = self._admin.committed(partitions)
-        with self._lock:
-            self.core.observe_offsets({p: m.low for p, m in marks.items()},
-                                      {p: m.high for p, m in marks.items()}, committed)
+        """Watermarks and committed offsets, for lags."""
+        self.growth.refresh_offsets()

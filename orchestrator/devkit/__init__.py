@@ -1,3 +1,4 @@
-"""Developer tooling: the embedded broker profile and the demo."""
+"""Developer tooling: the embedded broker profile, the Apache Kafka test broker, the
+paused-handoff hooks and the demo."""
 
-__all__ = ["demo", "embedded"]
+__all__ = ["demo", "embedded", "kafka", "pauses"]

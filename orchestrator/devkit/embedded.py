@@ -11,9 +11,9 @@ producer (it lists every aborted transaction of the partition, finished ones inc
 and librdkafka then waits for their markers forever), so changelog reads start from the
 partition's beginning here
 (`catch_up.changelog_read_from = "beginning"`). On SIGTERM it saves first and keeps
-answering for a few tens of milliseconds, acknowledging writes it then loses
-(measured: ~30 transactions), so a clean stop here first stops its Kafka service
-through its own control command, which closes the listener and then saves. Baton's
+answering for a few tens of milliseconds, acknowledging writes it then loses, so a
+clean stop here first stops its Kafka service through its own control command, which
+closes the listener and then saves. Baton's
 own logic never depends on any of this.
 """
 
@@ -54,8 +54,8 @@ EMBEDDED_KAFKA_SETTINGS: dict[str, Any] = {**EMBEDDED_CLIENT_SETTINGS, "queued.m
 # test_changelog_runtime.py
 EMBEDDED_CATCH_UP_SETTINGS: dict[str, Any] = {"changelog_read_from": "beginning"}
 # the [processor] settings: noida-db answers an empty fetch at once, whatever
-# fetch.wait.max.ms says, so every idle consumer spins (~0.3-0.5 of a core in the
-# client and ~0.25-0.4 in the broker: bench/idle_consumer.py); an idle active consumer
+# fetch.wait.max.ms says, so every idle consumer spins (a large part of a core in the
+# client and in the broker: bench/idle_consumer.py); an idle active consumer
 # stops fetching for 10 ms at a time instead (processor/runtime/idle_fetch.py)
 EMBEDDED_PROCESSOR_SETTINGS: dict[str, Any] = {"idle_fetch_backoff_ms": 10}
 _START_TIMEOUT_S = 30.0

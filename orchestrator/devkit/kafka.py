@@ -55,7 +55,7 @@ KAFKA_BROKER_SETTINGS: dict[str, str] = {
 _JVM_OPTIONS = ["-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
                 "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
                 "-Djava.awt.headless=true"]
-_START_TIMEOUT_S = 120.0   # a JVM start took 14-60 s on a 2-core machine under load
+_START_TIMEOUT_S = 120.0   # a JVM start on a small, loaded machine takes up to a minute
 _STOP_GRACE_S = 30.0
 _LOG4J = """\
 status = warn

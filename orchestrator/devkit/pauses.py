@@ -28,7 +28,7 @@ __all__ = ["Gap", "HandoffKind", "Outcome", "Watch", "handoff_kind", "handoff_ou
 HandoffKind = Literal["move", "split", "drain"]
 Outcome = Literal["done", "cancelled", "failed"]
 # the coordinator's reason for a move the assignor withdrew before its release
-# (orchestrator/core/handoff/machine.py: Cancel in planned and catching_up)
+# (orchestrator/core/handoff/table.py: Cancel in planned and catching_up)
 _WITHDRAWN = "cancelled: "
 # the output timestamps come from the producers' clocks and the watch's from the demo's
 # /status polls (200 ms apart): the window is widened by this much on either side

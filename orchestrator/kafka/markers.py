@@ -11,7 +11,6 @@ its end, and settles the barrier there. Only that retry reads: the common path w
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -20,6 +19,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from orchestrator.kafka.logs import client_logging
 from orchestrator.wire.barrier import Marker, decode_marker
+from orchestrator.wire.clock import Clock, Deadline, SystemClock
 from orchestrator.wire.partitions import split_partition
 
 __all__ = ["find_markers"]
@@ -30,9 +30,10 @@ _BATCH = 10_000
 
 
 def find_markers(settings: Mapping[str, Any], job: str, due: Mapping[str, Sequence[str]],
-                 floors: Mapping[str, int]) -> dict[str, int]:
+                 floors: Mapping[str, int], clock: Clock | None = None) -> dict[str, int]:
     """Parent partition -> the offset of `job`'s committed marker that settles `due`'s
-    children on it, for the parents that have one.
+    children on it, for the parents that have one (`clock` bounds each parent's search;
+    the system clock by default).
 
     Raises:
         TimeoutError: a parent could not be read to its end in time (retry later).
@@ -45,23 +46,24 @@ def find_markers(settings: Mapping[str, Any], job: str, due: Mapping[str, Sequen
     try:
         return {parent: offset for parent, children in due.items()
                 if (offset := _search(consumer, job, parent, set(children),
-                                      floors.get(parent, 0))) is not None}
+                                      floors.get(parent, 0), clock or SystemClock()))
+                is not None}
     finally:
         consumer.close()
 
 
 def _search(consumer: Consumer, job: str, parent: str, children: set[str],
-            floor: int) -> int | None:
+            floor: int, clock: Clock) -> int | None:
     topic, number = split_partition(parent)
     tp = TopicPartition(topic, number)
     _, high = consumer.get_watermark_offsets(tp, timeout=_SEARCH_S, cached=False)
     if high <= floor:
         return None
     consumer.assign([TopicPartition(topic, number, floor)])
-    deadline = time.monotonic() + _SEARCH_S
+    deadline = Deadline.after(clock, _SEARCH_S)
     position = floor
     while position < high:
-        if time.monotonic() > deadline:
+        if deadline.expired():
             raise TimeoutError(f"searching {parent} [{floor}, {high}) for barrier markers "
                                f"took over {_SEARCH_S:.0f} s")
         for msg in consumer.consume(_BATCH, 0.5):

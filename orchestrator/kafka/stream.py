@@ -22,7 +22,6 @@ writing the same values again changes nothing for a last-value-per-key reader.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -35,6 +34,7 @@ from orchestrator.kafka.markers import find_markers
 from orchestrator.kafka.settings import producer_settings
 from orchestrator.kafka.watched_producer import WatchedProducer
 from orchestrator.wire.barrier import encode_marker
+from orchestrator.wire.clock import Clock, Deadline, SystemClock
 from orchestrator.wire.partitions import split_partition
 
 __all__ = ["CoordinatorStream", "FencedError", "StreamError", "StreamTail", "stream_topic"]
@@ -71,9 +71,12 @@ class CoordinatorStream:
     Args:
         settings: librdkafka settings for the job's cluster.
         job: the job name (`job.name`).
+        clock: bounds the wait for a stalled read (the system clock by default).
     """
 
-    def __init__(self, settings: Mapping[str, Any], job: str) -> None:
+    def __init__(self, settings: Mapping[str, Any], job: str,
+                 clock: Clock | None = None) -> None:
+        self._clock = clock or SystemClock()
         self._settings = dict(settings)
         self.job = job
         self.topic = stream_topic(job)
@@ -109,7 +112,7 @@ class CoordinatorStream:
                              "enable.auto.commit": False, "isolation.level": "read_committed",
                              "enable.partition.eof": True, "auto.offset.reset": "earliest"})
         try:
-            return _read_to_end(consumer, self.topic)
+            return _read_to_end(consumer, self.topic, self._clock)
         finally:
             consumer.close()
 
@@ -162,7 +165,7 @@ class CoordinatorStream:
             except KafkaException as exc:
                 self._fail(producer, exc)
         if self._marker_doubt:
-            offsets.update(find_markers(self._settings, self.job, due, floors or {}))
+            offsets.update(find_markers(self._settings, self.job, due, floors or {}, self._clock))
             self._marker_doubt = False
 
         def delivered(err: KafkaError | None, msg: Any) -> None:
@@ -263,7 +266,7 @@ class CoordinatorStream:
                      exc.args[0].str())
 
 
-def _read_to_end(consumer: Consumer, topic: str) -> dict[str, Any]:
+def _read_to_end(consumer: Consumer, topic: str, clock: Clock) -> dict[str, Any]:
     """Last value per key of partition 0, up to the high watermark seen at the start."""
     tp = TopicPartition(topic, 0)
     _, high = consumer.get_watermark_offsets(tp, timeout=_TXN_TIMEOUT_S, cached=False)
@@ -271,7 +274,7 @@ def _read_to_end(consumer: Consumer, topic: str) -> dict[str, Any]:
     if high <= 0:
         return state
     consumer.assign([TopicPartition(topic, 0, 0)])
-    stalled_at = time.monotonic() + _LOAD_STALL_S
+    stalled = Deadline.after(clock, _LOAD_STALL_S)
     while True:
         progressed = False
         for msg in consumer.consume(_BATCH, _POLL_S):
@@ -291,8 +294,8 @@ def _read_to_end(consumer: Consumer, topic: str) -> dict[str, Any]:
         if position >= high:
             return state
         if progressed:
-            stalled_at = time.monotonic() + _LOAD_STALL_S
-        elif time.monotonic() > stalled_at:
+            stalled.arm(_LOAD_STALL_S)
+        elif stalled.expired():
             raise StreamError(f"reading {topic} stalled at offset {position} of {high}; "
                               f"is the broker healthy?")
 
@@ -308,9 +311,12 @@ class StreamTail:
     Args:
         settings: librdkafka settings for the job's cluster.
         job: the job name.
+        clock: bounds `catch_up()` (the system clock by default).
     """
 
-    def __init__(self, settings: Mapping[str, Any], job: str) -> None:
+    def __init__(self, settings: Mapping[str, Any], job: str,
+                 clock: Clock | None = None) -> None:
+        self._clock = clock or SystemClock()
         self.topic = stream_topic(job)
         self.state: dict[str, Any] = {}
         self._tp = TopicPartition(self.topic, 0)
@@ -364,9 +370,9 @@ class StreamTail:
                                                            cached=False)
         except KafkaException as exc:
             raise StreamError(f"cannot read {self.topic}: {exc.args[0].str()}") from exc
-        deadline = time.monotonic() + timeout_s
+        deadline = Deadline.after(self._clock, timeout_s)
         self.at_end = high <= 0
-        while not self.at_end and time.monotonic() < deadline:
+        while not self.at_end and not deadline.expired():
             self.poll()
             self.at_end = self._consumer.position([self._tp])[0].offset >= high
 

@@ -11,7 +11,6 @@ message names the topic and the next action.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,7 +18,6 @@ from typing import Any
 
 from confluent_kafka import (
     Consumer,
-    ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     TopicPartition,
@@ -43,6 +41,7 @@ from tenacity import (
 from orchestrator.kafka.logs import client_logging
 from orchestrator.kafka.retry import is_transient
 from orchestrator.kafka.settings import producer_settings
+from orchestrator.wire.clock import Clock, Deadline, SystemClock
 from orchestrator.wire.partitions import format_partition, parse_partition
 
 __all__ = [
@@ -102,16 +101,19 @@ class TopicAdmin:
         group: the job's consumer group (`baton.<job>`), read by `committed()`.
         client: who owns it, naming its loggers `baton.kafka.<client>.admin` and
             `baton.kafka.<client>.offsets` (librdkafka's own log lines).
+        clock: bounds the wait for a new topic's leaders (the system clock by default).
     """
 
     def __init__(self, settings: Mapping[str, Any], group: str,
-                 client: str = "coordinator") -> None:
+                 client: str = "coordinator", clock: Clock | None = None) -> None:
+        self._clock = clock or SystemClock()
         self._settings = dict(settings)
         self._group = group
         self._client = client
         self._admin = AdminClient({**producer_settings(self._settings),
                                   **client_logging(f"{client}.admin")})
         self._consumer: Consumer | None = None
+        self._unstable: Consumer | None = None
 
     def _offsets_consumer(self) -> Consumer:
         """A consumer in the job's group that never subscribes (so never joins it)."""
@@ -122,10 +124,21 @@ class TopicAdmin:
                 "client.id": f"baton-{self._client}-{uuid.uuid4().hex[:8]}"})
         return self._consumer
 
+    def _committed_consumer(self) -> Consumer:
+        """Like the offsets consumer, read_uncommitted (see `committed`)."""
+        if self._unstable is None:
+            self._unstable = Consumer({
+                **self._settings, **client_logging(f"{self._client}.offsets"),
+                "group.id": self._group, "enable.auto.commit": False,
+                "isolation.level": "read_uncommitted",
+                "client.id": f"baton-{self._client}-{uuid.uuid4().hex[:8]}"})
+        return self._unstable
+
     def close(self) -> None:
-        consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            consumer.close()
+        for consumer in (self._consumer, self._unstable):
+            if consumer is not None:
+                consumer.close()
+        self._consumer = self._unstable = None
 
     def partition_counts(self, topics: Sequence[str]) -> dict[str, int]:
         """The partition count of each topic.
@@ -290,23 +303,21 @@ class TopicAdmin:
     def committed(self, partitions: Iterable[str]) -> dict[str, int]:
         """The job group's committed offsets; partitions without one are left out.
 
-        Asked through the admin API without `require_stable`: a consumer's
-        OffsetFetch (read_committed) waits while a task's transaction holds pending
-        offsets, which on Apache Kafka is most of the time under traffic and would
-        stall the leader's loop for the whole request timeout. The last committed
-        offsets are what lags are computed from anyway.
+        Read by a read_uncommitted consumer: librdkafka asks a read_committed one's
+        OffsetFetch for stable offsets, and Apache Kafka holds that answer while a
+        task's transaction has offsets pending, which under traffic is most of the
+        time: the leader's loop stalled for the whole request timeout. The last
+        committed offsets are what lags are computed from.
         """
         wanted = [TopicPartition(*parse_partition(p)) for p in partitions]
         if not wanted:
             return {}
-        request = ConsumerGroupTopicPartitions(self._group, wanted)
+        consumer = self._committed_consumer()
         for attempt in _retrying():
             with attempt:
-                answer = self._admin.list_consumer_group_offsets(
-                    [request], require_stable=False, request_timeout=_REQUEST_TIMEOUT_S)
-                found = answer[self._group].result(_REQUEST_TIMEOUT_S).topic_partitions
+                found = consumer.committed(wanted, timeout=_REQUEST_TIMEOUT_S)
         return {format_partition(tp.topic, tp.partition): int(tp.offset)
-                for tp in found or () if tp.error is None and tp.offset >= 0}
+                for tp in found if tp.error is None and tp.offset >= 0}
 
     def create_partitions(self, topic: str, count: int) -> None:
         """Grow `topic` to `count` partitions (no-op when it already has that many).
@@ -341,7 +352,7 @@ class TopicAdmin:
         Raises:
             TopicsError: still not there after the request timeout.
         """
-        deadline = time.monotonic() + _REQUEST_TIMEOUT_S
+        deadline = Deadline.after(self._clock, _REQUEST_TIMEOUT_S)
         while True:
             try:
                 found = self._admin.list_topics(topic, timeout=_REQUEST_TIMEOUT_S).topics
@@ -354,11 +365,11 @@ class TopicAdmin:
                 if not is_transient(exc):
                     raise TopicsError(f"cannot describe {topic!r}: {exc.args[0].str()}"
                                       ) from exc
-            if time.monotonic() > deadline:
+            if deadline.expired():
                 raise TopicsError(f"{topic!r} has no leader for all of its {partitions} "
                                   f"partitions {_REQUEST_TIMEOUT_S:.0f} s after it was "
                                   f"created or grown; is the broker healthy?")
-            time.sleep(_LEADER_POLL_S)
+            self._clock.sleep(_LEADER_POLL_S)
 
 
 def _replication(meta: Any) -> int:

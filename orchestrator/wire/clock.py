@@ -1,11 +1,12 @@
-"""Injected time: a `Clock` protocol, the real clock, a fake one, and `Deadline` objects.
+"""Injected time: a `Clock` protocol, the real clock, and `Deadline` objects.
 
 Why: every timeout in Baton (release, activation, heartbeat grace, coordinator
 grace) must be testable without sleeping. Code takes a `Clock` instead of calling
 `time.*`, and bounds multi-step operations with a `Deadline` armed on that clock
-(after trio's clock injection and deadline objects). Tests pass a `FakeClock`, whose
-time only moves when the test says so: `advance(s)`, or `jump_to_next_deadline()`
-to the earliest armed, unexpired `Deadline` created on it.
+(after trio's clock injection and deadline objects). Tests pass a fake clock
+(tests/clocks.py), whose time only moves when the test says so; a clock that is a
+`DeadlineWatcher` hears of every `Deadline` created on it, so it can jump to the
+earliest.
 
 `monotonic()` is for measuring intervals (never jumps); `time()` is wall time for
 humans and for anything compared across processes (logs, status output).
@@ -15,14 +16,9 @@ from __future__ import annotations
 
 import math
 import time as _time
-import weakref
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "Deadline", "FakeClock", "SystemClock"]
-
-# A fake clock's wall time starts here (2023-11-14T22:13:20Z), so wall timestamps in
-# tests look like real ones and never collide with small monotonic values.
-_FAKE_WALL_EPOCH = 1_700_000_000.0
+__all__ = ["Clock", "Deadline", "DeadlineWatcher", "SystemClock"]
 
 
 @runtime_checkable
@@ -56,62 +52,13 @@ class SystemClock:
             _time.sleep(seconds)
 
 
-class FakeClock:
-    """A clock that moves only when told, for deterministic timeout tests.
+@runtime_checkable
+class DeadlineWatcher(Protocol):
+    """A clock that wants to know its deadlines (the tests' fake clock jumps to them)."""
 
-    Wall time moves in step with monotonic time. `sleep()` advances the clock
-    instead of blocking, so code under test that sleeps returns at once.
-
-    Args:
-        start: the initial monotonic reading.
-        wall_start: the initial wall-clock reading.
-    """
-
-    def __init__(self, start: float = 0.0, wall_start: float = _FAKE_WALL_EPOCH) -> None:
-        self._now = float(start)
-        self._wall_offset = float(wall_start) - float(start)
-        self._deadlines: weakref.WeakSet[Deadline] = weakref.WeakSet()
-        self.slept: list[float] = []  # every sleep() request, for assertions
-
-    def monotonic(self) -> float:
-        return self._now
-
-    def time(self) -> float:
-        return self._now + self._wall_offset
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.advance(max(0.0, seconds))
-
-    def advance(self, seconds: float) -> None:
-        """Move time forward by `seconds`.
-
-        Raises:
-            ValueError: when `seconds` is negative (a monotonic clock never goes back).
-        """
-        if seconds < 0 or math.isnan(seconds):
-            raise ValueError(f"FakeClock.advance({seconds!r}): time only moves forward")
-        self._now += seconds
-
-    def jump_to(self, when: float) -> None:
-        """Move time forward to the monotonic reading `when` (no-op if already past)."""
-        if when > self._now:
-            self._now = when
-
-    def jump_to_next_deadline(self) -> float | None:
-        """Jump to the earliest armed, unexpired deadline created on this clock.
-
-        Returns:
-            The new monotonic time, or None (time unchanged) when no deadline is pending.
-        """
-        pending = [d.at for d in self._deadlines if d.at is not None and d.at > self._now]
-        if not pending:
-            return None
-        self._now = min(pending)
-        return self._now
-
-    def _track(self, deadline: Deadline) -> None:
-        self._deadlines.add(deadline)
+    def watch(self, deadline: Deadline) -> None:
+        """`deadline` was created on this clock."""
+        ...
 
 
 class Deadline:
@@ -121,8 +68,7 @@ class Deadline:
     the same code path whether or not a bound applies.
 
     Args:
-        clock: the clock to read; deadlines on a `FakeClock` are visible to its
-            `jump_to_next_deadline()`.
+        clock: the clock to read; a `DeadlineWatcher` clock is told of the deadline.
     """
 
     __slots__ = ("__weakref__", "_at", "_clock")
@@ -130,8 +76,8 @@ class Deadline:
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
         self._at: float | None = None
-        if isinstance(clock, FakeClock):
-            clock._track(self)
+        if isinstance(clock, DeadlineWatcher):
+            clock.watch(self)
 
     @classmethod
     def after(cls, clock: Clock, seconds: float) -> Deadline:

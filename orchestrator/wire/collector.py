@@ -1,14 +1,14 @@
 """When the daemons let Python's cyclic garbage collector stop the world.
 
-At 1,000 processors over 10,000 tasks the coordinator holds a few hundred thousand
-container objects, and every heartbeat replaces a processor's reports, so young
-objects reach the oldest generation by the thousand each second. CPython's full
-collection then ran every 4-5 s and stopped every thread for 110-180 ms: the event
-loop answered no heartbeat meanwhile, and those pauses alone set the heartbeats' p99.
+A large job's coordinator holds many container objects, and every heartbeat replaces
+a processor's reports, so young objects reach the oldest generation quickly and
+CPython's full collections come often and stop every thread: the event loop answers no
+heartbeat meanwhile, and those pauses alone would set the heartbeats' p99.
 
-A processor's batches (records, their keys and outputs) churn the same way: its full
-collections ran every 0.3-0.5 s for 12-86 ms each, walking the ~50,000 objects of its
-imports every time, and a handoff whose release or activation met one paused that long.
+A processor's batches (records, their keys and outputs) churn the same way: each full
+collection walks every object of its imports, and a handoff whose release or
+activation meets one pauses that long. (The figures: docs/performance.md, "Measurements
+behind the code".)
 
 `Collector` keeps the collections small: it freezes what has lived a while
 (`gc.freeze()` moves every tracked object to the permanent generation in O(1), so the
@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import gc
 import logging
-import time
+
+from orchestrator.wire.clock import Clock, SystemClock
 
 __all__ = ["Collector"]
 
@@ -36,26 +37,34 @@ FULL_S = 600.0
 
 
 class Collector:
-    """Call `turn()` from the daemon's loop; a monotonic `now` may be given for tests."""
+    """Call `turn()` from the daemon's loop; a monotonic `now` may be given for tests.
 
-    def __init__(self, freeze_s: float = FREEZE_S, full_s: float = FULL_S) -> None:
+    Args:
+        freeze_s: how often the survivors are frozen.
+        full_s: how often everything is collected.
+        clock: the daemon's clock (the system clock by default).
+    """
+
+    def __init__(self, freeze_s: float = FREEZE_S, full_s: float = FULL_S,
+                 clock: Clock | None = None) -> None:
         self.freeze_s, self.full_s = freeze_s, full_s
-        now = time.monotonic()
+        self._clock = clock or SystemClock()
+        now = self._clock.monotonic()
         self._frozen_at, self._full_at = now, now
         self.full_collections = 0
         gc.freeze()
 
     def turn(self, now: float | None = None) -> None:
-        now = time.monotonic() if now is None else now
+        now = self._clock.monotonic() if now is None else now
         if now - self._full_at >= self.full_s:
             self._full_at = self._frozen_at = now
             gc.unfreeze()
-            started = time.perf_counter()
+            started = self._clock.monotonic()
             freed = gc.collect()
             gc.freeze()
             self.full_collections += 1
             log.debug("full collection: %d object(s) freed in %.0f ms", freed,
-                      1000 * (time.perf_counter() - started))
+                      1000 * (self._clock.monotonic() - started))
             return
         if now - self._frozen_at >= self.freeze_s:
             self._frozen_at = now

@@ -1,8 +1,8 @@
 """httpx, imported without its own command line.
 
 httpx imports its command-line client (click, rich, pygments) whenever they are
-installed, as they are for Baton's CLI: ~60 ms of every daemon and CLI start (measured
-with `python -X importtime`), for a tool Baton never runs. A None in `sys.modules` makes
+installed, as they are for Baton's CLI: a noticeable part of every daemon and CLI start
+(`python -X importtime` shows it), for a tool Baton never runs. A None in `sys.modules` makes
 that one import fail, and httpx then defines a stub instead, as it does when those
 packages are missing.
 """

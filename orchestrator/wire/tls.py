@@ -31,8 +31,8 @@ class TlsSettings:
 
 def plain_http_context() -> ssl.SSLContext:
     """The context of a client whose coordinators are all plain http and that has no TLS
-    file configured: it loads no CA store (the system's costs ~15 ms of every daemon and
-    CLI start, for nothing) and trusts no certificate, so an https answer it were ever
+    file configured: it loads no CA store (the system's slows every daemon and CLI start,
+    for nothing) and trusts no certificate, so an https answer it were ever
     sent to fails verification instead of being trusted."""
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 

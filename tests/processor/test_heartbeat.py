@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from orchestrator.wire.clock import FakeClock
 from orchestrator.wire.protocol import HeartbeatReply, TaskReport
 from processor.daemon.heartbeat import HeartbeatMonitor
+from tests.clocks import FakeClock
 
 
 def monitor(tmp_path: Path, reports: list[TaskReport]) -> HeartbeatMonitor:

@@ -7,15 +7,15 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from orchestrator.core.assignment.balance import _LoadHeap, _Scale, _targets
-from orchestrator.core.assignment.model import _INF, _Key, _View
+from orchestrator.core.assignment.balance import LoadHeap, Scale, balanced_targets
+from orchestrator.core.assignment.model import INF, Key, View
 from orchestrator.wire.catchup import is_caught_up
 
-__all__: list[str] = []
+__all__ = ["Plan", "least_loaded", "plan_class"]
 
 
 @dataclass
-class _Plan:
+class Plan:
     """The actives (and warmups) of one class of tasks, while they are being decided."""
 
     owner: dict[str, int]
@@ -24,7 +24,7 @@ class _Plan:
 
 
 
-def _plan_class(view: _View, names: Sequence[str], scale: _Scale, stateful: bool) -> _Plan:
+def plan_class(view: View, names: Sequence[str], scale: Scale, stateful: bool) -> Plan:
     """Orphan placement, targets, then the moves of one class (stateful or stateless).
 
     Orphans are placed before the targets are computed, so that the targets count them
@@ -36,12 +36,12 @@ def _plan_class(view: _View, names: Sequence[str], scale: _Scale, stateful: bool
     load = [0] * len(view.procs)
     for i in owner.values():
         load[i] += 1
-    heap = _LoadHeap(scale, load, None)
+    heap = LoadHeap(scale, load, None)
     for name in names:
         if name not in owner:
-            owner[name] = _orphan_home(view, heap, name) if stateful else _best(heap)
+            owner[name] = _orphan_home(view, heap, name) if stateful else least_loaded(heap)
             heap.add(owner[name])
-    plan = _Plan(owner, _targets(load, scale, len(names), view.config.balance_factor))
+    plan = Plan(owner, balanced_targets(load, scale, len(names), view.config.balance_factor))
     excess = [max(0, n - t) for n, t in zip(load, plan.targets, strict=True)]
     deficit = [max(0, t - n) for n, t in zip(load, plan.targets, strict=True)]
     if stateful:
@@ -53,7 +53,7 @@ def _plan_class(view: _View, names: Sequence[str], scale: _Scale, stateful: bool
 
 
 
-def _caught_up_over_restoring(view: _View, owner: dict[str, int]) -> None:
+def _caught_up_over_restoring(view: View, owner: dict[str, int]) -> None:
     """KIP-441: an owner that reports a lag above `acceptable_lag` on its own task (it
     is restoring) gives the task to the least lagging processor that is caught up on
     it, such as a hot standby: the task runs again sooner than the owner would."""
@@ -69,7 +69,7 @@ def _caught_up_over_restoring(view: _View, owner: dict[str, int]) -> None:
 
 
 
-def _best(heap: _LoadHeap, excluded: Iterable[int] = ()) -> int:
+def least_loaded(heap: LoadHeap, excluded: Iterable[int] = ()) -> int:
     """The heap's best processor; there is always one when nothing is excluded."""
     found = heap.best(excluded)
     assert found is not None
@@ -77,23 +77,23 @@ def _best(heap: _LoadHeap, excluded: Iterable[int] = ()) -> int:
 
 
 
-def _orphan_home(view: _View, heap: _LoadHeap, name: str) -> int:
+def _orphan_home(view: View, heap: LoadHeap, name: str) -> int:
     """The most caught-up processor (least lag) for a task without an owner.
 
     Equal lags (unknown ones included) go to the lightest load, then the lowest id.
     """
     allowed = heap.best(view.excluded.get(name, ()))
-    best = allowed if allowed is not None else _best(heap)
-    best_key: _Key = (_INF, *heap.key(best))
+    best = allowed if allowed is not None else least_loaded(heap)
+    best_key: Key = (INF, *heap.key(best))
     for i, lag in view.lags.get(name, ()):
-        key: _Key = (lag, *heap.key(i))
+        key: Key = (lag, *heap.key(i))
         if key < best_key:
             best, best_key = i, key
     return best
 
 
 
-def _candidate_edges(view: _View, owner: Mapping[str, int], deficit: Sequence[int],
+def _candidate_edges(view: View, owner: Mapping[str, int], deficit: Sequence[int],
                      caught_up: bool) -> list[tuple[float, float, str, int]]:
     """(priority, lag, task, target) for each reported lag of a below-target processor.
 
@@ -117,7 +117,7 @@ def _candidate_edges(view: _View, owner: Mapping[str, int], deficit: Sequence[in
 
 
 
-def _move_caught_up(view: _View, owner: dict[str, int], excess: list[int],
+def _move_caught_up(view: View, owner: dict[str, int], excess: list[int],
                     deficit: list[int]) -> set[str]:
     """Move excess tasks to below-target processors already caught up on them."""
     moved: set[str] = set()
@@ -132,7 +132,7 @@ def _move_caught_up(view: _View, owner: dict[str, int], excess: list[int],
 
 
 
-def _start_warmups(view: _View, owner: Mapping[str, int], moved: set[str], excess: list[int],
+def _start_warmups(view: View, owner: Mapping[str, int], moved: set[str], excess: list[int],
                    deficit: list[int]) -> dict[str, int]:
     """Warm up the remaining excess, at most ``max_warmups``; each reserves one move.
 

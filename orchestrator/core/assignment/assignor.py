@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from orchestrator.core.assignment.actives import _plan_class
-from orchestrator.core.assignment.balance import _Scale
+from orchestrator.core.assignment.actives import plan_class
+from orchestrator.core.assignment.balance import Scale
 from orchestrator.core.assignment.model import (
     Assignment,
     AssignmentConfig,
@@ -13,9 +13,9 @@ from orchestrator.core.assignment.model import (
     ProcessorAssignment,
     ProcessorSnapshot,
     TaskInfo,
-    _View,
+    View,
 )
-from orchestrator.core.assignment.standbys import _plan_standbys
+from orchestrator.core.assignment.standbys import plan_standbys
 
 __all__ = ["active_moves", "assign"]
 
@@ -37,16 +37,16 @@ def assign(tasks: Iterable[TaskInfo], processors: Iterable[ProcessorSnapshot],
         AssignmentError: duplicate task names or processor ids, or a task active on two
             processors.
     """
-    view = _View(tasks, processors, config or AssignmentConfig())
+    view = View(tasks, processors, config or AssignmentConfig())
     if not view.procs:
         return Assignment((), follow_up=False)
     stateful = [t.name for t in view.tasks if t.stateful]
     stateless = [t.name for t in view.tasks if not t.stateful]
-    main = _plan_class(view, stateful, _Scale.plain(view.caps), stateful=True)
+    main = plan_class(view, stateful, Scale.plain(view.caps), stateful=True)
     zeros = [0] * len(view.procs)
-    free = _plan_class(view, stateless, _Scale(view.caps, main.targets, zeros), stateful=False)
-    standby = _plan_standbys(view, stateful, main,
-                             [a + b for a, b in zip(main.targets, free.targets, strict=True)])
+    free = plan_class(view, stateless, Scale(view.caps, main.targets, zeros), stateful=False)
+    standby = plan_standbys(view, stateful, main,
+                            [a + b for a, b in zip(main.targets, free.targets, strict=True)])
     roles: list[dict[str, list[str]]] = [
         {"active": [], "warmup": [], "standby": []} for _ in view.procs]
     for name, i in (main.owner | free.owner).items():

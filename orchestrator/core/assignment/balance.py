@@ -10,13 +10,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from orchestrator.core.assignment.model import _Key
+from orchestrator.core.assignment.model import Key
 
-__all__: list[str] = []
+__all__ = ["LoadHeap", "Scale", "balanced_targets"]
 
 
 @dataclass(frozen=True)
-class _Scale:
+class Scale:
     """How one class of tasks weighs the processors.
 
     ``caps``: capacities. ``base``: tasks of another class already there, counted in the
@@ -29,7 +29,7 @@ class _Scale:
     bias: Sequence[int]
 
     @classmethod
-    def plain(cls, caps: Sequence[int], bias: Sequence[int] | None = None) -> _Scale:
+    def plain(cls, caps: Sequence[int], bias: Sequence[int] | None = None) -> Scale:
         """No base load; ``bias`` defaults to none."""
         return cls(caps, [0] * len(caps), bias if bias is not None else [0] * len(caps))
 
@@ -71,7 +71,7 @@ def _ceil_times(x: Fraction, c: int) -> int:
 
 
 
-def _best_band(counts: Sequence[int], scale: _Scale, total: int, factor: int) -> Fraction:
+def _best_band(counts: Sequence[int], scale: Scale, total: int, factor: int) -> Fraction:
     """The lowest band top U whose balanced counts need the fewest moves.
 
     Why a sweep: for a band the fewest moves are ``sum(max(0, k - hi))`` plus the surplus
@@ -138,7 +138,7 @@ def _best_band(counts: Sequence[int], scale: _Scale, total: int, factor: int) ->
     return best[1]
 
 
-def _settle(n: list[int], lo: Sequence[int], hi: Sequence[int], scale: _Scale,
+def _settle(n: list[int], lo: Sequence[int], hi: Sequence[int], scale: Scale,
             total: int) -> None:
     """Correct clamped counts to ``total``: fill the lightest slots, empty the heaviest.
 
@@ -170,7 +170,7 @@ def _neg(key: tuple[float, float, int]) -> tuple[float, float, int]:
 
 
 
-def _targets(counts: Sequence[int], scale: _Scale, total: int, factor: int) -> list[int]:
+def balanced_targets(counts: Sequence[int], scale: Scale, total: int, factor: int) -> list[int]:
     """Balanced counts (within ``factor`` per capacity) that keep the most tasks in place."""
     if total == 0:
         return [0] * len(counts)
@@ -181,25 +181,25 @@ def _targets(counts: Sequence[int], scale: _Scale, total: int, factor: int) -> l
 
 
 
-class _LoadHeap:
+class LoadHeap:
     """Processors by (at or above target, when targets are given; slot rank), lazily updated.
 
     Why: picking the balanced home for each of 10,000 tasks by scanning 500 processors
     would be 5 million steps; a heap makes each pick O(log P).
     """
 
-    def __init__(self, scale: _Scale, load: list[int], targets: Sequence[int] | None) -> None:
+    def __init__(self, scale: Scale, load: list[int], targets: Sequence[int] | None) -> None:
         self.scale, self.load, self.targets = scale, load, targets
         self._keys = [self._rank(i) for i in range(len(load))]
         self._heap = list(self._keys)
         heapq.heapify(self._heap)
 
-    def _rank(self, i: int) -> _Key:
+    def _rank(self, i: int) -> Key:
         n = self.load[i]
         full = self.targets is not None and n >= self.targets[i]
         return (int(full), *self.scale.unit(i, n + 1))
 
-    def key(self, i: int) -> _Key:
+    def key(self, i: int) -> Key:
         """Processor ``i``'s rank as a home for one more task (lower is better)."""
         return self._keys[i]
 

@@ -13,16 +13,13 @@ from orchestrator.wire.catchup import is_caught_up
 
 __all__ = [
     "Assignment", "AssignmentConfig", "AssignmentError", "Move", "ProcessorAssignment",
-    "ProcessorSnapshot", "TaskInfo",
+    "INF", "Key", "ProcessorSnapshot", "TaskInfo", "View",
 ]
 
 
-_INF = math.inf
-
-
-_INF = math.inf
+INF = math.inf
 # A sort key: floats and ints only, compared left to right.
-_Key = tuple[float, ...]
+Key = tuple[float, ...]
 
 
 class AssignmentError(ValueError):
@@ -117,7 +114,7 @@ class Move:
 
 
 
-class _View:
+class View:
     """The input sorted and indexed: integer processor indices keep heaps and sorts cheap,
     and sorting by name and id here is what makes the output independent of input order."""
 
@@ -154,8 +151,8 @@ class _View:
     def lag(self, i: int, name: str) -> float:
         """Processor ``i``'s reported lag on ``name``; infinite when not reported."""
         if name in self.procs[i].excluded:
-            return _INF
-        return self.procs[i].lags.get(name, _INF)
+            return INF
+        return self.procs[i].lags.get(name, INF)
 
 
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from orchestrator.core.assignment.actives import _best, _Plan
-from orchestrator.core.assignment.balance import _LoadHeap, _Scale, _targets
-from orchestrator.core.assignment.model import _INF, _Key, _View
+from orchestrator.core.assignment.actives import Plan, least_loaded
+from orchestrator.core.assignment.balance import LoadHeap, Scale, balanced_targets
+from orchestrator.core.assignment.model import INF, Key, View
 
-__all__: list[str] = []
+__all__ = ["plan_standbys"]
 
 
-def _plan_standbys(view: _View, names: Sequence[str], plan: _Plan,
-                   active: Sequence[int]) -> dict[str, list[int]]:
+def plan_standbys(view: View, names: Sequence[str], plan: Plan,
+                  active: Sequence[int]) -> dict[str, list[int]]:
     """Standby holders per stateful task: sticky, spread, never beside the active/warmup."""
     count = view.config.num_standbys
     procs = len(view.procs)
@@ -36,10 +36,10 @@ def _plan_standbys(view: _View, names: Sequence[str], plan: _Plan,
     for holders in kept.values():
         for j in holders:
             load[j] += 1
-    scale = _Scale.plain(view.caps, bias=active)
-    targets = _targets(load, scale, sum(want.values()), view.config.balance_factor)
+    scale = Scale.plain(view.caps, bias=active)
+    targets = balanced_targets(load, scale, sum(want.values()), view.config.balance_factor)
     _drop_over_target(view, kept, load, targets)
-    heap = _LoadHeap(scale, load, targets)
+    heap = LoadHeap(scale, load, targets)
     for name in names:
         while len(kept[name]) < want[name]:
             j = _standby_home(view, heap, name, busy(name) | set(kept[name]))
@@ -49,7 +49,7 @@ def _plan_standbys(view: _View, names: Sequence[str], plan: _Plan,
 
 
 
-def _drop_over_target(view: _View, kept: dict[str, list[int]], load: list[int],
+def _drop_over_target(view: View, kept: dict[str, list[int]], load: list[int],
                       targets: Sequence[int]) -> None:
     """Drop kept standbys above a processor's target, the most lagging first."""
     held: dict[int, list[tuple[float, str]]] = defaultdict(list)
@@ -63,10 +63,10 @@ def _drop_over_target(view: _View, kept: dict[str, list[int]], load: list[int],
 
 
 
-def _standby_home(view: _View, heap: _LoadHeap, name: str, excluded: set[int]) -> int:
+def _standby_home(view: View, heap: LoadHeap, name: str, excluded: set[int]) -> int:
     """Where a new standby of ``name`` goes: below target, warm (old owner), least lag."""
-    best = _best(heap, excluded)
-    best_key: _Key = (heap.key(best)[0], 2, _INF, *heap.key(best)[1:])
+    best = least_loaded(heap, excluded)
+    best_key: Key = (heap.key(best)[0], 2, INF, *heap.key(best)[1:])
     candidates = list(view.lags.get(name, ()))
     old = view.holder.get(name)
     if old is not None:
@@ -75,7 +75,7 @@ def _standby_home(view: _View, heap: _LoadHeap, name: str, excluded: set[int]) -
         if i in excluded:
             continue
         rank = 0 if i == old else 1 if view.caught_up(i, name, lag) else 2
-        key: _Key = (heap.key(i)[0], rank, lag, *heap.key(i)[1:])
+        key: Key = (heap.key(i)[0], rank, lag, *heap.key(i)[1:])
         if key < best_key:
             best, best_key = i, key
     return best

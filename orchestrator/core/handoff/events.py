@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
-from orchestrator.core.handoff.codec import _bad_record, _check_offsets, _field
+from orchestrator.core.handoff.codec import bad_record, check_offsets, record_field
 from orchestrator.core.handoff.errors import LocalHandoffError
 
 __all__ = [
@@ -140,25 +140,25 @@ class Handoff:
         Raises:
             LocalHandoffError: the record is malformed (names the field).
         """
-        task = _field(record, "task", str)
+        task = record_field(record, "task", str)
         try:
-            phase = Phase(_field(record, "phase", str))
+            phase = Phase(record_field(record, "phase", str))
         except ValueError:
-            raise _bad_record(record, "phase", f"one of {[p.value for p in Phase]}") from None
-        since = _field(record, "since", (int, float))
-        offsets = _field(record, "final_offsets", (dict, type(None)))
+            raise bad_record(record, "phase", f"one of {[p.value for p in Phase]}") from None
+        since = record_field(record, "since", (int, float))
+        offsets = record_field(record, "final_offsets", (dict, type(None)))
         if offsets is not None:
-            _check_offsets(offsets, lambda why: _bad_record(record, "final_offsets", why))
+            check_offsets(offsets, lambda why: bad_record(record, "final_offsets", why))
         return cls(
             task=task,
-            source=_field(record, "source", (str, type(None))),
-            target=_field(record, "target", str),
+            source=record_field(record, "source", (str, type(None))),
+            target=record_field(record, "target", str),
             phase=phase,
             since=float(since),
             final_offsets=None if offsets is None else dict(offsets),
-            reason=_field(record, "reason", str, default=""),
-            source_declared_dead=_field(record, "source_declared_dead", bool, default=False),
-            lag=_field(record, "lag", (int, type(None)), default=None),
+            reason=record_field(record, "reason", str, default=""),
+            source_declared_dead=record_field(record, "source_declared_dead", bool, default=False),
+            lag=record_field(record, "lag", (int, type(None)), default=None),
         )
 
 

@@ -14,8 +14,8 @@ from orchestrator.cli.main import main
 from orchestrator.cli.ops import COMMANDS
 from orchestrator.cli.session import Session, poll_until
 from orchestrator.wire.client import CLI_LIMIT_S, CoordinatorClient
-from orchestrator.wire.clock import FakeClock
 from orchestrator.wire.http import httpx
+from tests.clocks import FakeClock
 from tests.orchestrator.wire.test_client import A, B, refused
 
 

@@ -25,7 +25,7 @@ from orchestrator.daemon.credentials import Credentials, Refused
 from orchestrator.daemon.limits import BodyLimit
 from orchestrator.daemon.service import CoordinatorService
 from orchestrator.kafka.topics import TopicsError, Watermarks
-from orchestrator.wire.clock import FakeClock
+from tests.clocks import FakeClock
 
 TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 
 from orchestrator.daemon.leader import _paced
-from orchestrator.wire.clock import Deadline, FakeClock
+from orchestrator.wire.clock import Deadline
+from tests.clocks import FakeClock
 
 
 def test_waiting_does_not_space_the_next_turn() -> None:

@@ -123,7 +123,7 @@ def test_a_scrape_does_not_wait_for_the_core_lock() -> None:
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with service._lock:
+        with service.lock:
             held.set()
             release.wait(10)
 
@@ -184,7 +184,7 @@ def hold_lock(service: Any) -> tuple[threading.Event, threading.Thread]:
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with service._deciding():
+        with service.deciding():
             held.set()
             release.wait(10)
 

@@ -16,8 +16,9 @@ from orchestrator.wire.client import (
     CoordinatorError,
     CoordinatorUnreachable,
 )
-from orchestrator.wire.clock import Deadline, FakeClock
+from orchestrator.wire.clock import Deadline
 from orchestrator.wire.http import httpx
+from tests.clocks import FakeClock
 
 A, B = "http://127.0.0.1:8701", "http://127.0.0.1:8702"
 Answer = Callable[[httpx.Request], httpx.Response]

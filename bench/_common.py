@@ -1,0 +1,229 @@
+"""What the benches share: keyed input (a preload and steady traffic), CPU seconds read
+from /proc, waiting, what Baton's log and metrics say of handoffs, and the report's
+tail (JSON, or lines for a human).
+
+A bench runs as a script (`python bench/<name>.py`), so its own folder is on the import
+path and it imports this module as `_common`; no bench imports another bench's helpers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+__all__ = [
+    "PHASE_LINE", "CpuWindow", "Traffic", "caught_up_records", "cpu_seconds", "last_done",
+    "log", "machine_cpu_seconds", "own_cpu_seconds", "percentile", "preload", "report",
+    "thread_cpu_seconds", "wait_broker_quiet", "wait_until",
+]
+
+# the partition of a key: the benches' inputs spread keys by their crc32, or use one
+Partitioner = Callable[[bytes], int]
+
+
+def preload(bootstrap: str, topic: str, keys: int, partition_of: Partitioner,
+            start: int = 0, flush_s: float = 300) -> None:
+    """One record of value 1 per key ("key-<i>", i from `start`): the state to build."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50,
+                         "batch.num.messages": 10000,
+                         "queue.buffering.max.messages": 1_000_000})
+    for i in range(start, start + keys):
+        key = f"key-{i}".encode()
+        while True:
+            try:
+                producer.produce(topic, key=key, value=b"1", partition=partition_of(key))
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush(flush_s)
+
+
+class Traffic:
+    """Steady keyed traffic over the state's keys, `rate` records a second, on a thread
+    of its own, so a new owner has work at once."""
+
+    def __init__(self, bootstrap: str, topic: str, keys: int, rate: float,
+                 partition_of: Partitioner) -> None:
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.topic, self.keys, self.sent = topic, keys, 0
+        self._rate, self._partition_of = rate, partition_of
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        while not self._stop.is_set():
+            while self.sent < int((time.monotonic() - started) * self._rate):
+                key = f"key-{self.sent * 7919 % self.keys}".encode()
+                self.producer.produce(self.topic, key=key, value=b"1",
+                                      partition=self._partition_of(key))
+                self.sent += 1
+            self.producer.poll(0)
+            time.sleep(0.005)
+        self.producer.flush(30)
+
+    def start(self) -> Traffic:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds a process (all its threads) has used so far (Linux
+    /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """User + system CPU seconds this process has used so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def thread_cpu_seconds(pid: int | None) -> dict[str, float]:
+    """CPU seconds of a process's live threads so far, summed by thread name (Linux
+    /proc; empty elsewhere): which of the broker's threads, or librdkafka's, spent it."""
+    spent: dict[str, float] = {}
+    try:
+        threads = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return spent
+    for thread in threads:
+        try:
+            comm = (thread / "comm").read_text().strip()
+            fields = (thread / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue                    # the thread ended meanwhile
+        ticks = int(fields[11]) + int(fields[12])
+        spent[comm] = spent.get(comm, 0.0) + ticks / os.sysconf("SC_CLK_TCK")
+    return spent
+
+
+def machine_cpu_seconds() -> float:
+    """CPU seconds every core of the machine has been busy so far (Linux /proc/stat; 0
+    elsewhere): set beside the processes', it shows what else ran during a measure."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return 0.0
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class CpuWindow:
+    """CPU seconds of named processes over a window: `start()`, then `stop()`."""
+
+    pids: dict[str, int | None]
+    before: dict[str, float] | None = None
+
+    def start(self) -> CpuWindow:
+        self.before = {n: cpu_seconds(p) for n, p in self.pids.items()}
+        return self
+
+    def stop(self) -> dict[str, float]:
+        before = self.before or {}
+        return {n: round(cpu_seconds(p) - before.get(n, 0.0), 2) for n, p in self.pids.items()}
+
+
+def wait_broker_quiet(pid: int | None, quiet_s: float = 1.5, timeout_s: float = 120.0
+                      ) -> float:
+    """Wait until the embedded broker's `autosave` thread has spent nothing for `quiet_s`
+    and return the seconds waited. After writes it rewrites everything it holds (see
+    bench/broker_autosave.py for what a save costs): a save of what was written before a
+    measurement must not land in it. Another broker (no such thread): no wait."""
+    started = time.monotonic()
+    if "autosave" not in thread_cpu_seconds(pid):
+        return 0.0
+    last, quiet_since = thread_cpu_seconds(pid)["autosave"], time.monotonic()
+    while time.monotonic() - quiet_since < quiet_s:
+        if time.monotonic() - started > timeout_s:
+            raise TimeoutError(f"the broker's autosave did not settle in {timeout_s:.0f}s")
+        time.sleep(0.05)
+        now = thread_cpu_seconds(pid).get("autosave", last)
+        if now - last >= 0.005:
+            quiet_since = time.monotonic()
+        last = now
+    return time.monotonic() - started
+
+
+def wait_until(what: str, done: Callable[[], bool], timeout: float,
+               every: float = 0.1) -> float:
+    """Poll `done` until true; returns the epoch seconds it became true.
+
+    Raises:
+        TimeoutError: naming `what`.
+    """
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(every)
+    return time.time()
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank q-th percentile (0 for none): with a few moved tasks, p99 is the
+    longest pause."""
+    if not values:
+        return 0.0
+    ranked = sorted(values)
+    return ranked[min(len(ranked) - 1, max(0, int(-(-q * len(ranked) // 100)) - 1))]
+
+
+def log(text: str) -> None:
+    """Progress for the person running the bench (stderr, so --json stays clean)."""
+    print(f"# {text}", file=sys.stderr, flush=True)
+
+
+def report(summary: dict[str, Any], as_json: bool, lines: Iterable[str]) -> None:
+    """The report's tail: the summary as one JSON line, or the human lines."""
+    if as_json:
+        print(json.dumps(summary))
+        return
+    for line in lines:
+        print(line)
+
+
+# a handoff changing phase, in the coordinator's log: when, task, target, from, to
+PHASE_LINE = re.compile(r"^(\S+ \S+) .*task '([^']+)' handoff \S+ -> (\S+): (\S+) -> (\S+)$")
+
+
+def last_done(coordinator_log: Path, to: str) -> float | None:
+    """Epoch seconds of the last handoff to `to` reaching done (the coordinator's log):
+    the moment the job became balanced, without a status poll's delay."""
+    last: datetime | None = None
+    for line in coordinator_log.read_text(errors="replace").splitlines():
+        match = PHASE_LINE.match(line)
+        if match is not None and match.group(3) == to and match.group(5) == "done":
+            last = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f")
+    return None if last is None else last.timestamp()
+
+
+def caught_up_records(metrics_url: str) -> int:
+    """Records a processor applied to its stores without processing them (its warmups'
+    and activations' catch-up, either source): baton_catchup_records_total."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as reply:
+        text = reply.read().decode()
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("baton_catchup_records_total{")))

@@ -1,0 +1,59 @@
+"""What operators read of the core (orchestrator/core/views.py): `baton plan` sizes
+its moves by the records to copy, and status says why a job is not balanced yet."""
+
+from __future__ import annotations
+
+from orchestrator.core.views import pending, plan, status
+from tests.orchestrator.core.coordinator_harness import (
+    ALL,
+    FakeProcessor,
+    Harness,
+    at,
+    start_two,
+)
+
+
+def one_owner_at_1000_of_1200(h: Harness) -> None:
+    """p1 owns every task, 1,000 records into inputs that hold 1,200 each."""
+    p1 = FakeProcessor(h, "p1")
+    p1.register()
+    p1.positions = at(1000, *ALL)
+    p1.beat()
+    h.core.observe_offsets({f"in:{i}": 0 for i in range(4)},
+                           {f"in:{i}": 1200 for i in range(4)}, {})
+
+
+def test_plan_lists_moves_with_sizes() -> None:
+    h = Harness()
+    one_owner_at_1000_of_1200(h)
+    result = plan(h.core, ["p2"], [])
+    assert len(result["moves"]) == 2
+    assert {m["records"] for m in result["moves"]} == {1000}
+    assert result["rate"]["source"] == "default"
+    assert result["eta_seconds"] > 0
+    assert status(h.core)["tasks"][0]["lag"] == 200
+
+
+def test_plan_sizes_a_changelog_catch_up_by_the_changelog_partition() -> None:
+    h = Harness(catch_up_source="changelog")
+    h.core.adopt_model(h.core.model.with_changelog())
+    one_owner_at_1000_of_1200(h)
+    changelog = h.core.model.changelog
+    h.core.observe_offsets({f"baton.j.changelog:{n}": 10 for n in changelog.values()},
+                           {f"baton.j.changelog:{n}": 10 + 50 * (n + 1)
+                            for n in changelog.values()}, {})
+    moves = plan(h.core, ["p2"], [])["moves"]
+    assert len(moves) == 2
+    assert {m["records"] for m in moves} == {50 * (changelog[m["task"]] + 1) for m in moves}
+    assert all(m["records"] < 1000 for m in moves), "the changelog, not the input, is copied"
+
+
+def test_a_newcomer_without_tasks_keeps_the_job_unbalanced() -> None:
+    """Issue 14: with tasks enough for everyone, a processor holding nothing yet (here
+    p3: both warm-up slots are taken by p2's moves) is a pending reason, not balance."""
+    h = Harness()
+    p1, p2 = start_two(h)
+    p3 = FakeProcessor(h, "p3")
+    p3.register()
+    assert "processor p3 joined and holds no task yet" in pending(h.core)
+    assert not status(h.core)["balanced"]
