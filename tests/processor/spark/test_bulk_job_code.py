@@ -87,7 +87,7 @@ def test_the_zip_is_named_by_its_contents(tmp_path: Path) -> None:
     (root / "__pycache__" / "x.pyc").write_bytes(b"\0")
     first = zip_directory(root, tmp_path)
     assert zip_directory(root, tmp_path) == first
-    (root / "extra.py").write_text("X = 1\n")
+    (root / "added_module").with_suffix(".py").write_text("X = 1\n")
     second = zip_directory(root, tmp_path)
     assert second != first
     import zipfile
