@@ -54,6 +54,7 @@ PROCESSOR_METRIC_NAMES: tuple[str, ...] = (
     "baton_spark_session_start_seconds",
     "baton_bulk_catchup_seconds",
     "baton_bulk_fallbacks_total",
+    "baton_catchup_gap_errors_total",
     "baton_misrouted_records_total",
     "baton_heartbeats_total",
     "baton_process_errors_total",
@@ -111,6 +112,14 @@ class ProcessorMetrics:
         self._fallbacks = Counter(
             "baton_bulk_fallbacks_total", "Spark bulk catch-ups that failed and fell back "
             "to the consumer path.", [*base, "task"], registry=registry)
+        # kept when the task is dropped (not in forget_task): the operator must act, and
+        # the alert reads it until the processor restarts with the fix
+        self._gaps = Counter(
+            "baton_catchup_gap_errors_total", "Replays from the input refused because the "
+            "broker no longer holds records the task's state includes (retention or "
+            "DeleteRecords moved the partition's start past the replay's start): the task "
+            "failed; switch to catch_up.source = \"changelog\".", [*base, "task"],
+            registry=registry)
         self._heartbeats = Counter(
             "baton_heartbeats_total", "Heartbeats sent to the coordinator, by outcome.",
             [*base, "outcome"], registry=registry)
@@ -179,6 +188,11 @@ class ProcessorMetrics:
         """The Spark bulk path failed for `task`; it catches up through the consumer."""
         self._fallbacks.labels(job=self.job, processor=self.processor, task=task).inc()
 
+    def record_input_trimmed(self, task: str) -> None:
+        """A replay of `task` from the input was refused: its start is no longer on the
+        broker (processor/retention.py)."""
+        self._gaps.labels(job=self.job, processor=self.processor, task=task).inc()
+
     def record_heartbeat(self, outcome: HeartbeatOutcome) -> None:
         """A heartbeat round trip ended with `outcome`."""
         check_label(outcome, HEARTBEAT_OUTCOMES, "outcome")
@@ -245,6 +259,9 @@ class NullProcessorMetrics(ProcessorMetrics):
         pass
 
     def record_bulk_fallback(self, task: str) -> None:
+        pass
+
+    def record_input_trimmed(self, task: str) -> None:
         pass
 
     def record_heartbeat(self, outcome: HeartbeatOutcome) -> None:

@@ -32,6 +32,7 @@ from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.config import CatchUpSource
 from orchestrator.wire.partitions import format_partition
 from processor.job import Headers, Job, Record
+from processor.retention import OffsetOutOfRange
 from store import Store
 
 __all__ = ["KeyFilter", "Replay", "Replica", "ReplicaRole", "log_error",
@@ -88,10 +89,19 @@ _drain: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 def log_error(msg: Message) -> None:
     """A consumer error message in a replay batch: the runtime hands a partition's run
     over whole (processor/runtime/batches.py, `replay_by_task`), so a replica skips
-    such a message itself; it carries no record."""
+    such a message itself; it carries no record.
+
+    Raises:
+        OffsetOutOfRange: the fetch position is no longer on the broker (the replay
+            consumers never jump to another offset themselves: processor/retention.py).
+    """
     err = msg.error()
-    if err is not None and err.code() != KafkaError._PARTITION_EOF:  # noqa: SLF001
-        log.warning("consumer error on %s:%s: %s", msg.topic(), msg.partition(), err)
+    if err is None or err.code() == KafkaError._PARTITION_EOF:  # noqa: SLF001
+        return
+    if err.code() == KafkaError._AUTO_OFFSET_RESET:  # noqa: SLF001
+        raise OffsetOutOfRange(format_partition(msg.topic(), msg.partition()), msg.offset(),
+                               err.str())
+    log.warning("consumer error on %s:%s: %s", msg.topic(), msg.partition(), err)
 
 
 class Replay:

@@ -122,6 +122,17 @@ def broker_kind() -> str:
     return kind
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `kafka` test what only Apache Kafka does: the embedded broker has
+    none of it, so under BATON_TEST_BROKER=embedded they are deselected (not skipped)."""
+    if broker_kind() != "embedded":
+        return
+    dropped = [item for item in items if item.get_closest_marker("kafka") is not None]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item.get_closest_marker("kafka") is None]
+
+
 @contextmanager
 def _local_broker(directory: Path) -> Iterator[Broker]:
     """A started broker of the selected kind in `directory`, stopped on exit."""

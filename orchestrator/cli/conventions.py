@@ -25,9 +25,11 @@ _LEADER = "no coordinator led within --timeout, or one refused (e.g. the token)"
 EXIT_CODES: dict[str, str] = {
     "coordinator": _DAEMON + ", or a changelog topic not compacted or short of partitions",
     "processor": (_DAEMON.replace("SIGTERM", "SIGTERM, or drained") + ", a state directory "
-                  "another execution holds, or a dead-letter topic the broker refuses to "
-                  "create; 3 declared dead by the coordinator (a newer execution of its id "
-                  "exists, or it did not release in time)"),
+                  "another execution holds, a dead-letter topic the broker refuses to "
+                  "create, or a broker that would refuse every task (transaction.timeout.ms "
+                  "above its limit, an ACL missing on a topic); 3 declared dead by the "
+                  "coordinator (a newer execution of its id exists, or it did not release "
+                  "in time)"),
     "status": (f"0 done; 1 {_LEADER}, or the coordinator has not written its token file "
                "yet; 2 bad usage or configuration"),
     "wait": ("0 balanced; 1 not balanced within --timeout (naming what is pending); "

@@ -129,18 +129,22 @@ class KafkaBroker:
     def client_settings(self) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap}
 
-    def _properties(self) -> Path:
+    def listener_properties(self) -> dict[str, str]:
+        """The listeners (a subclass adds its own: orchestrator/devkit/kafka_secure.py)."""
         listeners = (f"PLAINTEXT://127.0.0.1:{self.port},"
                      f"CONTROLLER://127.0.0.1:{self.controller_port}")
+        return {"listeners": listeners,
+                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"}
+
+    def _properties(self) -> Path:
         lines = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}",
             "controller.listener.names": "CONTROLLER",
-            "listeners": listeners,
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            **self.listener_properties(),
             "log.dirs": str(self.data_dir / "log"),
             **self.settings,
         }

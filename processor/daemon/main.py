@@ -6,7 +6,9 @@ task with a commit, say goodbye, exit 0); a coordinator that declares this execu
 dead, or stays unreachable past the grace, stops every task without committing
 (exit 3). With `processor.on_error = "dlq"` a dead-letter topic that is missing and
 cannot be created stops the start before anything is processed (exit 2 when the broker
-refused, 1 when it did not answer).
+refused, 1 when it did not answer); so does a broker that would refuse every task (a
+transaction timeout above its limit, an ACL missing on a topic: exit 2,
+processor/runtime/preflight.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from orchestrator.wire.tls import TlsSettings
 from processor.daemon.heartbeat import EXIT_DEAD, HeartbeatMonitor
 from processor.runtime import TaskRuntime
 from processor.runtime.dead_letters import DeadLetterTopicError
+from processor.runtime.preflight import PreflightError, check_broker
 from store.layout import ProcessorStateDir
 
 __all__ = ["ROUND_S", "run_processor"]
@@ -48,8 +51,9 @@ def _execution_id() -> str:
 
 def run_processor(config: Config, processor_id: str, clock: Clock | None = None) -> int:
     """Run until SIGTERM (0), drained (0), or declared dead (3); a dead-letter topic
-    that cannot be created stops the start (2, or 1: see above), as does a metrics
-    address that cannot be bound (2: a fixed port in use).
+    that cannot be created stops the start (2, or 1: see above), as do a broker that
+    would refuse every task (2) and a metrics address that cannot be bound (2: a fixed
+    port in use).
 
     Raises:
         ProcessorDirLocked: another live execution of this id holds its state directory
@@ -75,6 +79,13 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
     try:
         runtime = TaskRuntime(config, processor_id, metrics=metrics, clock=clock)
     except DeadLetterTopicError as exc:
+        server.close()
+        log.error("processor %s cannot start: %s", processor_id, exc)
+        return exc.exit_code
+    try:
+        check_broker(config)        # a limit or an ACL that would fail every task: exit 2
+    except PreflightError as exc:
+        runtime.close(commit=False)
         server.close()
         log.error("processor %s cannot start: %s", processor_id, exc)
         return exc.exit_code

@@ -25,6 +25,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from metrics import ProcessorMetrics
 from orchestrator.kafka.logs import client_logging
 from orchestrator.kafka.settings import producer_settings
@@ -37,6 +39,7 @@ from processor.replica import Replay, ReplicaRole
 from processor.runtime.consumers import Consumers
 from processor.runtime.dead_letters import dlq_topic
 from processor.runtime.jobs import TaskJobs
+from processor.runtime.preflight import DEFAULT_TRANSACTION_TIMEOUT_MS, fence_refused
 from store import Store
 
 __all__ = ["Activation", "Activations", "ReplayStep", "StoreAheadError"]
@@ -56,7 +59,8 @@ _INIT_TXN_TIMEOUT_S = 30.0
 # these.
 _PRODUCER_DEFAULTS: dict[str, Any] = {"retry.backoff.ms": 10, "retry.backoff.max.ms": 100,
                                       "queue.buffering.max.messages": 500_000,
-                                      "linger.ms": 5, "transaction.timeout.ms": 10_000}
+                                      "linger.ms": 5,
+                                      "transaction.timeout.ms": DEFAULT_TRANSACTION_TIMEOUT_MS}
 
 
 class StoreAheadError(Exception):
@@ -153,10 +157,18 @@ class Activations:
 
         Raises:
             StoreAheadError: the store has applied records past T1.
-            Exception: whatever init_transactions raised (fenced, fatal, broker error).
+            FenceRefused: init_transactions was refused for good (the transaction
+                timeout above the broker's limit, no WRITE on the transactional id).
+            Exception: whatever else init_transactions raised (fenced, fatal, broker error).
         """
         activation = self.pending[task]
-        activation.fenced.result()                 # raises what init_transactions raised
+        try:
+            activation.fenced.result()             # raises what init_transactions raised
+        except KafkaException as exc:
+            refused = fence_refused(self._config, task, exc)     # a limit or an ACL: say so
+            if refused is not None:
+                raise refused from exc
+            raise
         log.debug("task %r: fenced in %.0f ms", task,
                   (self._clock.monotonic() - activation.started) * 1000)
         store = activation.store

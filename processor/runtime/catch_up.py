@@ -27,17 +27,20 @@ from collections.abc import Callable, Mapping, Sequence
 
 from confluent_kafka import KafkaException
 
+from orchestrator.wire.changelog import changelog_topic
 from orchestrator.wire.clock import Clock
 from orchestrator.wire.config import Config
 from processor.changelog import ChangelogTarget, ChangelogWriter
 from processor.changelog_replica import ChangelogError, ChangelogReplica
 from processor.replica import Replay, Replica, ReplicaRole
+from processor.retention import check_retained
 from processor.runtime.activation import Activations, ReplayStep
 from processor.runtime.barriers import BarrierBook
 from processor.runtime.bulk_path import BulkPlan, changelog_bulk_plan, input_bulk_plan
 from processor.runtime.jobs import TaskJobs
 from processor.runtime.lookups import Lookups
 from processor.runtime.task_partitions import TaskPartitions
+from processor.runtime.tombstones import TombstoneHorizon
 from store import Store
 
 __all__ = ["CatchUp", "ChangelogCatchUp", "InputCatchUp", "catch_up_source"]
@@ -134,6 +137,9 @@ class InputCatchUp(CatchUp):
         positions = {p: applied[p] if p in applied else self._lookups.low_watermark(p)
                      for p in sources.partitions}     # a lookup only when the store lacks it
         caps = {p: sources.cap(p, max(committed[p], 0)) for p in sources.partitions}
+        # a checkpoint below the broker's first offset: the records between are gone
+        check_retained(task, {p: applied[p] for p in sources.partitions if p in applied},
+                       caps, self._lookups.low_watermark)
         job = self._jobs.get(task, role, self._tasks.of(task))
         replica = Replica(task, sources.partitions, job, store, role, positions, caps,
                           sources.filters, sources.gates, clock=self._clock)
@@ -213,6 +219,9 @@ class ChangelogCatchUp(CatchUp):
         self._clock = clock
         self.mapping: dict[str, int] = {}      # task -> partition, from the job model
         self.generation: int | None = None
+        # deletes a store away too long may have missed (processor/runtime/tombstones.py)
+        self._horizon = TombstoneHorizon(config.kafka_settings(),
+                                         changelog_topic(config.job.name))
 
     def update(self, mapping: Mapping[str, int], generation: int | None) -> None:
         self.mapping, self.generation = dict(mapping), generation
@@ -254,6 +263,15 @@ class ChangelogCatchUp(CatchUp):
                 f"task {task!r}: store {store.path} has applied {target.name} up to "
                 f"{position}, past its committed end {end}: was the changelog topic "
                 f"recreated? Move the store away to rebuild it from the changelog")
+        if position is not None and self._horizon.may_have_lost_deletes(
+                self._lookups.consumer, target.name, position, end):
+            log.warning("task %r: store %s is at %s offset %d, and records after it are "
+                        "older than the topic's delete.retention.ms (%d ms): deletes may "
+                        "have been compacted away since; rebuilding it from the start",
+                        task, store.path, target.name, position,
+                        self._horizon.retention_ms())
+            store.clear()
+            position = None
         position = low if position is None else max(position, low)
         fetch_from = low if self._config.catch_up.changelog_read_from == "beginning" \
             else position

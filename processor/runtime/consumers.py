@@ -53,8 +53,11 @@ class Consumers:
         idle_backoff_s = config.processor.idle_fetch_backoff_ms / 1000
         active = Consumer({**settings, **client_logging("processor.active"),
                            "enable.partition.eof": idle_backoff_s > 0})
-        replay = Consumer({**settings, **client_logging("processor.replay")})
-        activation = Consumer({**settings, **client_logging("processor.activation")})
+        # a replay never jumps over records the broker no longer holds: a fetch below
+        # the first retained offset is an error (processor/retention.py)
+        replays = {**settings, "auto.offset.reset": "error"}
+        replay = Consumer({**replays, **client_logging("processor.replay")})
+        activation = Consumer({**replays, **client_logging("processor.activation")})
         self.lookups = Lookups(Consumer({**settings, **client_logging("processor.lookup")}))
         self.active = ActiveConsumer(active, self.lookups, idle_backoff_s, clock)
         self.replays = ReplayConsumers(replay, activation, clock)

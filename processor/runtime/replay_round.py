@@ -13,10 +13,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, MutableMapping
 
-from confluent_kafka import Message
+from confluent_kafka import KafkaError, Message
 
 from metrics import ProcessorMetrics
 from processor.replica import Replay
+from processor.retention import InputTrimmedError, OffsetOutOfRange
 from processor.runtime.batches import replay_by_task
 from processor.runtime.catch_up import CatchUp, Settle
 from processor.runtime.consumers import log_error
@@ -53,6 +54,15 @@ def replay_bite(active_took: int | None, activation_next: bool, input_replays: b
     return bite
 
 
+def _out_of_range_apart(out_of_range: dict[str, Message], msg: Message) -> None:
+    """An error message the grouping took apart from the runs: a fetch below the
+    broker's first offset is kept for its replica, the others are logged."""
+    if msg.error().code() == KafkaError._AUTO_OFFSET_RESET:  # noqa: SLF001
+        out_of_range[f"{msg.topic()}:{msg.partition()}"] = msg
+    else:
+        log_error(msg)
+
+
 class ReplayRound:
     """Runs the replay batches of one processor's replicas.
 
@@ -62,10 +72,14 @@ class ReplayRound:
         metrics: counts the records each replica applied.
         guard: runs a task's change, failing only that task if it raises.
         caught_up: takes an activating replay that has caught up (off the consumers).
+        low_watermark: a partition's first offset, for the error of a replay whose
+            fetch fell below it (processor/retention.py).
     """
 
     def __init__(self, consumers: ReplayConsumers, source: CatchUp, metrics: ProcessorMetrics,
-                 guard: Guard, caught_up: Callable[[Replay], None]) -> None:
+                 guard: Guard, caught_up: Callable[[Replay], None],
+                 low_watermark: Callable[[str], int]) -> None:
+        self._low_watermark = low_watermark
         self._consumers = consumers
         self._source = source
         self._metrics = metrics
@@ -79,11 +93,15 @@ class ReplayRound:
         self._consumers.refresh_caps(replicas.values(), self._source.refresh_caps)
         messages = self._consumers.consume(batch, timeout)
         owner = {p: r.name for r in replicas.values() for p in r.partitions}
-        batches = replay_by_task(messages, owner, log_error)
+        out_of_range: dict[str, Message] = {}
+        batches = replay_by_task(messages, owner,
+                                 functools.partial(_out_of_range_apart, out_of_range))
         settle = self._source.settler(list(replicas.values()))
         for task in list(replicas):
+            mine = [out_of_range[p] for p in replicas[task].partitions
+                    if p in out_of_range]       # the replica raises on it (retention.py)
             self._guard(task, functools.partial(self._apply, replicas=replicas,
-                                                messages=batches.get(task, []),
+                                                messages=mine + batches.get(task, []),
                                                 settle=settle))
         return len(messages)
 
@@ -92,7 +110,13 @@ class ReplayRound:
         """Apply one replica's share of a poll batch and commit it (state and T2)."""
         replica = replicas[task]
         before = replica.applied_total
-        capped = replica.apply(messages)
+        try:
+            capped = replica.apply(messages)
+        except OffsetOutOfRange as exc:
+            first = self._low_watermark(exc.partition)
+            if replica.source == "input" and first > exc.offset:
+                raise InputTrimmedError(exc.partition, exc.offset, first, task) from exc
+            raise
         if replica.applied_total > before:
             self._metrics.record_catch_up(task, "consumer", replica.applied_total - before,
                                           replica.source)

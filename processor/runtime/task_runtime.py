@@ -30,6 +30,7 @@ from processor.active import ActiveTask, ProducerFatal, TaskFailed, TaskFenced, 
 from processor.changelog_replica import ChangelogError
 from processor.job import Job
 from processor.replica import Replay, ReplicaRole
+from processor.retention import InputTrimmedError, OffsetOutOfRange
 from processor.runtime.activation import Activations, StoreAheadError
 from processor.runtime.active_round import ActiveRound
 from processor.runtime.barriers import BarrierBook, BarrierHolder
@@ -41,6 +42,7 @@ from processor.runtime.commits import Commits
 from processor.runtime.consumers import Consumers
 from processor.runtime.dead_letters import ensure_dead_letter_topic
 from processor.runtime.jobs import TaskJobs
+from processor.runtime.preflight import FenceRefused
 from processor.runtime.reconciliation import reconcile
 from processor.runtime.replay_round import BATCH, ReplayRound, replay_bite
 from processor.runtime.reports import StoreSizes, task_reports
@@ -58,7 +60,8 @@ log = logging.getLogger("baton.processor.runtime")
 _IDLE_WHILE_ACTIVATING_S = 0.01
 # what a change of one task may raise and still leave the other tasks running
 _TASK_ERRORS = (StoreError, StoreAheadError, KafkaException, OSError, TaskFenced,
-                ProducerFatal, TaskFailed, ChangelogError)
+                ProducerFatal, TaskFailed, ChangelogError, InputTrimmedError, OffsetOutOfRange,
+                FenceRefused)
 
 
 class TaskRuntime:
@@ -112,7 +115,8 @@ class TaskRuntime:
                                         self._restart)
         self.child_releases = ChildReleases(self)
         self.replay_round = ReplayRound(self.consumers.replays, self.source, self.metrics,
-                                        self.guard, self._replay_done)
+                                        self.guard, self._replay_done,
+                                        self.consumers.lookups.low_watermark)
 
     @property
     def active_consumer(self) -> Consumer:
@@ -160,6 +164,8 @@ class TaskRuntime:
         except _TASK_ERRORS as exc:
             log.error("task %r: %s", task, exc)
             self.failed[task] = str(exc)
+            if isinstance(exc, InputTrimmedError):
+                self.metrics.record_input_trimmed(task)
             if task in self.active:
                 self.consumers.active.unassign(task)
                 self.active.pop(task).store.close()

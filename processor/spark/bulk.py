@@ -78,6 +78,7 @@ from processor.spark.reader import (
     parse_ranges,
     plan_chunks,
 )
+from processor.spark.retained import check_ranges_retained
 from processor.spark.session import SparkUnavailableError, spark_failure, spark_session
 from store import write_sst
 
@@ -140,6 +141,8 @@ def bulk_catch_up(spark: Any, job_class_path: str | JobSpec, kafka_settings: Map
     Raises:
         BulkCatchUpError: the job cannot be loaded, Spark failed after its task retries,
             or the job keeps state across keys.
+        InputTrimmedError: source "input" and a range's start is no longer on the broker
+            (processor/retention.py).
         ValueError: malformed ranges, or plan "local" with a key filter.
     """
     started = time.monotonic()
@@ -151,6 +154,7 @@ def bulk_catch_up(spark: Any, job_class_path: str | JobSpec, kafka_settings: Map
             ship_job_code(spark.sparkContext, spec.path)    # for the executors' imports
         except ValueError as exc:
             raise BulkCatchUpError(f"task {task}: {exc}") from None
+        check_ranges_retained(kafka_settings, ranges, task)     # never a suffix
     if plan == "local" and (key_filter is not None or chunk_records):
         raise ValueError("the local plan replays whole ranges: no key_filter, no chunks")
     sc = spark.sparkContext

@@ -51,6 +51,7 @@ def populate(registry: CollectorRegistry) -> tuple[CoordinatorMetrics, Processor
     processor.record_spark_session_start(3.0)
     processor.record_bulk_catch_up(40.0)
     processor.record_bulk_fallback("Partition 0")
+    processor.record_input_trimmed("Partition 0")
     processor.record_heartbeat("ok")
     processor.record_process_error("Partition 0", "skip")
     processor.record_misrouted("Partition 1", "events:1", "events:5")

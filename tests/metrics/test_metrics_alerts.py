@@ -21,7 +21,7 @@ ALERT_NAMES = {
     "BatonCatchUpStalled", "BatonHandoffStuck", "BatonHandoffNotStarting",
     "BatonInvalidHeartbeats", "BatonProcessorDead", "BatonCoordinatorDown",
     "BatonProcessorTargetDown", "BatonLagGrowing", "BatonTaskFailed",
-    "BatonMisroutedRecords",
+    "BatonMisroutedRecords", "BatonInputTrimmed",
 }
 
 
@@ -253,6 +253,20 @@ CASES: dict[str, dict[str, Any]] = {
             firing("BatonMisroutedRecords", "4m", {"job": "sums", "task": "Partition 1",
                                                    "severity": "warning"}),
             firing("BatonMisroutedRecords", "25m"),
+        ],
+    },
+    "a replay refused for trimmed input fires at once, until the processor restarts": {
+        "input_series": [
+            {"series": f'baton_catchup_gap_errors_total{{{J},task="Partition 1",processor="p2"}}',
+             "values": "_ _ 1x10 _x10"},
+            {"series": f'baton_catchup_records_total{{{J},task="Partition 2",processor="p2",'
+                       'path="consumer",source="input"}', "values": "0+100x20"},
+        ],
+        "promql_expr_test": [
+            firing("BatonInputTrimmed", "1m"),
+            firing("BatonInputTrimmed", "2m", {"job": "sums", "task": "Partition 1",
+                                               "processor": "p2", "severity": "critical"}),
+            firing("BatonInputTrimmed", "20m"),
         ],
     },
     "a task failed for 10 minutes fires; one retried within minutes does not": {
