@@ -52,7 +52,7 @@ def _config(workdir: Path, bootstrap: str, job: str, topics: tuple[str, str],
             standbys: int) -> Path:
     port = free_port()
     raw = {
-        "job": {"name": job, "class": "processor.examples:RunningSum",
+        "job": {"name": job, "class": "processor.examples:StampedSum",
                 "inputs": [topics[0]], "output": topics[1]},
         "kafka": {"bootstrap_servers": bootstrap},
         "coordinator": {"listen": f"127.0.0.1:{port}", "url": f"http://127.0.0.1:{port}",

@@ -2,9 +2,10 @@
 preload, steady keyed traffic), reading a topic back, the pause and failover figures
 from the output topic's timestamps, the oracle, and CPU seconds from /proc.
 
-Both systems stamp each output with the time it was processed (Baton's producer at
-produce time; the Kafka Streams peer sets it explicitly), so a gap between outputs read
-from the topic is a gap in processing, measured the same way for both.
+Both systems stamp each output with the time it was processed (Baton's job,
+processor.examples:StampedSum, and the Kafka Streams peer set it explicitly: both
+default to the input's timestamp), so a gap between outputs read from the topic is a
+gap in processing, measured the same way for both.
 """
 
 from __future__ import annotations

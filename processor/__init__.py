@@ -2,7 +2,8 @@
 
 In layers, each importing only its own and those below it (tests/test_layers.py):
 
-1. the per-task pieces, at this package's root: the Job API (`job`), the active task
+1. the per-task pieces, at this package's root: the Job API (`job`, the key and value
+   formats in `formats`, the executors' `jobspec`), the active task
    (`active`, `outputs`), replicas (`replica`), the changelog writer and applier
    (`changelog`, `changelog_replica`), replay sources (`sources`), and the job authors'
    helpers (`testing`, `examples`, `oracle`);

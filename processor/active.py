@@ -113,7 +113,8 @@ class ActiveTask:
                  committed: dict[str, int],
                  broker_committed: Callable[[list[str]], dict[str, int]],
                  *, clock: Clock | None = None,
-                 changelog: ChangelogWriter | None = None) -> None:
+                 changelog: ChangelogWriter | None = None,
+                 outputs: Sequence[str] = ()) -> None:
         self.name = name
         self.partitions = list(partitions)
         self.job = job
@@ -121,7 +122,8 @@ class ActiveTask:
         self._state = store.state             # what process() sees, looked up once
         self.producer = producer
         self.output_topic = output_topic
-        self.output_topics = frozenset({output_topic})  # where an Output may go
+        # where an Output may go: `output` and `[job] outputs`
+        self.output_topics = frozenset({output_topic, *outputs})
         self.dlq_topic = dlq_topic
         self.on_error = on_error
         self._group_metadata = group_metadata
@@ -264,8 +266,8 @@ class ActiveTask:
         timestamp = record.timestamp if record.timestamp > 0 else 0
         for out in outputs:
             if out.__class__ is not tuple:                  # an Output (processor/outputs.py)
-                self._produce_output(out, timestamp)
-                continue
+                self._produce_outputs(outputs, out, record, timestamp)
+                return
             key, value = out
             # encode_output, inlined for the exact types jobs yield (str.encode() is utf-8)
             if key.__class__ is str:
@@ -276,22 +278,37 @@ class ActiveTask:
                 value = value.encode()
             elif value is not None and value.__class__ is not bytes:
                 value = encode_output(value)
-            try:                        # positional: ~2x cheaper than keywords
-                produce(output_topic, value, key, -1, None, timestamp)
+            # positional: ~2x cheaper than keywords; confluent-kafka's order is (topic,
+            # value, key, partition, on_delivery, callback, timestamp)
+            try:
+                produce(output_topic, value, key, -1, None, None, timestamp)
             except BufferError:
                 self._produce(produce, output_topic, key, value, timestamp=timestamp)
 
-    def _produce_output(self, out: object, timestamp: int) -> None:
-        """Produce an `Output`: its own topic, headers and timestamp where given."""
+    def _produce_outputs(self, outputs: list[Any], first: object, record: Record,
+                         timestamp: int) -> None:
+        """Produce the rest of a record's outputs from `first`, its first that is not a
+        `(key, value)` tuple: an `Output` (its own topic, headers and timestamp) or a
+        list pair. All of them are checked before any is produced, so a bad one (an
+        undeclared topic) goes through on_error with none of them produced. The
+        record's state writes stand: replicas never look at outputs, and keep them too.
+        Only if plain pairs of the record were already produced (they cannot be taken
+        back) does the task stop whatever on_error says."""
+        start = next(i for i, out in enumerate(outputs) if out is first)
         try:
-            topic, key, value, headers, when = output_fields(out, self.output_topic,
-                                                             self.output_topics)
+            fields = [output_fields(out, self.output_topic, self.output_topics)
+                      for out in outputs[start:]]
         except OutputError as exc:
+            if start == 0:
+                self._on_error(record, exc)
+                return
             self.abort()
-            raise TaskFailed(f"task {self.name!r}: {exc}; the task stopped at its committed "
-                             f"offsets") from exc
-        self._produce(self.producer.produce, topic, key, value, headers,
-                      timestamp if when is None else when)
+            raise TaskFailed(f"task {self.name!r}: {exc}; the record's earlier outputs were "
+                             f"produced, so the task stopped at its committed offsets") \
+                from exc
+        for topic, key, value, headers, when in fields:
+            self._produce(self.producer.produce, topic, key, value, headers,
+                          timestamp if when is None else when)
 
     def _produce(self, produce: Callable[..., None], topic: str, key: bytes | None,
                  value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None = None,
@@ -409,7 +426,8 @@ class ActiveTask:
         restart; those would stay open until this producer's next commit took them in.
         A void record per partition names them all again, and the abort closes them.
         """
-        topics = [self.output_topic] + ([self.dlq_topic] if self.on_error == "dlq" else [])
+        topics = [self.output_topic, *sorted(self.output_topics - {self.output_topic})] \
+            + ([self.dlq_topic] if self.on_error == "dlq" else [])
         producer = self.producer
         producer.begin_transaction()
         for topic in topics:

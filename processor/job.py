@@ -16,13 +16,15 @@ promoted, or the processor stops), so a job may open a client or load a model in
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-__all__ = ["Context", "Emitted", "Headers", "Job", "JobLoadError", "JobSpec", "KeyValue",
-           "Output", "Record", "Role", "State", "load_job", "new_job"]
+__all__ = ["Context", "Emitted", "Headers", "Job", "JobLoadError", "KeyValue", "Output",
+           "Record", "Role", "State", "add_job_path", "load_job", "new_job"]
 
 State = MutableMapping[Any, Any]
 # Kafka headers as confluent-kafka gives them: (name, value) pairs, names may repeat
@@ -102,12 +104,26 @@ class JobLoadError(ValueError):
     """`job.class` names nothing importable, or not a `Job` subclass (callers name the key)."""
 
 
-def load_job(class_path: str) -> type[Job]:
+def add_job_path(path: Sequence[str | Path]) -> None:
+    """Put `[job] path`'s directories first on sys.path (each once), so the job's own
+    package is found before anything of the same name installed in the environment."""
+    for entry in reversed([str(p) for p in path]):
+        if entry in sys.path:
+            sys.path.remove(entry)
+        sys.path.insert(0, entry)
+
+
+def load_job(class_path: str, path: Sequence[str | Path] = ()) -> type[Job]:
     """Import ``"module:Class"``, a `Job` subclass (the daemon, Spark executors, audit).
+
+    Args:
+        class_path: `[job] class`.
+        path: `[job] path`, resolved: directories searched first (see `add_job_path`).
 
     Raises:
         JobLoadError: not importable, or not a Job subclass.
     """
+    add_job_path(path)
     module_name, _, name = class_path.partition(":")
     try:
         job_class = getattr(importlib.import_module(module_name), name)
@@ -124,29 +140,3 @@ def new_job(job_class: type[Job], context: Context) -> Job:
     job.params = MappingProxyType(dict(context.params))
     job.setup(context)
     return job
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """How to make a job where only names travel (Spark executors): its class path,
-    the job's name, the `[job.params]` table and the task, picklable. A bare class path
-    is a spec without params."""
-
-    class_path: str
-    job: str = ""
-    params: Mapping[str, Any] = field(default_factory=dict)
-    task: str = ""
-
-    @classmethod
-    def of(cls, job: str | JobSpec) -> JobSpec:
-        return job if isinstance(job, JobSpec) else cls(job)
-
-    def make(self, partitions: Sequence[str], role: Role = "bulk") -> Job:
-        """A set-up instance for one fold of the task (its caller closes it).
-
-        Raises:
-            JobLoadError: the class cannot be loaded.
-        """
-        context = Context(self.job, self.task, tuple(partitions), "spark", role,
-                          dict(self.params))
-        return new_job(load_job(self.class_path), context)

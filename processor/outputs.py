@@ -48,7 +48,7 @@ def output_fields(out: object, default_topic: str, topics: Collection[str]) -> F
         if topic not in topics:
             raise OutputError(f"process() yielded an Output to topic {topic!r}, which the "
                               f"job does not declare (its outputs: {sorted(topics)}); "
-                              f"name it in [job] output")
+                              f"name it in [job] outputs")
         headers = None if not out.headers else [
             (str(name), encode_output(value)) for name, value in out.headers]
         return (topic, encode_output(out.key), encode_output(out.value), headers,

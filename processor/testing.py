@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
+from processor.formats import Format, with_formats
 from processor.job import Context, Job, Output, Record, new_job
 from processor.outputs import encode_output, output_fields
 from store import Key, TaskStore
@@ -59,20 +60,23 @@ class JobHarness:
             writes); "skip" records it in `failed` and goes on.
         commit_every: records per transaction (the daemon commits a poll batch at a time;
             a job whose result depends on it has a bug this exposes).
+        key_format, value_format: `[job] key_format` / `value_format`
+            (processor/formats.py): records decoded, outputs encoded as the daemon does.
     """
 
     def __init__(self, job: type[Job] | Job, *, params: Mapping[str, Any] | None = None,
                  output: str = _OUTPUT, outputs: Iterable[str] = (),
                  on_error: OnError = "fail", commit_every: int = 1,
-                 task: str = "Partition 0", partitions: Iterable[str] = (f"{_INPUT}:0",)
-                 ) -> None:
+                 task: str = "Partition 0", partitions: Iterable[str] = (f"{_INPUT}:0",),
+                 key_format: Format = "bytes", value_format: Format = "bytes") -> None:
         if commit_every < 1:
             raise ValueError(f"commit_every must be >= 1, got {commit_every}")
         self._dir = tempfile.TemporaryDirectory(prefix="baton-testing-")
         self.store = TaskStore(self._dir.name)
         context = Context("testing", task, tuple(partitions), "testing", "testing",
                           dict(params or {}))
-        self.job = new_job(job, context) if isinstance(job, type) else job
+        made = new_job(job, context) if isinstance(job, type) else job
+        self.job = with_formats(made, key_format, value_format)
         self.output = output
         self._topics = frozenset({output, *outputs})
         self.on_error: OnError = on_error

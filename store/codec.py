@@ -78,7 +78,10 @@ def encode_key(key: Key) -> bytes:
         return STR_TAG + key.encode()
     if isinstance(key, bytearray | memoryview):
         return BYTES_TAG + bytes(key)
-    raise TypeError(f"state keys must be bytes or str, got {type(key).__name__}: {key!r}")
+    hint = "; an int key must be made a str (str(key)): ints are not state keys, so 1 " \
+        "and '1' cannot be mistaken" if isinstance(key, int) else ""
+    raise TypeError(f"state keys must be bytes or str, got {type(key).__name__}: {key!r}"
+                    f"{hint}")
 
 
 def decode_key(raw: bytes) -> Key:

@@ -40,7 +40,7 @@ def audit_command(config_path: str, as_json: bool) -> None:
     except ConfigError as exc:
         _fail(str(exc), as_json)
     try:
-        load_job(config.job.class_)
+        load_job(config.job.class_, config.job_path)
     except ValueError as exc:
         _fail(f"{config.path}: job.class: {exc}", as_json)
     try:

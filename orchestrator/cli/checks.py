@@ -87,10 +87,10 @@ def probe(config: Config) -> list[Finding]:
 
 def _job_class(config: Config) -> Finding:
     try:
-        job = load_job(config.job.class_)
+        job = load_job(config.job.class_, config.job_path)
     except JobLoadError as exc:
-        return Finding("error", "job.class", f"{exc}; is the job's package installed here "
-                                             "(or on PYTHONPATH)?")
+        return Finding("error", "job.class", f"{exc}; is the job's package installed here, "
+                                             "on PYTHONPATH or in [job] path?")
     return Finding("ok", "job.class", f"{config.job.class_} imports ({job.__name__})")
 
 
@@ -117,6 +117,9 @@ def _kafka(config: Config) -> Iterator[Finding]:
     for topic in config.job.inputs:
         yield _needed(topics, "job.inputs", topic)
     yield _needed(topics, "job.output", config.job.output)
+    for topic in config.job.outputs:
+        if topic != config.job.output:
+            yield _needed(topics, "job.outputs", topic)
     name = config.job.name
     yield _created(admin, topics, "job.name", stream_topic(name),
                    "the coordinator stream (the coordinator creates it)")

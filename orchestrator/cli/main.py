@@ -20,6 +20,7 @@ __all__ = ["main"]
 # demo, the assignment bench's), ~50 ms of each join
 _COMMANDS = {
     "demo": "orchestrator.cli.demo:demo_command",
+    "dev": "orchestrator.cli.dev:dev_command",
     "group": "orchestrator.cli.group:group_command",
     "processor": "orchestrator.cli.processor:processor_command",
     "coordinator": "orchestrator.cli.ops:coordinator_command",

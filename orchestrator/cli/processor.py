@@ -40,7 +40,7 @@ def processor_command(config_path: Path, processor_id: str, state_dir: Path | No
     from processor.job import JobLoadError, load_job
 
     try:
-        load_job(config.job.class_)
+        load_job(config.job.class_, config.job_path)
     except JobLoadError as exc:
         fail(f"{config_path}: {exc}", 2)
     from store.errors import StoreError

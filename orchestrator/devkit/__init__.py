@@ -1,4 +1,5 @@
-"""Developer tooling: the embedded broker profile, the Apache Kafka test broker, the
-paused-handoff hooks and the demo."""
+"""Developer tooling: the embedded broker profile, the Apache Kafka test broker (and its
+secured variant), the paused-handoff hooks, the demo, and `baton dev` (the user's own
+job on the embedded broker: its daemons as child processes, its JSON-lines records)."""
 
-__all__ = ["demo", "embedded", "kafka", "pauses"]
+__all__ = ["cluster", "demo", "dev", "embedded", "kafka", "kafka_secure", "pauses", "records"]

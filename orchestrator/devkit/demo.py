@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -30,12 +29,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from orchestrator.devkit.cluster import Cluster as _Cluster
+from orchestrator.devkit.cluster import committed_all as _committed_all
+from orchestrator.devkit.cluster import read_topic as _read
 from orchestrator.devkit.embedded import (
     EMBEDDED_CATCH_UP_SETTINGS,
     EMBEDDED_KAFKA_SETTINGS,
@@ -132,45 +134,10 @@ class _Feeder:
         return self.sent
 
 
-class _Cluster:
-    """The child processes; every one is stopped on exit and on Ctrl-C."""
-
-    def __init__(self, workdir: Path, config_file: Path, log: Callable[[str], None]) -> None:
-        self.workdir, self.config_file, self.log = workdir, config_file, log
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(self, name: str, *args: str) -> None:
-        if args[0] == "processor":      # processors sharing a host need their own state
-            args = (*args, "--state-dir", str(self.workdir / "state" / name))
-        logfile = (self.workdir / f"{name}.log").open("ab")
-        cmd = [sys.executable, "-m", "orchestrator.cli", *args, "-c", str(self.config_file)]
-        self.procs[name] = subprocess.Popen(cmd, stdout=logfile, stderr=logfile,
-                                            stdin=subprocess.DEVNULL)
-        logfile.close()
-        self.log(f"started {name} (pid {self.procs[name].pid})")
-
-    def stop(self, name: str, timeout: float = 30.0) -> int | None:
-        proc = self.procs.pop(name, None)
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        return proc.returncode
-
-    def stop_all(self) -> None:
-        for name in [n for n in self.procs if n != "coordinator"] + ["coordinator"]:
-            self.stop(name, 15)
-
-
 def _make_config(workdir: Path, bootstrap: str, topics: tuple[str, str]) -> Path:
     port = free_port()
     raw = {
-        "job": {"name": "demo", "class": "processor.examples:RunningSum",
+        "job": {"name": "demo", "class": "processor.examples:StampedSum",
                 "inputs": [topics[0]], "output": topics[1], "grouping": "partition",
                 # the demo's producer holds its writes while `baton expand` runs and
                 # refreshes its metadata before it writes again: it is never stale, so
@@ -266,41 +233,6 @@ def _holds_tasks(processor: str) -> Callable[[dict[str, Any]], bool]:
         mine = [p for p in status["processors"] if p["id"] == processor]
         return bool(mine and mine[0]["active"]) and is_balanced(status)
     return check
-
-
-def _committed_all(bootstrap: str, topic: str, group: str) -> tuple[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                         "enable.auto.commit": False, "isolation.level": "read_committed"})
-    try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        tps = [TopicPartition(topic, p) for p in parts]
-        committed = sum(max(tp.offset, 0) for tp in consumer.committed(tps, timeout=10))
-        end = sum(consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in tps)
-        return committed, end
-    finally:
-        consumer.close()
-
-
-def _read(bootstrap: str, topic: str) -> list[Any]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"demo-read-{time.time()}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed",
-                         "receive.message.max.bytes": 1_000_000_000})
-    try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in parts}
-        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
-        out: list[Any] = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            out.extend(m for m in consumer.consume(10000, 0.5) if not m.error())
-            positions = consumer.position([TopicPartition(topic, p) for p in parts])
-            if all(tp.offset >= ends[tp.partition] for tp in positions):
-                break
-        out.sort(key=lambda m: (m.partition(), m.offset()))
-        return out
-    finally:
-        consumer.close()
 
 
 def _scale(demo: Demo, cluster: _Cluster, client: CoordinatorClient, feeder: _Feeder,
@@ -410,12 +342,7 @@ def run_demo(console: Console | None, keep_logs: Path | None = None) -> DemoResu
 
 def _wait_file(path: Path, cluster: _Cluster) -> None:
     cluster.start("coordinator", "coordinator")
-    deadline = time.monotonic() + 30
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the coordinator did not create {path}; see its log")
-        time.sleep(0.1)
-    cluster.procs["coordinator"].poll()
+    cluster.wait_for_file(path)
 
 
 def _summarise(demo: Demo, oracle: OracleResult, gaps: list[Gap]) -> None:

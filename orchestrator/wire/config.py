@@ -17,15 +17,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from orchestrator.wire.partitioners import PartitionerName
+from orchestrator.wire.job_config import Format, JobConfig
+from orchestrator.wire.job_config import Section as _Section
 from orchestrator.wire.secrets import SecretError, mask, redact, resolve, secret_values
 from orchestrator.wire.validation import check_ports, describe_errors
 
@@ -35,6 +34,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "CoordinatorConfig",
+    "Format",
     "JobConfig",
     "ProcessorConfig",
     "SparkConfig",
@@ -59,36 +59,6 @@ class ConfigError(Exception):
     def __init__(self, message: str, problems: list[str] | None = None) -> None:
         super().__init__(message)
         self.problems: list[str] = problems if problems is not None else [message]
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class JobConfig(_Section):
-    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
-    """The job's name: it names the consumer group, transactional ids and Baton's topics."""
-    params: dict[str, Any] = Field(default_factory=dict)
-    """`[job.params]`: the job's own settings, given to it as `Job.params`, read-only."""
-    class_: str = Field(alias="class", pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-    """Import path `module:Class` of the `processor.Job` subclass to run."""
-    inputs: list[str] = Field(min_length=1)
-    """The input topics (distinct); the grouping makes tasks of their partitions."""
-    output: str = Field(min_length=1)
-    """The topic every output record goes to, in the task's transaction."""
-    grouping: Literal["partition", "ssp", "cogroup", "single"] = "partition"
-    """How input partitions become tasks (see docs/design.md, "Words")."""
-    partitioner: PartitionerName = "consistent_random"
-    """The producers' key -> partition function; a split's key filter must agree."""
-    expansion_grace_ms: int = Field(default=300000, ge=0, le=86_400_000)
-    """How stale producers' metadata may be after an expansion (their refresh interval)."""
-
-    @field_validator("inputs")
-    @classmethod
-    def _distinct(cls, inputs: list[str]) -> list[str]:
-        if len(set(inputs)) != len(inputs) or any(not t for t in inputs):
-            raise ValueError("inputs must be distinct, non-empty topic names")
-        return inputs
 
 
 class CoordinatorConfig(_Section):
@@ -292,6 +262,11 @@ class Config(_Section):
         """The token processors present: processor_token_file, else token_file."""
         own = self.file(self.coordinator.processor_token_file)
         return own if own is not None else self.token_file
+
+    @property
+    def job_path(self) -> list[Path]:
+        """`[job] path`: the directories of the job's code, resolved against the file."""
+        return [self.path_of(p) for p in self.job.path]
 
     @property
     def state_dir(self) -> Path:

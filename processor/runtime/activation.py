@@ -231,7 +231,7 @@ class Activations:
                             self._consumers.active.consumer.consumer_group_metadata,
                             {p: replay.caps[p] for p in partitions},
                             self._consumers.lookups.committed, clock=self._clock,
-                            changelog=changelog)
+                            changelog=changelog, outputs=config.job.outputs)
         active.activated_at = activation.started
         active.on_process_error = self._metrics.record_process_error
         return active

@@ -1,5 +1,6 @@
 """The job instances of a processor's tasks: one per task, from its arrival to its leaving.
 
+The instance is seen through the job's key and value formats (processor/formats.py).
 A task arrives here as a warmup or standby (`start_replica`) or straight into its
 activation; the instance made then (`processor.job.new_job`: `params` set, `setup`
 called with the role it arrived in) serves the task through its replay, activation and
@@ -15,6 +16,7 @@ import logging
 from collections.abc import Sequence
 
 from orchestrator.wire.config import Config
+from processor.formats import with_formats
 from processor.job import Context, Job, Role, load_job, new_job
 
 __all__ = ["TaskJobs"]
@@ -35,8 +37,11 @@ class TaskJobs:
     def __init__(self, config: Config, processor_id: str, shared: Job | None = None) -> None:
         self._config = config
         self._processor = processor_id
-        self._shared = shared
-        self._class = type(shared) if shared is not None else load_job(config.job.class_)
+        formats = config.job.key_format, config.job.value_format
+        self._formats = formats
+        self._shared = None if shared is None else with_formats(shared, *formats)
+        self._class = type(shared) if shared is not None else load_job(config.job.class_,
+                                                                       config.job_path)
         self._jobs: dict[str, Job] = {}
 
     def get(self, task: str, role: Role, partitions: Sequence[str]) -> Job:
@@ -47,7 +52,8 @@ class TaskJobs:
         if job is None:
             context = Context(self._config.job.name, task, tuple(partitions),
                               self._processor, role, self._config.job.params)
-            job = self._jobs[task] = new_job(self._class, context)
+            job = self._jobs[task] = with_formats(new_job(self._class, context),
+                                                  *self._formats)
         return job
 
     def close(self, task: str) -> None:

@@ -41,6 +41,7 @@ from processor.spark import (
     spark_failure,
     without_markers,
 )
+from processor.spark.code import JobCodeError, ship_job_code
 from processor.spark.plans import group_chunks
 
 __all__ = ["AuditError", "AuditReport", "KeyDiff", "audit", "compare_sequences"]
@@ -127,7 +128,15 @@ def audit(spark: Any, config: Config, *, max_examples: int = MAX_EXAMPLES) -> Au
         ValueError: the job class cannot be imported (the caller names `job.class`).
         AuditError: an input is not retained from offset 0, or Spark/Kafka failed.
     """
-    load_job(config.job.class_)
+    load_job(config.job.class_, config.job_path)
+    if (config.job.key_format, config.job.value_format) != ("bytes", "bytes"):
+        raise AuditError(f"{config.path}: job.key_format / job.value_format: the audit "
+                         f"replays the job on raw bytes; a job with formats other than "
+                         f"bytes cannot be audited")
+    try:
+        ship_job_code(spark.sparkContext, config.job_path)
+    except JobCodeError as exc:
+        raise AuditError(str(exc)) from None
     settings = config.kafka_settings()
     inputs = _ranges(settings, config.job.inputs)
     trimmed = [f"{name} starts at {lo}" for name, (lo, _) in inputs.items() if lo > 0]

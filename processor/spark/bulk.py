@@ -64,8 +64,10 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, Literal
 
-from processor.job import JobSpec, load_job
+from processor.job import load_job
+from processor.jobspec import JobSpec, job_spec
 from processor.replica import KeyFilter
+from processor.spark.code import ship_job_code
 from processor.spark.fold import Timings
 from processor.spark.ingest import BulkCatchUpError, BulkResult, Source
 from processor.spark.plans import fold_and_write, group_chunks, replay_and_write
@@ -148,7 +150,8 @@ def bulk_catch_up(spark: Any, job_class_path: str | JobSpec, kafka_settings: Map
     spec = dataclasses.replace(JobSpec.of(job_class_path), task=task)
     if source == "input":
         try:
-            load_job(spec.class_path)
+            load_job(spec.class_path, spec.path)
+            ship_job_code(spark.sparkContext, spec.path)    # for the executors' imports
         except ValueError as exc:
             raise BulkCatchUpError(f"task {task}: {exc}") from None
         check_ranges_retained(kafka_settings, ranges, task)     # never a suffix
@@ -298,9 +301,8 @@ def run_bulk_catch_up(config: Any, ranges: Ranges, task: str, *,
         spark = spark_session(config.spark.master, conf=config.spark.conf)
     except SparkUnavailableError as exc:
         raise BulkCatchUpError(f"task {task}: {exc}") from exc
-    return bulk_catch_up(spark, JobSpec(config.job.class_, config.job.name, config.job.params),
-                         config.kafka_settings(), ranges, source or config.catch_up.source,
-                         task, key_filter=key_filter)
+    return bulk_catch_up(spark, job_spec(config), config.kafka_settings(), ranges,
+                         source or config.catch_up.source, task, key_filter=key_filter)
 
 
 def _describe(ranges: Ranges) -> str:

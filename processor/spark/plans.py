@@ -21,7 +21,8 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from processor.job import Headers, Job, JobSpec
+from processor.job import Headers, Job
+from processor.jobspec import JobSpec
 from processor.replica import KeyFilter, new_record
 from processor.spark.fold import FoldState, replay
 from processor.spark.ingest import Source

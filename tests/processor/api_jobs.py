@@ -8,7 +8,7 @@ from typing import Any
 
 from processor import Context, Emitted, Job, Output, Record, State
 
-__all__ = ["HookedSum"]
+__all__ = ["HookedSum", "JsonTotals"]
 
 
 class HookedSum(Job):
@@ -33,3 +33,17 @@ class HookedSum(Job):
 
     def close(self) -> None:
         HookedSum.calls.append(("close", self.context.processor, self.context.task))
+
+
+class JsonTotals(Job):
+    """`key_format = "str"`, `value_format = "json"`: a running total of the values' "n"
+    per key as a (key, value) pair, and an `Output` to the "alerts" output (named in
+    `params["alerts"]`) once a key's total passes `params["limit"]`."""
+
+    def process(self, record: Record, state: State) -> Iterator[Emitted]:
+        assert isinstance(record.key, str), record.key
+        total = state.get(record.key, 0) + record.value["n"]
+        state[record.key] = total
+        yield record.key, {"total": total}
+        if total > self.params["limit"]:
+            yield Output(record.key, {"over": total}, topic=self.params["alerts"])

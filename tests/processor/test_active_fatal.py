@@ -111,16 +111,64 @@ class _ToElsewhere(Job):
         yield Output(record.key, b"x", topic="elsewhere")
 
 
+class _OutputsOnly(Job):
+    """Counts the records it saw in state, then yields Outputs only."""
+
+    def process(self, record: Record, state: State) -> Iterator[Emitted]:
+        state["seen"] = state.get("seen", 0) + 1
+        yield Output(record.key, b"out", headers=[("h", "v")])
+        yield Output(record.key, b"x", topic="elsewhere")
+
+
+def _recording_task(tmp_path: Path, job: Job, on_error: Any, outputs: tuple[str, ...] = ()
+                    ) -> tuple[ActiveTask, _Recording]:
+    producer = _Recording()
+    task = ActiveTask("Partition 0", ["in:0"], job, TaskStore(tmp_path / "s"), producer,
+                      "out", "dlq", on_error, lambda: None, {"in:0": 0},
+                      lambda partitions: {}, outputs=outputs)
+    return task, producer
+
+
 def test_outputs_carry_the_input_timestamp_and_an_undeclared_topic_fails_the_task(
         tmp_path) -> None:
-    producer = _Recording()
-    task = ActiveTask("Partition 0", ["in:0"], _ToElsewhere(), TaskStore(tmp_path / "s"),
-                      producer, "out", "dlq", "fail", lambda: None, {"in:0": 0},
-                      lambda partitions: {})
+    """A pair of the record was produced before the bad Output: it cannot be taken
+    back, so the task stops even under on_error = "skip"."""
+    task, producer = _recording_task(tmp_path, _ToElsewhere(), "skip")
     with pytest.raises(TaskFailed, match="'elsewhere'"):
         task.process([Msg(0)])
     task.store.close()
+    assert producer.sent == [("out", b"pair", b"k", -1, None, None, 0)]  # Msg's timestamp: 0
+
+
+def test_a_declared_output_topic_takes_outputs(tmp_path) -> None:
+    task, producer = _recording_task(tmp_path, _ToElsewhere(), "fail", ("elsewhere",))
+    task.process([Msg(0)])
+    task.store.close()
     assert producer.sent == [
-        ("out", b"pair", b"k", -1, None, 0),            # Msg's timestamp is 0: "now"
+        ("out", b"pair", b"k", -1, None, None, 0),
         ("out", ("headers", [("h", b"v")]), ("key", b"k"), ("timestamp", 0),
-         ("value", b"out"))]
+         ("value", b"out")),
+        ("elsewhere", ("headers", None), ("key", b"k"), ("timestamp", 0), ("value", b"x"))]
+
+
+@pytest.mark.parametrize("on_error", ["skip", "dlq"])
+def test_an_undeclared_topic_goes_through_on_error_with_no_output_produced(
+        tmp_path, on_error) -> None:
+    task, producer = _recording_task(tmp_path, _OutputsOnly(), on_error)
+    task.process([Msg(0)])
+    assert task.store.get("seen") == 1      # its writes stand, as on replicas (no outputs)
+    assert task.skipped_total == 1
+    task.store.close()
+    sent_to = [sent[0] for sent in producer.sent]
+    assert sent_to == ([] if on_error == "skip" else ["dlq"])
+    if on_error == "dlq":
+        headers = dict(producer.sent[0][1][1])
+        assert b"elsewhere" in headers["baton.error"]
+
+
+def test_an_undeclared_topic_under_fail_stops_the_task_with_nothing_produced(tmp_path) -> None:
+    task, producer = _recording_task(tmp_path, _OutputsOnly(), "fail")
+    with pytest.raises(TaskFailed, match="'elsewhere'.*on_error=fail"):
+        task.process([Msg(0)])
+    task.store.close()
+    assert producer.sent == []

@@ -4,9 +4,11 @@ through processor.testing, on the task store's own semantics."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from processor.examples import IdentifiedSum, KeyStats, ResettableSum, RunningSum
+from processor.examples import IdentifiedSum, KeyStats, ResettableSum, RunningSum, StampedSum
 from processor.job import Record
 from processor.oracle import check_identified_sums
 from processor.testing import run_job
@@ -53,6 +55,12 @@ def test_running_sum_and_key_stats_through_the_harness() -> None:
     assert all(o.topic == "output" for o in run.outputs)
     assert [o.timestamp for o in run.outputs] == [1, 2, 3, 4]      # the inputs'
     assert run.state == {b"a": 6, b"b": 5}
+    before = time.time_ns() // 1_000_000
+    stamped = run_job(StampedSum, pairs)
+    after = time.time_ns() // 1_000_000
+    assert [(o.key, o.value) for o in stamped.outputs] == [(o.key, o.value)
+                                                           for o in run.outputs]
+    assert all(before <= o.timestamp <= after for o in stamped.outputs)  # when computed
     stats = run_job(KeyStats, pairs, commit_every=3)
     assert stats.state == {b"a": {"n": 3, "sum": 6}, b"b": {"n": 1, "sum": 5}}
 

@@ -29,6 +29,11 @@ def test_encoded_order_is_bytes_keys_then_str_keys() -> None:
     assert sorted(keys, key=encode_key) == [b"a", b"b", b"\xff", "a", "b"]
 
 
+def test_an_int_key_is_refused_with_what_to_do() -> None:
+    with pytest.raises(TypeError, match=r"got int: 7; an int key must be made a str"):
+        encode_key(7)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("key", [None, 1, 1.5, ("a",)])
 def test_other_key_types_are_refused(key: object) -> None:
     with pytest.raises(TypeError, match="bytes or str"):

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from processor.job import JobSpec, Record
+from processor.job import Record
+from processor.jobspec import JobSpec
 from processor.spark.bulk import bulk_catch_up
 from processor.spark.ingest import ingest_bulk
 from processor.testing import run_job
