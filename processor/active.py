@@ -60,9 +60,7 @@ from processor.transaction import (
 from store import Store
 
 __all__ = ["ActiveTask", "ProducerFatal", "TaskFailed", "TaskFenced", "TransactionAborted",
-           "callback_error", "encode_output"]
-
-_callback_error = callback_error   # its former name here
+           "encode_output"]
 
 log = logging.getLogger("baton.processor.active")
 
