@@ -190,6 +190,8 @@ class ActiveTask:
         store.begin_record()
         try:
             results = list(map(list, self.job.process_batch(records, self._state)))
+            if len(results) != len(records):    # not one result per record: not trusted
+                raise ValueError(f"process_batch() gave {len(results)} results")
         except Exception:  # noqa: BLE001 - user code: redone one record at a time below
             store.rollback_record()
             for record in records:

@@ -105,7 +105,8 @@ class Job:
         it, faithfully: the same state afterwards and the same outputs per record as
         `process()` record by record. Should it raise, the runtime undoes the batch's
         state changes and runs the batch through `process()` record by record, so the
-        record that fails meets `[job] on_error` alone.
+        record that fails meets `[job] on_error` alone; an active task does the same
+        with a result that is not one iterable per record.
         """
         return map(self.process, records, repeat(state))
 

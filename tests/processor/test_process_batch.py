@@ -116,3 +116,18 @@ def test_an_active_task_skips_what_its_transaction_already_holds(store: Any) -> 
     assert [sent[2] for sent in producer.sent] == [b"a", b"c", b"a", b"b"]  # offsets 2..5
     assert b"poison" not in store
     assert task.pending == {"in:0": 6}
+
+
+class _OneShort(RunningSum):
+    def process_batch(self, records: Sequence[Record], state: State
+                      ) -> Iterable[Iterable[Emitted]]:
+        return list(super().process_batch(records, state))[:-1]
+
+
+def test_a_batch_result_short_of_a_record_is_redone_by_process(store: Any) -> None:
+    producer = _Recording()
+    task = ActiveTask("Partition 0", ["in:0"], _OneShort(), store, producer, "out", "dlq",
+                      "fail", lambda: None, {"in:0": 0}, lambda partitions: {})
+    task.process(_messages(_INPUT))
+    assert [sent[1] for sent in producer.sent] == [b"1", b"2", b"4", b"4", b"9", b"8"]
+    assert (store[b"a"], store[b"b"], store[b"c"]) == (9, 8, 4)
