@@ -341,12 +341,9 @@ def measure(records: int, keys: int, partitions: int, rounds: int, batch: int,
             "active_ok": ratios["active_ratio"] >= ACTIVE_TARGET}
 
 
+_VERDICT = {True: "ok", False: "MISSED"}
 _LABELS = {"raw": "raw consume", "floor_warmup": "floor warmup", "floor_active": "floor active",
            "warmup": "warmup replay", "active": "active (EOS)"}
-
-
-def _verdict(ok: bool) -> str:
-    return "ok" if ok else "MISSED"
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -361,10 +358,10 @@ def print_table(result: dict[str, Any]) -> None:
         print(f"{label:<14} {result[f'{name}_rate']:>12,.0f} "
               f"{result[f'{name}_cpu_us_per_record']:>11.2f} {ratio:>6.2f} {cpu_ratio:>12.2f}")
     print(f"targets: floor warmup <= {FLOOR_TARGET_US} us/record: "
-          f"{result['floor_warmup_cpu_us_per_record']:.2f} {_verdict(result['floor_ok'])}; "
+          f"{result['floor_warmup_cpu_us_per_record']:.2f} {_VERDICT[result['floor_ok']]}; "
           f"warmup >= {WARMUP_TARGET} x raw: {result['warmup_ratio']:.2f} "
-          f"{_verdict(result['warmup_ok'])}; active >= {ACTIVE_TARGET} x raw: "
-          f"{result['active_ratio']:.2f} {_verdict(result['active_ok'])}")
+          f"{_VERDICT[result['warmup_ok']]}; active >= {ACTIVE_TARGET} x raw: "
+          f"{result['active_ratio']:.2f} {_VERDICT[result['active_ok']]}")
 
 
 def main(argv: list[str] | None = None) -> int:
