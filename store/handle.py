@@ -102,15 +102,25 @@ class StoreHandle:
         read_opts.fill_cache(False)         # a scan must not evict the hot blocks
         read_opts.set_readahead_size(_VERIFY_READAHEAD)
         count = 0
+        # the raw iterator, not keys(): rocksdict's keys()/items() end quietly where an
+        # error invalidates the iterator; only status() tells a damaged block
+        scan = self._db.iter(read_opts)
+        valid, step = scan.valid, scan.next
         try:
-            for _ in self._db.keys(read_opt=read_opts):
+            scan.seek_to_first()
+            while valid():
+                step()
                 count += 1
+            scan.status()
         except Exception as exc:
             if "Corruption" not in str(exc):
                 raise StoreError(self._path, f"cannot read task store {self._path}: {exc}"
                                  ) from exc
             raise StoreCorruptError(self._path, (
                 f"task store {self._path} is corrupt: {exc}")) from exc
+        finally:
+            # a live iterator keeps the database (and its LOCK) open past close()
+            del scan, valid, step
         return count
 
     # -- lifecycle ------------------------------------------------------------------
