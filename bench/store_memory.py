@@ -116,7 +116,7 @@ def main() -> None:
     most = ones[-1] if ones else None
     per_store = (max(empty.items())[1] / max(empty)) if empty else None
     per_million = ((most["read_mb"] - ones[0]["read_mb"]) / (most["keys"] / 1e6)
-                   if most and most["keys"] else None)
+                   if most and most["keys"] and ones[0]["keys"] == 0 else None)
     summary = {"budget": {"block_cache_mb": args.block_cache_mb,
                           "write_buffer_mb": args.write_buffer_mb,
                           "max_write_buffers": args.max_write_buffers,
