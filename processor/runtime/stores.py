@@ -65,8 +65,8 @@ class TaskStores:
             store = self._open_verified(task, path, reads)
         except StoreCorruptError as exc:
             aside = move_aside(path)
-            log.error("task %r: %s; moved to %s, its state is rebuilt by catch-up",
-                      task, exc, aside)
+            log.error("task %r: damaged store moved to %s, not served; catch-up rebuilds "
+                      "its state: %s", task, aside, exc)
             store = TaskStore(path, reads=reads, memory=self._memory)
         self._verified.add(task)
         return store

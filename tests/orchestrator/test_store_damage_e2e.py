@@ -56,8 +56,8 @@ def test_a_store_damaged_while_stopped_is_moved_aside_and_rebuilt(job, broker) -
     assert len(aside) == 1, sorted(p.name for p in store.parent.iterdir())
     assert b"\xa5" * 64 in (aside[0] / damaged.name).read_bytes()     # kept as it was
     log = again.log()
-    assert f"task {task!r}: task store {store} is corrupt" in log, log[-3000:]
-    assert f"moved to {aside[0]}" in log, log[-3000:]
+    assert f"task {task!r}: damaged store moved to {aside[0]}, not served" in log, log[-3000:]
+    assert f"task store {store} is corrupt" in log, log[-3000:]
     result = oracle_check(broker, j.config)
     assert result.ok, result
     assert result.records_in == sent

@@ -104,7 +104,8 @@ def test_verify_reads_every_key_and_names_the_damaged_file(tmp_path: Path) -> No
     assert caught.value.path == tmp_path / "db"
 
 
-def test_a_damaged_store_is_moved_aside_and_replaced_by_an_empty_one(tmp_path: Path) -> None:
+def test_a_damaged_store_is_moved_aside_and_replaced_by_an_empty_one(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     cfg = config(tmp_path)
     path = task_store_path(cfg.state_dir, cfg.job.name, TASK, "p1")
     fill(TaskStore(path), 40_000)
@@ -117,6 +118,8 @@ def test_a_damaged_store_is_moved_aside_and_replaced_by_an_empty_one(tmp_path: P
         aside = [p for p in path.parent.iterdir() if p.name != path.name]
         assert [p.name[:len(path.name) + 9] for p in aside] == [f"{path.name}+corrupt-"]
         assert (aside[0] / table.name).read_bytes() == damaged        # kept as it was
+        assert f"damaged store moved to {aside[0]}, not served" in caplog.text
+        assert table.name in caplog.text                # the file RocksDB found damaged
         store.close()
     finally:
         stores.close()
