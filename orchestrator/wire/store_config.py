@@ -26,7 +26,8 @@ class StoreConfig(Section):
     """Memtables a store keeps: one filling while the previous one flushes. A store's
     memtables take up to write_buffer_mb × max_write_buffers (allocated as they fill)."""
     max_open_files: int = Field(default=64, ge=16)
-    """Table files each store keeps open (its table cache): size LimitNOFILE from it."""
+    """Table files each store keeps open (its table cache); LimitNOFILE is sized from it
+    (docs/operations.md, "Capacity planning")."""
     verify_on_open: bool = True
     """Read a store whole, with checksums verified, the first time a processor opens it:
     a store damaged on disk is moved aside and rebuilt by catch-up, never served."""
