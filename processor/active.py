@@ -149,15 +149,6 @@ class ActiveTask:
         return TaskFailed(f"task {self.name!r}: producing its output failed: {exc}; the "
                           f"task stopped at its committed offsets")
 
-    @property
-    def output_topics(self) -> frozenset[str]:
-        """Where an `Output` may go."""
-        return self.emitter.output_topics
-
-    @output_topics.setter
-    def output_topics(self, topics: frozenset[str]) -> None:
-        self.emitter.output_topics = topics
-
     def _process(self, messages: Sequence[Message]) -> None:
         if not self.in_transaction:
             self._losses = self.producer.losses()
@@ -362,7 +353,7 @@ class ActiveTask:
             self.producer.abort_transaction(TXN_TIMEOUT_S)
             if isinstance(exc, BrokerLost):
                 topics = [self.output_topic,
-                          *sorted(self.output_topics - {self.output_topic}),
+                          *sorted(self.emitter.output_topics - {self.output_topic}),
                           *([self.dlq_topic] if self.on_error == "dlq" else [])]
                 abort_everywhere(self.producer, topics,
                                  None if self.changelog is None else self.changelog.target)
