@@ -37,7 +37,8 @@ from orchestrator.devkit.embedded import (
 from orchestrator.devkit.kafka import KafkaBroker
 
 __all__ = [
-    "BROKERS", "PHASE_LINE", "BenchBroker", "CpuWindow", "Traffic", "broker_option",
+    "BROKERS", "PHASE_LINE", "BenchBroker", "CpuWindow", "Traffic", "broker_name",
+    "broker_option",
     "caught_up_records",
     "cpu_seconds", "last_done", "log", "machine_cpu_seconds", "own_cpu_seconds",
     "percentile", "preload", "report", "start_broker", "thread_cpu_seconds",
@@ -68,6 +69,11 @@ class BenchBroker:
     def settings(self) -> dict[str, Any]:
         """A plain client's librdkafka settings: the bootstrap and `client`."""
         return {"bootstrap.servers": self.bootstrap, **self.client}
+
+
+def broker_name(kind: str, bootstrap: str | None) -> str:
+    """What a report calls the broker: `kind`, or "external" for --bootstrap."""
+    return "external" if bootstrap else kind
 
 
 def broker_option(parser: argparse.ArgumentParser) -> None:

@@ -1,6 +1,7 @@
 """quixstreams' changelog recovery rate, beside a raw consume of the same changelog.
 
-One run, one broker (embedded noida-db unless --bootstrap is given), one input topic of
+One run, one broker (`--broker`: Apache Kafka by default, or the embedded noida-db;
+--bootstrap: an existing one, with Kafka's profile), one input topic of
 `--partitions` partitions holding `--records` records over `--keys` keys (the input of
 bench/processor_rates.py: key k<i % keys>, value 1..9). quixstreams runs in its own
 interpreter (`--quix-python`, a venv with `pip install quixstreams`; never the
@@ -24,7 +25,8 @@ recover and raw are repeated `--rounds` times (best of each); process runs once.
 
     .venv/bin/python bench/quix_recovery.py [--records N] [--keys K] [--partitions P]
         [--rounds R] [--guarantee at-least-once|exactly-once]
-        [--quix-python /tmp/quixvenv/bin/python] [--bootstrap HOST:PORT] [--json]
+        [--quix-python /tmp/quixvenv/bin/python] [--broker kafka|embedded]
+        [--bootstrap HOST:PORT] [--json]
 """
 
 from __future__ import annotations
@@ -230,13 +232,19 @@ def run_raw(bench: Bench, ends: dict[tuple[str, int], int]) -> tuple[float, int]
 
 def measure(records: int, keys: int, partitions: int, rounds: int, guarantee: str,
             quix_python: str, bootstrap: str | None,
-            report: Callable[[str], None]) -> dict[str, Any]:
-    """Best restore and raw times over `rounds` rounds on one changelog."""
+            report: Callable[[str], None], kind: str = "kafka") -> dict[str, Any]:
+    """Best restore and raw times over `rounds` rounds on one changelog, on a broker of
+    `kind` unless `bootstrap` is given."""
+    from _common import start_broker
     from processor_rates import prepared  # the sibling bench's input
 
-    embedded = bootstrap is None
     with ExitStack() as stack:
-        bench, tmp = prepared(stack, bootstrap, partitions, records, keys, "quix-bench-", report)
+        broker = None if bootstrap else stack.enter_context(start_broker(kind))
+        bench, tmp = prepared(stack, bootstrap or broker.bootstrap,  # type: ignore[union-attr]
+                              partitions, records, keys, "quix-bench-", report)
+        if broker is not None:          # the clients' profile on this broker
+            bench.extra = dict(broker.daemon.get("kafka", {}))
+            bench.broker_pid = broker.pid
         quix = QuixRun(quix_python, bench, guarantee, tmp)
         processed = quix.run("process", records)
         ends = quix.changelog_ends()
@@ -267,7 +275,7 @@ def measure(records: int, keys: int, partitions: int, rounds: int, guarantee: st
     raw_rate = read / best["raw"]
     return {"records": records, "keys": keys, "partitions": partitions, "rounds": rounds,
             "guarantee": guarantee, "quixstreams": processed["quixstreams"],
-            "embedded": embedded, "changelog_records": changelog,
+            "broker": "external" if bootstrap else kind, "changelog_records": changelog,
             "restored_records": applied, "raw_records": read,
             "restore_rate": restore_rate,
             "restore_rate_to_last_record": applied / best["restore_to_last"],
@@ -288,7 +296,9 @@ def main(argv: list[str] | None = None) -> int:
                         default="at-least-once", help="quixstreams' processing_guarantee")
     parser.add_argument("--quix-python", default=_QUIX_PYTHON,
                         help="an interpreter with quixstreams installed")
-    parser.add_argument("--bootstrap", help="an existing broker instead of the embedded one")
+    parser.add_argument("--broker", choices=["kafka", "embedded"], default="kafka",
+                        help="the broker to start (default: Apache Kafka)")
+    parser.add_argument("--bootstrap", help="an existing broker instead of starting one")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args(argv)
     if args.records <= 0 or args.keys <= 0 or args.partitions <= 0 or args.rounds <= 0:
@@ -298,10 +308,11 @@ def main(argv: list[str] | None = None) -> int:
         print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
 
     result = measure(args.records, args.keys, args.partitions, args.rounds, args.guarantee,
-                     args.quix_python, args.bootstrap, report)
+                     args.quix_python, args.bootstrap, report, args.broker)
     if args.json:
         print(json.dumps(result))
         return 0
+    print(f"broker: {result['broker']}")
     print(f"quixstreams {result['quixstreams']} restore  {result['restore_rate']:>10,.0f} "
           f"changelog records/s ({result['restore_rate_to_last_record']:,.0f}/s to the "
           f"last record)")
