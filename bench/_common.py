@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 from orchestrator.devkit.embedded import (
     EMBEDDED_CATCH_UP_SETTINGS,
@@ -242,17 +242,25 @@ def wait_broker_quiet(pid: int | None, quiet_s: float = 1.5, timeout_s: float = 
 
 def wait_until(what: str, done: Callable[[], bool], timeout: float,
                every: float = 0.1) -> float:
-    """Poll `done` until true; returns the epoch seconds it became true.
+    """Poll `done` until true; returns the epoch seconds it became true. A KafkaException
+    from `done` counts as not yet: a fresh Apache Kafka broker answers NOT_COORDINATOR
+    while it loads its offsets and transaction logs.
 
     Raises:
-        TimeoutError: naming `what`.
+        TimeoutError: naming `what` (and the last broker error, if any).
     """
     deadline = time.monotonic() + timeout
-    while not done():
+    error: KafkaException | None = None
+    while True:
+        try:
+            if done():
+                return time.time()
+        except KafkaException as exc:
+            error = exc
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout:.0f} s")
+            raise TimeoutError(f"{what}: not within {timeout:.0f} s"
+                               + (f" (last broker error: {error})" if error else ""))
         time.sleep(every)
-    return time.time()
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -56,6 +56,7 @@ from _common import (
     start_broker,
     thread_cpu_seconds,
     wait_broker_quiet,
+    wait_until,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -81,14 +82,11 @@ def _partition_of(key: bytes) -> int:
 
 
 def _wait_committed(bootstrap: str, topic: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        done, end = _committed_all(bootstrap, topic, "baton.demo")
-        if done >= end:
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"only {done} of {end} records committed")
-        time.sleep(0.5)
+    def done() -> bool:
+        committed, end = _committed_all(bootstrap, topic, "baton.demo")
+        return committed >= end
+
+    wait_until(f"every record of {topic} committed", done, timeout, 0.5)
 
 
 def _cpu_of(cluster: _Cluster, broker: BenchBroker) -> dict[str, float]:
