@@ -77,14 +77,15 @@ _ADMIN_TIMEOUT_S = 30.0
 
 
 def _runtime(bench: Bench, job: str, job_class: str, source: str,
-             catch_up: dict[str, Any]) -> TaskRuntime:
+             catch_up: dict[str, Any], processor_id: str = "bench") -> TaskRuntime:
+    """A runtime of `job`; its stores are `processor_id`'s (a fresh id: empty stores)."""
     raw = {"job": {"name": job, "class": job_class, "inputs": [bench.topic],
                    "output": bench.output},
            "kafka": {"bootstrap_servers": bench.bootstrap, **bench.extra},
            "processor": {"state_dir": str(bench.state_root / job)},
            "coordinator": {"token_file": str(bench.state_root / "coordinator.token")},
            "catch_up": {"source": source, **catch_up}}
-    return TaskRuntime(parse_config(raw), "bench")
+    return TaskRuntime(parse_config(raw), processor_id)
 
 
 def _reply(bench: Bench, role: str) -> HeartbeatReply:
@@ -130,8 +131,11 @@ def run_active(bench: Bench, records: int, job_class: str, source: str,
 def run_apply(bench: Bench, job: str, job_class: str, catch_up: dict[str, Any],
               loop_s: float = ROUND_S) -> tuple[float, int]:
     """Seconds for warmups of every task to apply `job`'s changelog to its end."""
-    runtime = _runtime(bench, job, job_class, "changelog", catch_up)
-    runtime.processor_id = f"bench-warmup-{uuid.uuid4().hex[:8]}"  # fresh stores each round
+    # fresh stores each round: the stores' directory is the processor id's, so the
+    # warmups apply the whole changelog from wherever catch_up.changelog_read_from
+    # starts (the active tasks' own stores are at its end)
+    runtime = _runtime(bench, job, job_class, "changelog", catch_up,
+                       f"bench-warmup-{uuid.uuid4().hex[:8]}")
     model = bench.model()
 
     def done() -> bool:
