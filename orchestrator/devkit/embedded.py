@@ -64,8 +64,8 @@ EMBEDDED_CATCH_UP_SETTINGS: dict[str, Any] = {"changelog_read_from": "beginning"
 # fetch.wait.max.ms says, so every idle consumer spins (a large part of a core in the
 # client and in the broker: bench/idle_consumer.py); an idle active consumer
 # stops fetching for 10 ms at a time instead (processor/runtime/idle_fetch.py). Apache
-# Kafka parks an empty fetch for fetch.wait.max.ms, and there the default (0) costs
-# less (bench/idle_consumer.py --processor-backoffs 0 10).
+# Kafka parks an empty fetch for fetch.wait.max.ms: there the back-off saves nothing and
+# the default (0) is right (bench/idle_consumer.py --processor-backoffs 0 10).
 EMBEDDED_PROCESSOR_SETTINGS: dict[str, Any] = {"idle_fetch_backoff_ms": 10}
 _START_TIMEOUT_S = 30.0
 _STOP_GRACE_S = 10.0
