@@ -23,6 +23,7 @@ lease is the coordinators' alone.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import tempfile
@@ -52,6 +53,10 @@ def _answers_as_leader(url: str, token: str) -> bool:
     except httpx.HTTPError:
         return False
     return reply.status_code == 200
+
+
+def _says(path: Path, text: str) -> bool:
+    return path.exists() and text in path.read_text(errors="replace")
 
 
 def _decided_at(path: Path) -> float | None:
@@ -93,15 +98,16 @@ def run(broker: BenchBroker, takeover_ms: int, rounds: int) -> dict[str, Any]:
                 standby = 1 - leader
                 if names[standby] not in cluster.procs:
                     cluster.start(names[standby], "coordinator", "--listen", listens[standby])
-                wait_until(f"{names[standby]} standing by", lambda s=standby: "standby: job" in (
-                    workdir / f"{names[s]}.log").read_text(errors="replace"), 120)
+                standby_log = workdir / f"{names[standby]}.log"
+                wait_until(f"{names[standby]} standing by", functools.partial(
+                    _says, standby_log, "standby: job"), 120)
                 time.sleep(max(2.0, takeover_ms / 1000))    # a few keepalives seen
                 killed = time.time()
                 cluster.procs.pop(names[leader]).kill()
-                led = wait_until(f"{names[standby]} leading", lambda s=standby: (
-                    _answers_as_leader(f"http://{listens[s]}", token)),
+                led = wait_until(f"{names[standby]} leading", functools.partial(
+                    _answers_as_leader, f"http://{listens[standby]}", token),
                     takeover_ms / 1000 + 120, 0.02)
-                decided = _decided_at(workdir / f"{names[standby]}.log") or led
+                decided = _decided_at(standby_log) or led
                 rows.append({"decided_s": round(decided - killed, 3),
                              "leads_s": round(led - killed, 3)})
                 log(f"takeover_ms {takeover_ms}: {rows[-1]}")
