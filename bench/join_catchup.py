@@ -34,7 +34,8 @@ seconds of CPU at these sizes, and that must not land in one measure and not the
 Target: join >= 0.5 x alone, for both sources; the time to balanced is reported too.
 
     PYTHONPATH=. .venv/bin/python bench/join_catchup.py [--keys 1000000]
-        [--source input changelog] [--broker kafka|embedded] [--kafka KEY=VALUE] [--json]
+        [--source input changelog] [--broker kafka|embedded] [--kafka KEY=VALUE]
+        [--alone-only] [--json]
 """
 
 from __future__ import annotations
@@ -106,6 +107,8 @@ def main() -> int:
     broker_option(parser)
     parser.add_argument("--kafka", action="append", default=[], metavar="KEY=VALUE",
                         help="a [kafka] setting on top of the broker's profile (repeatable)")
+    parser.add_argument("--alone-only", action="store_true",
+                        help="only the catch-up alone: compares --kafka settings")
     args = parser.parse_args()
     kafka = _settings(parser, args.kafka)
 
@@ -116,6 +119,10 @@ def main() -> int:
     for source in args.source:
         rate_alone = alone(source, args.keys, kind=args.broker, kafka=kafka)
         log(f"{source}: alone {rate_alone:,.0f} records/s")
+        if args.alone_only:
+            rows.append({"broker": args.broker, "kafka": kafka, "source": source,
+                         "keys": args.keys, "alone_per_s": round(rate_alone)})
+            continue
         rate_beside = alone(source, args.keys, beside_idle=True, kind=args.broker, kafka=kafka)
         log(f"{source}: alone beside an idle consumer {rate_beside:,.0f} records/s")
         joined = handoff_pause.run_size(args.keys, 0, log, source=source, kind=args.broker,
@@ -140,6 +147,10 @@ def main() -> int:
         print(json.dumps(rows))
         return 0
     print(f"broker: {args.broker}" + (f", [kafka] {kafka}" if kafka else ""))
+    if args.alone_only:
+        for r in rows:
+            print(f"{r['source']:>9}, {r['keys']} keys: alone {r['alone_per_s']:,}/s")
+        return 0
     for r in rows:
         print(f"{r['source']:>9}, {r['keys']} keys: join -> balanced {r['join_to_balanced_s']} s "
               f"for ~{r['catch_up_records']} records, {r['join_per_s']:,}/s in the join vs "
