@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from orchestrator.devkit.embedded import (
     EMBEDDED_CATCH_UP_SETTINGS,
@@ -71,6 +71,19 @@ class BenchBroker:
         return {"bootstrap.servers": self.bootstrap, **self.client}
 
 
+def _groups_answer(bootstrap: str) -> bool:
+    """Whether a fresh Apache Kafka broker answers offset fetches of a few groups (one
+    per partition of its offsets topic, likely): until it has loaded that topic it
+    answers COORDINATOR_LOAD_IN_PROGRESS, which a bench's first commit would meet."""
+    for n in range(8):
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-ready-{n}"})
+        try:
+            consumer.committed([TopicPartition("bench-ready", 0)], timeout=10)
+        finally:
+            consumer.close()
+    return True
+
+
 def broker_name(kind: str, bootstrap: str | None) -> str:
     """What a report calls the broker: `kind`, or "external" for --bootstrap."""
     return "external" if bootstrap else kind
@@ -93,6 +106,8 @@ def start_broker(kind: str) -> Iterator[BenchBroker]:
         if kind == "kafka":
             with KafkaBroker(Path(tmp) / "broker") as kafka:
                 log(f"Apache Kafka broker on {kafka.bootstrap}")
+                wait_until("the group coordinator loaded",
+                           lambda: _groups_answer(kafka.bootstrap), 120, 0.5)
                 yield BenchBroker(kind, kafka.bootstrap, kafka.pid)
             return
         with EmbeddedBroker(Path(tmp) / "broker") as embedded:
