@@ -27,6 +27,10 @@ recover and raw are repeated `--rounds` times (best of each); process runs once.
         [--rounds R] [--guarantee at-least-once|exactly-once]
         [--quix-python /tmp/quixvenv/bin/python] [--broker kafka|embedded]
         [--bootstrap HOST:PORT] [--json]
+
+The processing rate of the first phase (`process_rate`; with --guarantee exactly-once,
+quixstreams' exactly-once rate) is what bench/processor_rates.py's active phase is
+set beside.
 """
 
 from __future__ import annotations
@@ -275,6 +279,7 @@ def measure(records: int, keys: int, partitions: int, rounds: int, guarantee: st
     raw_rate = read / best["raw"]
     return {"records": records, "keys": keys, "partitions": partitions, "rounds": rounds,
             "guarantee": guarantee, "quixstreams": processed["quixstreams"],
+            "embedded": kind == "embedded" and not bootstrap,
             "broker": "external" if bootstrap else kind, "changelog_records": changelog,
             "restored_records": applied, "raw_records": read,
             "restore_rate": restore_rate,
@@ -313,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
         return 0
     print(f"broker: {result['broker']}")
+    print(f"quixstreams {result['quixstreams']} processing ({result['guarantee']}) "
+          f"{result['process_rate']:>10,.0f} records/s")
     print(f"quixstreams {result['quixstreams']} restore  {result['restore_rate']:>10,.0f} "
           f"changelog records/s ({result['restore_rate_to_last_record']:,.0f}/s to the "
           f"last record)")

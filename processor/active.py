@@ -28,15 +28,35 @@ from confluent_kafka import KafkaError, KafkaException, Message
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
 from orchestrator.kafka.offsets import to_topic_partitions
-from orchestrator.kafka.retry import is_fatal, kafka_error
+from orchestrator.kafka.retry import kafka_error
 from orchestrator.kafka.watched_producer import WatchedProducer
-from orchestrator.wire.barrier import FORWARDED_HEADER, Marker, Reroute, skip_marker
+from orchestrator.wire.barrier import Marker, Reroute, skip_marker
 from orchestrator.wire.clock import Clock, SystemClock
-from orchestrator.wire.partitions import format_partition, split_partition
+from orchestrator.wire.partitions import format_partition
 from processor.changelog import ChangelogWriter
+from processor.emit import Emitter
 from processor.job import Job, Record
-from processor.outputs import OutputError, encode_output, output_fields
-from processor.replica import new_record
+from processor.outputs import OutputError, encode_output
+from processor.records import (
+    collector_paused,
+    new_record,
+    offsets_of,
+    plain_runs,
+    run_records,
+    window,
+)
+from processor.transaction import (
+    TXN_TIMEOUT_S,
+    BrokerLost,
+    ProducerFatal,
+    TaskFailed,
+    TaskFenced,
+    TransactionAborted,
+    abort_everywhere,
+    callback_error,
+    is_fenced,
+    retriable_commit,
+)
 from store import Store
 
 __all__ = ["ActiveTask", "ProducerFatal", "TaskFailed", "TaskFenced", "TransactionAborted",
@@ -45,63 +65,8 @@ __all__ = ["ActiveTask", "ProducerFatal", "TaskFailed", "TaskFenced", "Transacti
 log = logging.getLogger("baton.processor.active")
 
 OnError = Literal["fail", "skip", "dlq"]
-# librdkafka retries inside each call up to this; a broker that does not finish a
-# transaction within it is treated as having lost it (see _after_failed_commit)
-_TXN_TIMEOUT_S = 10.0
-_FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
-                 KafkaError.INVALID_PRODUCER_EPOCH,
-                 KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
-
-# the record `_abort_everywhere` writes into a transaction it then aborts
-_VOID = [("baton.void", b"1")]
-# a forward to a partition the producer's metadata lacks refreshes it at most this often
-_FORWARD_METADATA_TRIES = 3
 # misrouted records are logged at most once per this many seconds per task
 _MISROUTE_LOG_S = 60.0
-
-
-class TaskFenced(Exception):
-    """Another owner initialised this task's transactional id: stop at once, commit nothing."""
-
-
-class ProducerFatal(Exception):
-    """The producer failed fatally without being fenced: restart the task's activation."""
-
-
-class TaskFailed(Exception):
-    """process() raised under on_error = "fail": the task stops at its last committed offsets."""
-
-
-class BrokerLost(Exception):
-    """The producer lost its brokers inside the open transaction: redo it."""
-
-
-class TransactionAborted(Exception):
-    """The open transaction was aborted; the caller rewinds the task to its committed offsets."""
-
-
-def _callback_error(exc: SystemError) -> KafkaException:
-    """The KafkaException behind a SystemError from a delivery callback: confluent-kafka
-    runs a pending delivery callback (the changelog's) while a fatal error (a fence) is
-    already raised, and the callback's return then surfaces as a SystemError whose cause
-    is that error. Anything else is re-raised."""
-    if isinstance(exc.__cause__, KafkaException):
-        return exc.__cause__
-    raise exc
-
-
-def _is_fenced(exc: KafkaException) -> bool:
-    """A newer owner took the transactional id: this producer must never write again."""
-    err = kafka_error(exc)
-    return err is not None and err.code() in _FENCED_CODES
-
-
-def _retriable_commit(exc: BaseException) -> bool:
-    """A commit may be retried only on librdkafka's own retriable flag (its txn API says so)."""
-    err = kafka_error(exc)
-    if err is None or _is_fenced(exc) or is_fatal(exc):
-        return False
-    return bool(err.retriable())
 
 
 class ActiveTask:
@@ -123,7 +88,7 @@ class ActiveTask:
         self.producer = producer
         self.output_topic = output_topic
         # where an Output may go: `output` and `[job] outputs`
-        self.output_topics = frozenset({output_topic, *outputs})
+        self.emitter = Emitter(producer, output_topic, outputs)
         self.dlq_topic = dlq_topic
         self.on_error = on_error
         self._group_metadata = group_metadata
@@ -164,7 +129,8 @@ class ActiveTask:
                 not be produced (e.g. too large): the task stops at its committed offsets.
         """
         try:
-            self._process(messages)
+            with collector_paused():
+                self._process(messages)
         except KafkaException as exc:
             raise self._producer_failure(exc) from exc
 
@@ -172,7 +138,7 @@ class ActiveTask:
         """What a producer error met while processing means for the task. A fatal one
         is taken for a fence: restarting it could fence the task's real new owner."""
         err = kafka_error(exc)
-        fatal = err is not None and (_is_fenced(exc) or err.fatal()
+        fatal = err is not None and (is_fenced(exc) or err.fatal()
                                      or err.code() == KafkaError._FATAL)
         self.fenced = self.fenced or fatal
         self.abort()
@@ -188,7 +154,47 @@ class ActiveTask:
             self._losses = self.producer.losses()
             self.producer.begin_transaction()
             self.in_transaction = True
-        pending, process_one = self.pending, self._process_one
+        pending, reroutes = self.pending, self.reroutes
+        for run, plain in plain_runs(messages, errors=False):   # by_task took them out
+            first = run[0]
+            name = format_partition(first.topic(), first.partition()) if plain else ""
+            if not plain or name in reroutes:
+                self._process_each(run)
+                continue
+            offsets = offsets_of(run)
+            lo, hi = window(offsets, pending.get(name, 0), offsets[-1] + 1)
+            if lo >= hi:
+                continue                      # already in this transaction or committed
+            if lo:
+                run, offsets = run[lo:], offsets[lo:]
+            records = run_records(run, offsets)
+            if records is None:               # a record without key: a marker?
+                self._process_each(run)
+                continue
+            self._process_records(records)
+            pending[name] = offsets[-1] + 1
+            self.processed += len(records)
+
+    def _process_records(self, records: Sequence[Record]) -> None:
+        """process_batch() over consecutive records of one partition, then their
+        outputs; if it raises, the batch is undone and processed record by record, so
+        on_error meets the record that failed (nothing was produced yet)."""
+        store = self.store
+        store.begin_record()
+        try:
+            results = list(map(list, self.job.process_batch(records, self._state)))
+            if len(results) != len(records):    # not one result per record: not trusted
+                raise ValueError(f"process_batch() gave {len(results)} results")
+        except Exception:  # noqa: BLE001 - user code: redone one record at a time below
+            store.rollback_record()
+            for record in records:
+                self._process_record(record)
+            return
+        self._emit(self.emitter.emit, records, results)
+
+    def _process_each(self, messages: Sequence[Message]) -> None:
+        """Process records one at a time: markers, reroutes, runs of two topics."""
+        pending = self.pending
         # a poll batch comes in runs of one partition: name it once per run
         topic: str | None = None
         number = -1
@@ -209,7 +215,8 @@ class ActiveTask:
                     and (child := reroute.target(key, offset)) is not None:
                 self._forward(msg, name, child)
             else:
-                process_one(msg, t, p, offset)
+                self._process_record(new_record(key, msg.value(), t, p, offset,
+                                                msg.timestamp()[1], msg.headers() or ()))
             pending[name] = offset + 1
             self.processed += 1
 
@@ -217,25 +224,7 @@ class ActiveTask:
         """A record a producer staler than the expansion grace wrote to a parent past
         its barrier: it goes, unchanged, to the child partition its key belongs to,
         inside this transaction; it never touches this task's state."""
-        topic, number = split_partition(child)
-        kind, timestamp = msg.timestamp()
-        origin = f"{source}@{msg.offset()}".encode()
-        headers = [*(msg.headers() or ()), (FORWARDED_HEADER, origin)]
-        for attempt in range(_FORWARD_METADATA_TRIES + 1):
-            try:
-                self.producer.produce(topic, value=msg.value(), key=msg.key(), partition=number,
-                                      timestamp=timestamp if kind else 0, headers=headers)
-                break
-            except BufferError:
-                self.producer.poll(0.05)      # local queue full: let deliveries drain
-            except KafkaException as exc:
-                # the producer was made before the expansion: its metadata lacks the new
-                # partitions until it is refreshed (librdkafka answers at once, locally)
-                err = kafka_error(exc)
-                if err is None or err.code() != KafkaError._UNKNOWN_PARTITION \
-                        or attempt == _FORWARD_METADATA_TRIES:
-                    raise
-                self.producer.list_topics(topic, _TXN_TIMEOUT_S)
+        self.emitter.forward(msg, f"{source}@{msg.offset()}", child)
         self.misrouted_total += 1
         self.on_misrouted(self.name, source, child)
         now = self._clock.monotonic()
@@ -250,9 +239,8 @@ class ActiveTask:
                         msg.offset(), child)
             self._misroute_logged = (now, self.misrouted_total)
 
-    def _process_one(self, msg: Message, topic: str, partition: int, offset: int) -> None:
-        record = new_record(msg.key(), msg.value(), topic, partition, offset, msg.timestamp()[1],
-                            msg.headers() or ())
+    def _process_record(self, record: Record) -> None:
+        """process() over one record, its outputs produced, or on_error applied."""
         store = self.store
         store.begin_record()
         try:
@@ -261,64 +249,21 @@ class ActiveTask:
             store.rollback_record()
             self._on_error(record, exc)
             return
-        produce, output_topic = self.producer.produce, self.output_topic
-        # the outputs carry the input's timestamp (0, "now", when it has none)
-        timestamp = record.timestamp if record.timestamp > 0 else 0
-        for out in outputs:
-            if out.__class__ is not tuple:                  # an Output (processor/outputs.py)
-                self._produce_outputs(outputs, out, record, timestamp)
-                return
-            key, value = out
-            # encode_output, inlined for the exact types jobs yield (str.encode() is utf-8)
-            if key.__class__ is str:
-                key = key.encode()
-            elif key is not None and key.__class__ is not bytes:
-                key = encode_output(key)
-            if value.__class__ is str:
-                value = value.encode()
-            elif value is not None and value.__class__ is not bytes:
-                value = encode_output(value)
-            # positional: ~2x cheaper than keywords; confluent-kafka's order is (topic,
-            # value, key, partition, on_delivery, callback, timestamp)
-            try:
-                produce(output_topic, value, key, -1, None, None, timestamp)
-            except BufferError:
-                self._produce(produce, output_topic, key, value, timestamp=timestamp)
+        self._emit(self.emitter.emit_one, record, outputs)
 
-    def _produce_outputs(self, outputs: list[Any], first: object, record: Record,
-                         timestamp: int) -> None:
-        """Produce the rest of a record's outputs from `first`, its first that is not a
-        `(key, value)` tuple: an `Output` (its own topic, headers and timestamp) or a
-        list pair. All of them are checked before any is produced, so a bad one (an
-        undeclared topic) goes through on_error with none of them produced. The
-        record's state writes stand: replicas never look at outputs, and keep them too.
-        Only if plain pairs of the record were already produced (they cannot be taken
-        back) does the task stop whatever on_error says."""
-        start = next(i for i, out in enumerate(outputs) if out is first)
+    def _emit(self, emit: Callable[..., None], *args: Any) -> None:
+        """`emit(*args, on_bad)`. A record whose `Output`s do not check (an undeclared
+        topic) before any of them was produced goes through on_error: its state writes
+        stand (replicas never look at outputs, and keep them too). If some of its
+        outputs were already produced (they cannot be taken back), the task stops
+        whatever on_error says."""
         try:
-            fields = [output_fields(out, self.output_topic, self.output_topics)
-                      for out in outputs[start:]]
+            emit(*args, self._on_error)
         except OutputError as exc:
-            if start == 0:
-                self._on_error(record, exc)
-                return
             self.abort()
             raise TaskFailed(f"task {self.name!r}: {exc}; the record's earlier outputs were "
                              f"produced, so the task stopped at its committed offsets") \
                 from exc
-        for topic, key, value, headers, when in fields:
-            self._produce(self.producer.produce, topic, key, value, headers,
-                          timestamp if when is None else when)
-
-    def _produce(self, produce: Callable[..., None], topic: str, key: bytes | None,
-                 value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None = None,
-                 timestamp: int = 0) -> None:
-        while True:
-            try:
-                produce(topic, key=key, value=value, headers=headers, timestamp=timestamp)
-                return
-            except BufferError:
-                self.producer.poll(0.05)      # local queue full: let deliveries drain
 
     def _on_error(self, record: Record, exc: Exception) -> None:
         where = f"{record.topic}:{record.partition} offset {record.offset}"
@@ -334,7 +279,7 @@ class ActiveTask:
             return
         headers = [("baton.error", repr(exc).encode()[:4000]),
                    ("baton.source", where.encode()), ("baton.task", self.name.encode())]
-        self._produce(self.producer.produce, self.dlq_topic, record.key, record.value, headers)
+        self.emitter.produce(self.dlq_topic, record.key, record.value, headers)
         log.warning("task %r: sent the record at %s to %s: process() raised %r (on_error=dlq)",
                     self.name, where, self.dlq_topic, exc)
 
@@ -353,9 +298,9 @@ class ActiveTask:
                     self.changelog.write(self.producer, self.store, offsets, self.committed)
                 # every output delivered before the offsets: a broker that restarts
                 # during the commit then cannot end up holding only part of them
-                self.producer.flush(_TXN_TIMEOUT_S)
+                self.producer.flush(TXN_TIMEOUT_S)
                 self.producer.send_offsets_to_transaction(
-                    to_topic_partitions(offsets), self._group_metadata(), _TXN_TIMEOUT_S)
+                    to_topic_partitions(offsets), self._group_metadata(), TXN_TIMEOUT_S)
             losses = self.producer.losses()
             if losses != self._losses:
                 raise BrokerLost()
@@ -363,7 +308,7 @@ class ActiveTask:
         except (KafkaException, BrokerLost) as exc:
             self._after_failed_commit(exc)
         except SystemError as exc:
-            self._after_failed_commit(_callback_error(exc))
+            self._after_failed_commit(callback_error(exc))
         self.in_transaction = False
         if offsets and self.producer.losses() != losses:
             self._verify_committed(offsets)
@@ -379,10 +324,10 @@ class ActiveTask:
             self.pause_ms = (self._clock.monotonic() - self.activated_at) * 1000
         return committed
 
-    @retry(retry=retry_if_exception(_retriable_commit), stop=stop_after_attempt(2),
+    @retry(retry=retry_if_exception(retriable_commit), stop=stop_after_attempt(2),
            wait=wait_exponential(multiplier=0.1, max=2), reraise=True)
     def _commit_transaction(self) -> None:
-        self.producer.commit_transaction(_TXN_TIMEOUT_S)
+        self.producer.commit_transaction(TXN_TIMEOUT_S)
 
     def _verify_committed(self, offsets: dict[str, int]) -> None:
         """The brokers went away during the commit: does the cluster hold it?"""
@@ -405,11 +350,15 @@ class ActiveTask:
         if isinstance(exc, KafkaException):
             self._unless_abortable(exc)
         try:
-            self.producer.abort_transaction(_TXN_TIMEOUT_S)
+            self.producer.abort_transaction(TXN_TIMEOUT_S)
             if isinstance(exc, BrokerLost):
-                self._abort_everywhere()
+                topics = [self.output_topic,
+                          *sorted(self.emitter.output_topics - {self.output_topic}),
+                          *([self.dlq_topic] if self.on_error == "dlq" else [])]
+                abort_everywhere(self.producer, topics,
+                                 None if self.changelog is None else self.changelog.target)
         except KafkaException as abort_exc:
-            if _is_fenced(abort_exc):
+            if is_fenced(abort_exc):
                 raise TaskFenced(f"task {self.name!r}: fenced while aborting: {abort_exc}") \
                     from abort_exc
             raise ProducerFatal(f"task {self.name!r}: abort failed ({abort_exc}); the task "
@@ -418,31 +367,9 @@ class ActiveTask:
             else str(exc)
         raise TransactionAborted(f"task {self.name!r}: transaction aborted: {reason}") from exc
 
-    def _abort_everywhere(self) -> None:
-        """Abort once more, with every partition the task writes to in the transaction.
-
-        A broker that came back without the transaction no longer knows which partitions
-        it spanned, so its abort may miss records the producer delivered after the
-        restart; those would stay open until this producer's next commit took them in.
-        A void record per partition names them all again, and the abort closes them.
-        """
-        topics = [self.output_topic, *sorted(self.output_topics - {self.output_topic})] \
-            + ([self.dlq_topic] if self.on_error == "dlq" else [])
-        producer = self.producer
-        producer.begin_transaction()
-        for topic in topics:
-            meta = producer.list_topics(topic, _TXN_TIMEOUT_S).topics[topic]
-            for partition in meta.partitions:
-                producer.produce(topic, b"", None, partition, headers=_VOID)
-        if self.changelog is not None:      # its own partition: the others are not its
-            target = self.changelog.target
-            producer.produce(target.topic, b"", None, target.number, headers=_VOID)
-        producer.flush(_TXN_TIMEOUT_S)
-        producer.abort_transaction(_TXN_TIMEOUT_S)
-
     def _unless_abortable(self, exc: KafkaException) -> None:
         """Raise what a commit failure means, unless aborting the transaction is the cure."""
-        if _is_fenced(exc):
+        if is_fenced(exc):
             raise TaskFenced(f"task {self.name!r}: producer fenced by a newer owner; "
                              f"its open transaction is void: {exc}") from exc
         err = kafka_error(exc)
@@ -462,9 +389,9 @@ class ActiveTask:
             self.in_transaction = False
             self.processed = 0
             try:
-                self.producer.abort_transaction(_TXN_TIMEOUT_S)
+                self.producer.abort_transaction(TXN_TIMEOUT_S)
             except KafkaException as exc:
-                self.fenced = self.fenced or _is_fenced(exc)
+                self.fenced = self.fenced or is_fenced(exc)
                 log.warning("task %r: abort_transaction failed: %s", self.name, exc)
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ import importlib
 import sys
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
@@ -95,6 +96,21 @@ class Job:
     def process(self, record: Record, state: State) -> Iterable[Emitted]:
         """Update `state` from `record` and yield `(key, value)` pairs or `Output`s."""
         raise NotImplementedError(f"{type(self).__name__} must implement process()")
+
+    def process_batch(self, records: Sequence[Record], state: State
+                      ) -> Iterable[Iterable[Emitted]]:
+        """What `process()` yields for each of `records`, in their order: one iterable
+        of outputs per record. `records` are consecutive records of one partition.
+
+        The default calls `process()` per record. A job that can do a batch's work at
+        once (one state read and one write per key rather than per record) overrides
+        it, faithfully: the same state afterwards and the same outputs per record as
+        `process()` record by record. Should it raise, the runtime undoes the batch's
+        state changes and runs the batch through `process()` record by record, so the
+        record that fails meets `[job] on_error` alone; an active task does the same
+        with a result that is not one iterable per record.
+        """
+        return map(self.process, records, repeat(state))
 
     def close(self) -> None:
         """Called once when the task leaves this role here (its state is not touched)."""

@@ -20,6 +20,7 @@ applied in the order its owner applied them.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,7 +32,15 @@ from orchestrator.wire.barrier import Marker, Reroute, skip_marker
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.config import CatchUpSource
 from orchestrator.wire.partitions import format_partition
-from processor.job import Headers, Job, Record
+from processor.job import Job, Record
+from processor.records import (
+    collector_paused,
+    new_record,
+    offsets_of,
+    plain_runs,
+    run_records,
+    window,
+)
 from processor.retention import OffsetOutOfRange
 from store import Store
 
@@ -43,47 +52,9 @@ log = logging.getLogger("baton.processor.replica")
 ReplicaRole = Literal["warmup", "standby", "activating"]
 KeyFilter = Callable[[bytes | None], bool]
 
-_RECORD_FIELDS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
-
-
-def _record_factory() -> Callable[[bytes | None, bytes | None, str, int, int, int, Headers],
-                                  Record]:
-    """A constructor of `Record` for the per-record loops, about twice as fast as Record().
-
-    A frozen dataclass's __init__ fills each field through object.__setattr__ (~0.7 us,
-    the largest cost of the loop itself, the store and process() aside); this fills the
-    slots through their descriptors instead and returns the same object (same type,
-    equality, hash, repr, still frozen). Should Record ever gain a field, a __post_init__
-    or lose its slots, Record itself is used.
-    """
-    if (tuple(Record.__dataclass_fields__) != _RECORD_FIELDS
-            or getattr(Record, "__slots__", None) != _RECORD_FIELDS
-            or hasattr(Record, "__post_init__")):
-        return Record
-    set_key, set_value, set_topic, set_partition, set_offset, set_timestamp, set_headers = (
-        Record.__dict__[f].__set__ for f in _RECORD_FIELDS)
-    new = object.__new__
-
-    def make(key: bytes | None, value: bytes | None, topic: str, partition: int, offset: int,
-             timestamp: int, headers: Headers) -> Record:
-        record = new(Record)
-        set_key(record, key)
-        set_value(record, value)
-        set_topic(record, topic)
-        set_partition(record, partition)
-        set_offset(record, offset)
-        set_timestamp(record, timestamp)
-        set_headers(record, headers)
-        return record
-
-    return make
-
-
-new_record = _record_factory()
 # runs a generator to its end, discarding what it yields, without a Python-level loop
 _drain: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
-
-
+_chain = itertools.chain.from_iterable
 
 
 def log_error(msg: Message) -> None:
@@ -201,8 +172,71 @@ class Replica(Replay):
         return self.caps.get(partition, 0)
 
     def apply(self, messages: Sequence[Message]) -> set[str]:
-        """Apply a batch; return the partitions that reached their cap (to pause)."""
+        """Apply a batch; return the partitions that reached their cap (to pause).
+
+        A plain run of one partition (records with keys, no filter, no reroute) goes
+        through the job's `process_batch` at once; anything else through `_apply_each`.
+        """
+        with collector_paused():
+            return self._apply(messages)
+
+    def _apply(self, messages: Sequence[Message]) -> set[str]:
         capped: set[str] = set()
+        positions, filters, reroutes = self.positions, self.filters, self.reroutes
+        applied = 0
+        try:
+            for run, plain in plain_runs(messages):
+                first = run[0]
+                name = format_partition(first.topic(), first.partition()) if plain else ""
+                if not plain or name in filters or name in reroutes:
+                    applied += self._apply_each(run, capped)
+                    continue
+                offsets = offsets_of(run)
+                cap = self.cap(name)
+                lo, hi = window(offsets, positions.get(name, 0), cap)
+                if hi < len(run):
+                    capped.add(name)
+                if lo >= hi:
+                    continue
+                if lo or hi < len(run):
+                    run, offsets = run[lo:hi], offsets[lo:hi]
+                records = run_records(run, offsets)
+                if records is None:                 # a record without key: a marker?
+                    applied += self._apply_each(run, capped)
+                    continue
+                self._apply_records(records)
+                positions[name] = offsets[-1] + 1
+                applied += len(records)
+        finally:
+            if applied:
+                self.applied_total += applied
+                self.dirty = True
+        return capped | {p for p in self.partitions
+                         if self.positions.get(p, 0) >= self.cap(p)}
+
+    def _apply_records(self, records: Sequence[Record]) -> None:
+        """process_batch() over consecutive records of one partition, outputs discarded;
+        if it raises, the batch is undone and applied record by record instead."""
+        store = self.store
+        store.begin_record()
+        try:
+            _drain(_chain(self.job.process_batch(records, store.state)))
+            return
+        except Exception:  # noqa: BLE001 - user code: redone one record at a time below
+            store.rollback_record()
+        process, state = self.job.process, store.state
+        for record in records:
+            store.begin_record()
+            try:
+                _drain(process(record, state))
+            except Exception as exc:  # noqa: BLE001 - user code, see module docstring
+                store.rollback_record()
+                log.debug("replica %r: skipped %s:%d offset %d: %r", self.name, record.topic,
+                          record.partition, record.offset, exc)
+
+    def _apply_each(self, messages: Sequence[Message], capped: set[str]) -> int:
+        """Apply records one at a time (markers, key filters, reroutes, error messages);
+        return how many were applied, adding the partitions that reached a cap."""
         store, process, positions = self.store, self.job.process, self.positions
         state = store.state
         begin, drain, filters = store.begin_record, _drain, self.filters
@@ -214,47 +248,41 @@ class Replica(Replay):
         number = position = cap = -1
         name = ""
         applied = 0
-        try:
-            for msg in messages:
-                if msg.error() is not None:
-                    log_error(msg)
-                    continue
-                offset = msg.offset()
-                t, p = msg.topic(), msg.partition()
-                if p != number or t != topic:
-                    topic, number, name = t, p, format_partition(t, p)
-                    position, cap = positions.get(name, 0), self.cap(name)
-                    keep = filters.get(name)
-                    reroute = self.reroutes.get(name)
-                if offset < position:
-                    continue
-                if offset >= cap:
-                    capped.add(name)
-                    continue
-                key = msg.key()
-                if key is None and skip_marker(self.job_name, msg, name, self.on_marker):
-                    position = positions[name] = offset + 1   # never process()ed
-                    reroute = self.reroutes.get(name)
-                    continue
-                if (keep is not None and not keep(key)) or (
-                        reroute is not None and offset > reroute.first
-                        and reroute.target(key, offset) is not None):
-                    position = positions[name] = offset + 1   # another task's key
-                    continue
-                record = new_record(key, msg.value(), t, p, offset, msg.timestamp()[1],
-                                    msg.headers() or ())
-                begin()
-                try:
-                    drain(process(record, state))
-                except Exception as exc:  # noqa: BLE001 - user code, see module docstring
-                    store.rollback_record()
-                    log.debug("replica %r: skipped %s offset %d: %r", self.name, name, offset,
-                              exc)
-                position = positions[name] = offset + 1
-                applied += 1
-        finally:
-            if applied:
-                self.applied_total += applied
-                self.dirty = True
-        return capped | {p for p in self.partitions
-                         if self.positions.get(p, 0) >= self.cap(p)}
+        for msg in messages:
+            if msg.error() is not None:
+                log_error(msg)
+                continue
+            offset = msg.offset()
+            t, p = msg.topic(), msg.partition()
+            if p != number or t != topic:
+                topic, number, name = t, p, format_partition(t, p)
+                position, cap = positions.get(name, 0), self.cap(name)
+                keep = filters.get(name)
+                reroute = self.reroutes.get(name)
+            if offset < position:
+                continue
+            if offset >= cap:
+                capped.add(name)
+                continue
+            key = msg.key()
+            if key is None and skip_marker(self.job_name, msg, name, self.on_marker):
+                position = positions[name] = offset + 1   # never process()ed
+                reroute = self.reroutes.get(name)
+                continue
+            if (keep is not None and not keep(key)) or (
+                    reroute is not None and offset > reroute.first
+                    and reroute.target(key, offset) is not None):
+                position = positions[name] = offset + 1   # another task's key
+                continue
+            record = new_record(key, msg.value(), t, p, offset, msg.timestamp()[1],
+                                msg.headers() or ())
+            begin()
+            try:
+                drain(process(record, state))
+            except Exception as exc:  # noqa: BLE001 - user code, see module docstring
+                store.rollback_record()
+                log.debug("replica %r: skipped %s offset %d: %r", self.name, name, offset,
+                          exc)
+            position = positions[name] = offset + 1
+            applied += 1
+        return applied

@@ -3,7 +3,8 @@
 RocksDB reports every failure as a bare Exception whose message starts with a status
 ("IO error: ...", "Corruption: ..."). We classify them once here so callers can tell a
 store another process holds (wait or stop that process) from a damaged one (restore or
-rebuild it); no code path ever wipes a store to get past either.
+rebuild it); no code path ever wipes a store to get past either (a processor moves a
+damaged one aside, kept: processor/runtime/stores.py).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """RocksDB tuning for a per-task store.
 
 A processor holds one store per task, dozens at a time, on a shared host: each store
-gets a small memory budget rather than RocksDB's server-sized defaults. The numbers are
-module constants so a reviewer can see (and a benchmark can change) them in one place.
+gets a small memory budget rather than RocksDB's server-sized defaults. The budget an
+operator sizes (`StoreMemory`, from the `[store]` section) is set per processor; the
+rest are module constants so a reviewer can see them in one place.
 
 Durability: every commit is one WriteBatch through the WAL, written to the OS (no
 fsync) before `commit` returns. A SIGKILL of the processor does not lose the OS page
@@ -14,16 +15,12 @@ always lands on a batch boundary.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import rocksdict
 
-__all__ = ["READ_OPTIONS", "db_options", "sst_options", "write_options"]
+__all__ = ["READ_OPTIONS", "StoreMemory", "db_options", "sst_options", "write_options"]
 
-# Memtable size: large enough to absorb many commits between flushes, small enough
-# that dozens of tasks per processor fit in memory (2 buffers each).
-WRITE_BUFFER_BYTES = 16 << 20
-MAX_WRITE_BUFFERS = 2
-# Block cache per store: point lookups of hot keys; the OS page cache does the rest.
-BLOCK_CACHE_BYTES = 16 << 20
 # Bloom filter bits per key: most reads of new keys miss; 10 bits ~ 1% false positives.
 BLOOM_BITS_PER_KEY = 10
 # Bloom filter over the memtable, as a fraction of its size: most reads of a replay or
@@ -32,8 +29,6 @@ BLOOM_BITS_PER_KEY = 10
 MEMTABLE_BLOOM_RATIO = 0.1
 # Background flush + compaction jobs per store: the host has few cores and many stores.
 MAX_BACKGROUND_JOBS = 2
-# Open table files per store: bounded, as a processor opens many stores.
-MAX_OPEN_FILES = 256
 # RocksDB's own info LOG: keep it small and rotated.
 MAX_INFO_LOG_BYTES = 1 << 20
 KEEP_INFO_LOG_FILES = 3
@@ -41,11 +36,33 @@ KEEP_INFO_LOG_FILES = 3
 MAX_TOTAL_WAL_BYTES = 64 << 20
 
 
-def _table_options(cache: bool) -> rocksdict.BlockBasedOptions:
+@dataclass(frozen=True)
+class StoreMemory:
+    """The memory and file budget of a processor's stores (the `[store]` section).
+
+    One block cache is shared by every store opened with the same `StoreMemory`, so a
+    processor's cache is bounded however many stores it holds; each store has its own
+    memtables (allocated as they fill) and its own table cache of open files.
+    """
+
+    block_cache_bytes: int = 64 << 20
+    write_buffer_bytes: int = 16 << 20     # one memtable; a flush starts when it is full
+    max_write_buffers: int = 2             # memtables per store (one filling, one flushing)
+    max_open_files: int = 64               # table files a store keeps open
+    cache: rocksdict.Cache = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cache", rocksdict.Cache(self.block_cache_bytes))
+
+
+_DEFAULT_MEMORY = StoreMemory()
+
+
+def _table_options(cache: rocksdict.Cache | None) -> rocksdict.BlockBasedOptions:
     table = rocksdict.BlockBasedOptions()
     table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
-    if cache:
-        table.set_block_cache(rocksdict.Cache(BLOCK_CACHE_BYTES))
+    if cache is not None:
+        table.set_block_cache(cache)
         table.set_cache_index_and_filter_blocks(True)
     return table
 
@@ -55,29 +72,32 @@ READ_OPTIONS = {"memtable_prefix_bloom_size_ratio": str(MEMTABLE_BLOOM_RATIO),
                 "memtable_whole_key_filtering": "true"}
 
 
-def db_options(create: bool, reads: bool = True) -> rocksdict.Options:
+def db_options(create: bool, reads: bool = True,
+               memory: StoreMemory | None = None) -> rocksdict.Options:
     """Options of a task store; `create` allows creating a new, empty one. Without
     `reads` the memtable has no Bloom filter: a store that is only written (a changelog
-    replica) inserts ~10% cheaper without one (measured on the changelog apply)."""
+    replica) inserts ~10% cheaper without one (measured on the changelog apply).
+    `memory`: the budget (default: the `[store]` defaults, one cache for all)."""
+    memory = memory or _DEFAULT_MEMORY
     opts = rocksdict.Options(raw_mode=True)
     opts.create_if_missing(create)
     opts.set_paranoid_checks(True)
     opts.set_wal_recovery_mode(rocksdict.DBRecoveryMode.point_in_time())
-    opts.set_write_buffer_size(WRITE_BUFFER_BYTES)
-    opts.set_max_write_buffer_number(MAX_WRITE_BUFFERS)
+    opts.set_write_buffer_size(memory.write_buffer_bytes)
+    opts.set_max_write_buffer_number(memory.max_write_buffers)
     if reads:
         opts.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO)
         opts.set_memtable_whole_key_filtering(True)
     opts.set_max_total_wal_size(MAX_TOTAL_WAL_BYTES)
     opts.set_max_background_jobs(MAX_BACKGROUND_JOBS)
-    opts.set_max_open_files(MAX_OPEN_FILES)
+    opts.set_max_open_files(memory.max_open_files)
     opts.set_max_log_file_size(MAX_INFO_LOG_BYTES)
     opts.set_keep_log_file_num(KEEP_INFO_LOG_FILES)
     opts.set_level_compaction_dynamic_level_bytes(True)
     # lz4 costs little CPU; zstd on the bottom level, where most bytes end up.
     opts.set_compression_type(rocksdict.DBCompressionType.lz4())
     opts.set_bottommost_compression_type(rocksdict.DBCompressionType.zstd())
-    opts.set_block_based_table_factory(_table_options(cache=True))
+    opts.set_block_based_table_factory(_table_options(memory.cache))
     return opts
 
 
@@ -85,7 +105,7 @@ def sst_options() -> rocksdict.Options:
     """Options of an SST file written for bulk ingest (same table format as the store)."""
     opts = rocksdict.Options(raw_mode=True)
     opts.set_compression_type(rocksdict.DBCompressionType.lz4())
-    opts.set_block_based_table_factory(_table_options(cache=False))
+    opts.set_block_based_table_factory(_table_options(None))
     return opts
 
 

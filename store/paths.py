@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import time
 from pathlib import Path
 
 from store.errors import StoreCorruptError, StoreError
 
-__all__ = ["task_store_path", "safe_dir_name", "prepare_db_dir"]
+__all__ = ["task_store_path", "safe_dir_name", "prepare_db_dir", "move_aside"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 # Longest name kept whole; longer ones are cut and hashed (filesystems allow 255 bytes).
@@ -99,3 +100,25 @@ def _refuse_orphaned_data(path: Path) -> None:
             f"task store {path} is corrupt: it has data files ({', '.join(orphans[:5])}) "
             "but no CURRENT file; it was left untouched: move the directory aside to "
             "rebuild the task's state by catch-up, or restore it from a checkpoint"))
+
+
+def move_aside(path: Path, now: float | None = None) -> Path:
+    """Rename the damaged store `path` next to itself, named with the UTC time
+    (`<task>+corrupt-20260101T120000Z`), and return the new path: it is kept for the
+    operator, never deleted, and `path` is free for a store rebuilt by catch-up. The
+    `+` keeps the name out of the task names' safe set (see `safe_dir_name`).
+
+    Raises:
+        StoreError: the rename failed (the store stays where it was).
+    """
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    aside = path.with_name(f"{path.name}+corrupt-{stamp}")
+    serial = 1
+    while aside.exists():       # damaged twice within a second
+        serial += 1
+        aside = path.with_name(f"{path.name}+corrupt-{stamp}-{serial}")
+    try:
+        path.rename(aside)
+    except OSError as exc:
+        raise StoreError(path, f"cannot move damaged task store {path} aside: {exc}") from exc
+    return aside

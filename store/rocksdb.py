@@ -35,7 +35,7 @@ from store._overlay import ABSENT, DELETED, LIVE, freeze
 from store.codec import BYTES_TAG, STR_TAG, Key, decode_key, decode_value, encode_key, encode_value
 from store.errors import open_error
 from store.ingest import StoreIngest
-from store.options import db_options, write_options
+from store.options import StoreMemory, db_options, write_options
 from store.paths import prepare_db_dir
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class TaskStore(StoreIngest, MutableMapping[Key, Any]):
     __slots__ = ()      # the attributes' slots: store/handle.py
 
     def __init__(self, path: str | os.PathLike[str], *, sync: bool = False,
-                 reads: bool = True) -> None:
+                 reads: bool = True, memory: StoreMemory | None = None) -> None:
         """Open (or create) the store in directory `path`.
 
         Args:
@@ -64,6 +64,7 @@ class TaskStore(StoreIngest, MutableMapping[Key, Any]):
             sync: fsync the WAL on every commit (survives host crashes, much slower).
             reads: False for a store that is only written until `expect_reads` (a
                 changelog replica): its memtable then keeps no Bloom filter.
+            memory: the memory and open-file budget (default: `StoreMemory()`'s).
 
         Raises:
             StoreLockedError: another process holds the store.
@@ -73,7 +74,7 @@ class TaskStore(StoreIngest, MutableMapping[Key, Any]):
         self._path = Path(path)
         create = prepare_db_dir(self._path)
         try:
-            self._db = rocksdict.Rdict(str(self._path), db_options(create, reads))
+            self._db = rocksdict.Rdict(str(self._path), db_options(create, reads, memory))
         except Exception as exc:
             raise open_error(self._path, exc) from exc
         self._reads = reads

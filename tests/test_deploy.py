@@ -45,6 +45,15 @@ def test_the_commands_are_the_cli() -> None:
     assert processor[-2:] == ["--id", "%i"]         # the instance name is the processor id
 
 
+def test_the_processor_may_open_every_file_of_512_stores() -> None:
+    """LimitNOFILE as docs/operations.md ("Capacity planning") derives it: per store,
+    its table files at the [store] default plus 8 of its own; 1024 for the rest."""
+    from orchestrator.wire.store_config import StoreConfig
+
+    limit = int(_parse(PROCESSOR)["Service"]["LimitNOFILE"])
+    assert limit == (StoreConfig().max_open_files + 8) * 512 + 1024
+
+
 def test_the_operations_guide_shows_the_shipped_units() -> None:
     guide = (UNITS.parent.parent / "docs" / "operations.md").read_text()
     assert "## Running as services" in guide

@@ -16,16 +16,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import (
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from orchestrator.wire.job_config import Format, JobConfig
 from orchestrator.wire.job_config import Section as _Section
 from orchestrator.wire.secrets import SecretError, mask, redact, resolve, secret_values
+from orchestrator.wire.store_config import StoreConfig
 from orchestrator.wire.validation import check_ports, describe_errors
 
 __all__ = [
@@ -38,6 +34,7 @@ __all__ = [
     "JobConfig",
     "ProcessorConfig",
     "SparkConfig",
+    "StoreConfig",
     "dump_config",
     "load_config",
     "parse_config",
@@ -194,6 +191,7 @@ class Config(_Section):
     processor: ProcessorConfig = ProcessorConfig()
     catch_up: CatchUpConfig = CatchUpConfig()
     spark: SparkConfig = SparkConfig()
+    store: StoreConfig = StoreConfig()
     path: Path = Path("<memory>")
     # the [kafka] keys whose values came from a file or the environment
     secret_keys: frozenset[str] = frozenset()

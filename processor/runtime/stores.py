@@ -4,17 +4,28 @@ Closing a store flushes its memtable (100-200 ms at 250,000 keys under load) wit
 GIL released: a released task's store is closed on a thread at the next round, after
 the release is reported, so the new owner's activation (and the handoff pause) does not
 wait for it, and the tasks still active here go on meanwhile.
+
+A store is a cache of its task's state: the first time this processor opens it, it is
+read whole with checksums verified (`[store] verify_on_open`), as RocksDB checks a table
+file's blocks only when it reads them. A damaged store (found then, or by RocksDB at
+open) is moved aside, never deleted, and an empty one takes its place: its catch-up
+rebuilds the state from S2 or the changelog, so damaged bytes are never served.
 """
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from orchestrator.wire.config import Config
-from store import Store, TaskStore, task_store_path
+from store import Store, StoreCorruptError, TaskStore, task_store_path
+from store.options import StoreMemory
+from store.paths import move_aside
 
 __all__ = ["TaskStores"]
+
+log = logging.getLogger(__name__)
 
 
 class TaskStores:
@@ -31,14 +42,44 @@ class TaskStores:
         self._closing: list[Store] = []     # released tasks' stores, closed next round
         self._closer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="baton-close")
         self._closes: list[Future[None]] = []
+        limits = config.store
+        self._memory = StoreMemory(block_cache_bytes=limits.block_cache_mb << 20,
+                                   write_buffer_bytes=limits.write_buffer_mb << 20,
+                                   max_write_buffers=limits.max_write_buffers,
+                                   max_open_files=limits.max_open_files)
+        self._verified: set[str] = set()    # tasks whose store was read whole here
 
     def open(self, task: str, reads: bool = True) -> Store:
         """`task`'s store, once every released store has closed (it may be one of them);
-        `reads`: whether anything will read it (a changelog apply only writes)."""
+        `reads`: whether anything will read it (a changelog apply only writes). A
+        damaged store is moved aside and an empty one returned (see the module doc).
+
+        Raises:
+            StoreError: the store cannot be opened (locked, a file in its place, ...),
+                or a damaged one cannot be moved aside.
+        """
         self.close_released()
-        path = task_store_path(self._config.state_dir, self._config.job.name, task,
-                               self._processor_id)
-        return TaskStore(Path(path), reads=reads)
+        path = Path(task_store_path(self._config.state_dir, self._config.job.name, task,
+                                    self._processor_id))
+        try:
+            store = self._open_verified(task, path, reads)
+        except StoreCorruptError as exc:
+            aside = move_aside(path)
+            log.error("task %r: damaged store moved to %s, not served; catch-up rebuilds "
+                      "its state: %s", task, aside, exc)
+            store = TaskStore(path, reads=reads, memory=self._memory)
+        self._verified.add(task)
+        return store
+
+    def _open_verified(self, task: str, path: Path, reads: bool) -> TaskStore:
+        store = TaskStore(path, reads=reads, memory=self._memory)
+        if self._config.store.verify_on_open and task not in self._verified:
+            try:
+                store.verify()
+            except BaseException:
+                store.close()
+                raise
+        return store
 
     def close_later(self, store: Store) -> None:
         """Close `store` at the next round, on the closer thread."""

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from processor.active import _callback_error
 from processor.changelog import ChangelogTarget, ChangelogWriter, _produce_run, transaction_records
+from processor.transaction import callback_error as _callback_error
 from store import changelog_offset, changelog_offset_record
 
 

@@ -1,0 +1,93 @@
+"""What an active task's Kafka transaction can end in, and how it is voided.
+
+The exceptions the active task (processor/active.py) raises to the runtime's loop,
+how a producer error is read (fenced, retriable), and `abort_everywhere`, the abort
+that names every partition again after the brokers lost the transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from orchestrator.kafka.retry import is_fatal, kafka_error
+from processor.changelog import ChangelogTarget
+
+__all__ = ["FENCED_CODES", "TXN_TIMEOUT_S", "BrokerLost", "ProducerFatal", "TaskFailed",
+           "TaskFenced", "TransactionAborted", "abort_everywhere", "callback_error",
+           "is_fenced", "retriable_commit"]
+
+# librdkafka retries inside each call up to this; a broker that does not finish a
+# transaction within it is treated as having lost it (see ActiveTask._after_failed_commit)
+TXN_TIMEOUT_S = 10.0
+FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                 KafkaError.INVALID_PRODUCER_EPOCH,
+                 KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+
+# the record `_abort_everywhere` writes into a transaction it then aborts
+_VOID = [("baton.void", b"1")]
+
+class TaskFenced(Exception):
+    """Another owner initialised this task's transactional id: stop at once, commit nothing."""
+
+
+class ProducerFatal(Exception):
+    """The producer failed fatally without being fenced: restart the task's activation."""
+
+
+class TaskFailed(Exception):
+    """process() raised under on_error = "fail": the task stops at its last committed offsets."""
+
+
+class BrokerLost(Exception):
+    """The producer lost its brokers inside the open transaction: redo it."""
+
+
+class TransactionAborted(Exception):
+    """The open transaction was aborted; the caller rewinds the task to its committed offsets."""
+
+
+def callback_error(exc: SystemError) -> KafkaException:
+    """The KafkaException behind a SystemError from a delivery callback: confluent-kafka
+    runs a pending delivery callback (the changelog's) while a fatal error (a fence) is
+    already raised, and the callback's return then surfaces as a SystemError whose cause
+    is that error. Anything else is re-raised."""
+    if isinstance(exc.__cause__, KafkaException):
+        return exc.__cause__
+    raise exc
+
+
+def is_fenced(exc: KafkaException) -> bool:
+    """A newer owner took the transactional id: this producer must never write again."""
+    err = kafka_error(exc)
+    return err is not None and err.code() in FENCED_CODES
+
+
+def retriable_commit(exc: BaseException) -> bool:
+    """A commit may be retried only on librdkafka's own retriable flag (its txn API says so)."""
+    err = kafka_error(exc)
+    if err is None or is_fenced(exc) or is_fatal(exc):
+        return False
+    return bool(err.retriable())
+
+
+def abort_everywhere(producer: Producer, topics: Sequence[str],
+                     changelog: ChangelogTarget | None) -> None:
+    """Abort once more, with every partition of `topics` (and the task's `changelog`
+    partition) in the transaction.
+
+    A broker that came back without the transaction no longer knows which partitions
+    it spanned, so its abort may miss records the producer delivered after the
+    restart; those would stay open until this producer's next commit took them in.
+    A void record per partition names them all again, and the abort closes them.
+    """
+    producer.begin_transaction()
+    for topic in topics:
+        meta = producer.list_topics(topic, TXN_TIMEOUT_S).topics[topic]
+        for partition in meta.partitions:
+            producer.produce(topic, b"", None, partition, headers=_VOID)
+    if changelog is not None:           # its own partition: the others are not its
+        producer.produce(changelog.topic, b"", None, changelog.number, headers=_VOID)
+    producer.flush(TXN_TIMEOUT_S)
+    producer.abort_transaction(TXN_TIMEOUT_S)

@@ -1,0 +1,155 @@
+"""Where a processor opens its task stores (processor/runtime/stores.py): the `[store]`
+budget reaches RocksDB, and a store damaged on disk is found at its first open, moved
+aside (kept) and replaced by an empty one, never served. Real RocksDB throughout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.wire.config import Config, ConfigError, parse_config
+from processor.runtime.stores import TaskStores
+from store import StoreCorruptError, TaskStore, encode_key, encode_value, task_store_path
+from store.paths import move_aside
+
+TASK = "Partition 0"
+
+
+def config(tmp_path: Path, **store: Any) -> Config:
+    return parse_config({
+        "job": {"name": "sums", "class": "processor.examples:RunningSum",
+                "inputs": ["events"], "output": "out"},
+        "kafka": {"bootstrap_servers": "127.0.0.1:9"},
+        "processor": {"state_dir": str(tmp_path / "state")},
+        "store": store})
+
+
+def fill(store: TaskStore, keys: int) -> None:
+    """`keys` keys committed through the store API, then flushed to table files."""
+    for start in range(0, keys, 5000):
+        numbers = range(start, min(start + 5000, keys))
+        store.apply_records([encode_key(f"k{i:07d}") for i in numbers],
+                            [encode_value({"sum": i * 7919 % 100_003}) for i in numbers],
+                            {"events:0": numbers.stop})
+    store.close()       # a close flushes the memtable into a table file
+
+
+def damage(path: Path) -> Path:
+    """64 bytes overwritten a quarter into the store's largest table file: among its
+    data blocks, which come first (its filter and index blocks follow them)."""
+    table = max(path.glob("*.sst"), key=lambda p: p.stat().st_size)
+    with table.open("r+b") as f:
+        f.seek(table.stat().st_size // 4)
+        f.write(b"\xa5" * 64)
+    return table
+
+
+def rocksdb_options(path: Path) -> dict[str, str]:
+    """The options RocksDB wrote to the store's newest OPTIONS file when it opened it."""
+    newest = max(path.glob("OPTIONS-*"), key=lambda p: int(p.name.split("-")[1]))
+    pairs = (line.strip().split("=", 1) for line in newest.read_text().splitlines())
+    return {p[0]: p[1] for p in pairs if len(p) == 2}
+
+
+def test_the_store_section_reaches_rocksdb(tmp_path: Path) -> None:
+    stores = TaskStores(config(tmp_path, block_cache_mb=3, write_buffer_mb=5,
+                               max_write_buffers=3, max_open_files=77), "p1")
+    try:
+        first, second = stores.open(TASK), stores.open("Partition 1")
+        options = rocksdb_options(first.path)
+        assert options["write_buffer_size"] == str(5 << 20)
+        assert options["max_write_buffer_number"] == "3"
+        assert options["max_open_files"] == "77"
+        assert options["paranoid_checks"] == "true"
+        # one cache for every store of the processor: its capacity is the whole budget
+        for store in (first, second):
+            assert store._db.property_int_value("rocksdb.block-cache-capacity") == 3 << 20
+        first.close()
+        second.close()
+    finally:
+        stores.close()
+
+
+def test_the_defaults_reach_rocksdb(tmp_path: Path) -> None:
+    stores = TaskStores(config(tmp_path), "p1")
+    try:
+        store = stores.open(TASK)
+        options = rocksdb_options(store.path)
+        assert (options["write_buffer_size"], options["max_write_buffer_number"],
+                options["max_open_files"]) == (str(16 << 20), "2", "64")
+        store.close()
+    finally:
+        stores.close()
+
+
+@pytest.mark.parametrize(("section", "key", "value"), [
+    ("store", "max_open_files", 3), ("store", "block_cache_mb", 0),
+    ("store", "max_write_buffers", 1), ("store", "cache_mb", 8)])
+def test_a_bad_store_key_is_an_error_naming_it(tmp_path: Path, section: str, key: str,
+                                                value: int) -> None:
+    with pytest.raises(ConfigError, match=rf"{section}\.{key}"):
+        config(tmp_path, **{key: value})
+
+
+def test_verify_reads_every_key_and_names_the_damaged_file(tmp_path: Path) -> None:
+    fill(TaskStore(tmp_path / "db"), 40_000)
+    with TaskStore(tmp_path / "db") as store:
+        assert store.verify() == 40_001            # the keys and the applied offset
+    table = damage(tmp_path / "db")
+    with TaskStore(tmp_path / "db") as store:  # RocksDB itself opens it without a word
+        with pytest.raises(StoreCorruptError, match=table.name) as caught:
+            store.verify()
+    assert caught.value.path == tmp_path / "db"
+
+
+def test_a_damaged_store_is_moved_aside_and_replaced_by_an_empty_one(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    cfg = config(tmp_path)
+    path = task_store_path(cfg.state_dir, cfg.job.name, TASK, "p1")
+    fill(TaskStore(path), 40_000)
+    table = damage(path)
+    damaged = table.read_bytes()
+    stores = TaskStores(cfg, "p1")
+    try:
+        store = stores.open(TASK)
+        assert store.applied_offsets() == {} and len(store) == 0   # rebuilt by catch-up
+        aside = [p for p in path.parent.iterdir() if p.name != path.name]
+        assert [p.name[:len(path.name) + 9] for p in aside] == [f"{path.name}+corrupt-"]
+        assert (aside[0] / table.name).read_bytes() == damaged        # kept as it was
+        assert f"damaged store moved to {aside[0]}, not served" in caplog.text
+        assert table.name in caplog.text                # the file RocksDB found damaged
+        store.close()
+    finally:
+        stores.close()
+
+
+def test_without_verify_on_open_the_damage_is_found_only_when_read(tmp_path: Path) -> None:
+    cfg = config(tmp_path, verify_on_open=False)
+    path = task_store_path(cfg.state_dir, cfg.job.name, TASK, "p1")
+    fill(TaskStore(path), 40_000)
+    damage(path)
+    stores = TaskStores(cfg, "p1")
+    try:
+        store = stores.open(TASK)
+        assert store.applied_offsets() == {"events:0": 40_000}   # served as it is
+        assert [p.name for p in path.parent.iterdir()] == [path.name]
+        with pytest.raises(StoreCorruptError):
+            store.verify()
+        store.close()
+    finally:
+        stores.close()
+
+
+def test_move_aside_never_overwrites_an_earlier_copy(tmp_path: Path) -> None:
+    first, second = tmp_path / "t", tmp_path / "t"
+    first.mkdir()
+    (first / "a").write_text("1")
+    one = move_aside(first, now=0.0)
+    second.mkdir()
+    (second / "a").write_text("2")
+    two = move_aside(second, now=0.0)
+    assert (one.name, two.name) == ("t+corrupt-19700101T000000Z",
+                                    "t+corrupt-19700101T000000Z-2")
+    assert ((one / "a").read_text(), (two / "a").read_text()) == ("1", "2")
