@@ -8,27 +8,115 @@ path and it imports this module as `_common`; no bench imports another bench's h
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
 import resource
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from orchestrator.devkit.embedded import (
+    EMBEDDED_CATCH_UP_SETTINGS,
+    EMBEDDED_CLIENT_SETTINGS,
+    EMBEDDED_KAFKA_SETTINGS,
+    EMBEDDED_PROCESSOR_SETTINGS,
+    EmbeddedBroker,
+)
+from orchestrator.devkit.kafka import KafkaBroker
 
 __all__ = [
-    "PHASE_LINE", "CpuWindow", "Traffic", "caught_up_records", "cpu_seconds", "last_done",
-    "log", "machine_cpu_seconds", "own_cpu_seconds", "percentile", "preload", "report",
-    "thread_cpu_seconds", "wait_broker_quiet", "wait_until",
+    "BROKERS", "PHASE_LINE", "BenchBroker", "CpuWindow", "Traffic", "broker_name",
+    "broker_option",
+    "caught_up_records",
+    "cpu_seconds", "last_done", "log", "machine_cpu_seconds", "own_cpu_seconds",
+    "percentile", "preload", "report", "start_broker", "thread_cpu_seconds",
+    "wait_broker_quiet", "wait_until",
 ]
+
+# the brokers a bench runs on: Apache Kafka (orchestrator/devkit/kafka.py), the broker
+# users run, and the embedded noida-db (orchestrator/devkit/embedded.py) of the demo
+BROKERS = ("kafka", "embedded")
+
+
+@dataclass
+class BenchBroker:
+    """A running broker and the settings Baton runs with on it.
+
+    `client`: librdkafka settings any plain client (a bench's producer or reader) adds;
+    `daemon`: config sections ("kafka", "processor", "catch_up") the daemons' config
+    file adds. Both are empty on Apache Kafka, where the production defaults hold
+    (docs/performance.md, "Embedded-only settings, measured on Apache Kafka").
+    """
+
+    kind: str
+    bootstrap: str
+    pid: int | None
+    client: dict[str, Any] = field(default_factory=dict)
+    daemon: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def settings(self) -> dict[str, Any]:
+        """A plain client's librdkafka settings: the bootstrap and `client`."""
+        return {"bootstrap.servers": self.bootstrap, **self.client}
+
+
+def _groups_answer(bootstrap: str) -> bool:
+    """Whether a fresh Apache Kafka broker answers offset fetches of a few groups (one
+    per partition of its offsets topic, likely): until it has loaded that topic it
+    answers COORDINATOR_LOAD_IN_PROGRESS, which a bench's first commit would meet."""
+    for n in range(8):
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-ready-{n}"})
+        try:
+            consumer.committed([TopicPartition("bench-ready", 0)], timeout=10)
+        finally:
+            consumer.close()
+    return True
+
+
+def broker_name(kind: str, bootstrap: str | None) -> str:
+    """What a report calls the broker: `kind`, or "external" for --bootstrap."""
+    return "external" if bootstrap else kind
+
+
+def broker_option(parser: argparse.ArgumentParser) -> None:
+    """`--broker kafka|embedded`: which broker the bench starts (default Apache Kafka)."""
+    parser.add_argument("--broker", choices=BROKERS, default="kafka",
+                        help="the broker to start: Apache Kafka (the broker users run) or "
+                             "the embedded noida-db (default: kafka)")
+
+
+@contextmanager
+def start_broker(kind: str) -> Iterator[BenchBroker]:
+    """A fresh broker of `kind` ("kafka" or "embedded") in a temporary directory, stopped
+    on exit."""
+    if kind not in BROKERS:
+        raise ValueError(f"unknown broker {kind!r}: one of {', '.join(BROKERS)}")
+    with tempfile.TemporaryDirectory(prefix=f"baton-bench-{kind}-") as tmp:
+        if kind == "kafka":
+            with KafkaBroker(Path(tmp) / "broker") as kafka:
+                log(f"Apache Kafka broker on {kafka.bootstrap}")
+                wait_until("the group coordinator loaded",
+                           lambda: _groups_answer(kafka.bootstrap), 120, 0.5)
+                yield BenchBroker(kind, kafka.bootstrap, kafka.pid)
+            return
+        with EmbeddedBroker(Path(tmp) / "broker") as embedded:
+            log(f"embedded broker on {embedded.bootstrap}")
+            yield BenchBroker(kind, embedded.bootstrap, embedded.pid,
+                              dict(EMBEDDED_CLIENT_SETTINGS),
+                              {"kafka": dict(EMBEDDED_KAFKA_SETTINGS),
+                               "processor": dict(EMBEDDED_PROCESSOR_SETTINGS),
+                               "catch_up": dict(EMBEDDED_CATCH_UP_SETTINGS)})
 
 # the partition of a key: the benches' inputs spread keys by their crc32, or use one
 Partitioner = Callable[[bytes], int]
@@ -169,17 +257,25 @@ def wait_broker_quiet(pid: int | None, quiet_s: float = 1.5, timeout_s: float = 
 
 def wait_until(what: str, done: Callable[[], bool], timeout: float,
                every: float = 0.1) -> float:
-    """Poll `done` until true; returns the epoch seconds it became true.
+    """Poll `done` until true; returns the epoch seconds it became true. A KafkaException
+    from `done` counts as not yet: a fresh Apache Kafka broker answers NOT_COORDINATOR
+    while it loads its offsets and transaction logs.
 
     Raises:
-        TimeoutError: naming `what`.
+        TimeoutError: naming `what` (and the last broker error, if any).
     """
     deadline = time.monotonic() + timeout
-    while not done():
+    error: KafkaException | None = None
+    while True:
+        try:
+            if done():
+                return time.time()
+        except KafkaException as exc:
+            error = exc
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout:.0f} s")
+            raise TimeoutError(f"{what}: not within {timeout:.0f} s"
+                               + (f" (last broker error: {error})" if error else ""))
         time.sleep(every)
-    return time.time()
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -6,6 +6,8 @@ script loads --records records into one topic of a fresh embedded broker, then w
 one record every 250 ms for --seconds and prints the CPU seconds the broker's autosave
 thread spends in each quarter second, and in all: what any test or bench with that much
 data pays on the same cores while anything writes (docs/performance.md, "Catch-up inside a join").
+It measures the embedded broker itself, so it runs on that one only (no --broker):
+Apache Kafka appends to its log as it is written and has no such thread.
 
     .venv/bin/python bench/broker_autosave.py [--records 1000000] [--seconds 10] [--json]
 """
@@ -60,7 +62,10 @@ def measure(records: int, seconds: float) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        epilog="Embedded broker only: it measures noida-db's own autosave thread; Apache "
+               "Kafka has none, so there is no --broker.")
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--json", action="store_true")

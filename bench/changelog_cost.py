@@ -1,6 +1,7 @@
 """The cost of catch_up.source = "changelog" on active tasks, and the changelog apply rate.
 
-One run, one broker (embedded noida-db unless --bootstrap is given), one input topic of
+One run, one broker (`--broker`: Apache Kafka by default, or the embedded noida-db;
+--bootstrap: an existing one, with Kafka's profile), one input topic of
 `--partitions` partitions holding `--records` records over `--keys` keys (the input of
 bench/processor_rates.py):
 
@@ -37,7 +38,7 @@ The runtimes are driven as the processor daemon drives them: poll() rounds of
 
     .venv/bin/python bench/changelog_cost.py [--records N] [--keys K] [--rounds R]
         [--loop-ms MS] [--apply-keys N] [--job processor.examples:RunningSum]
-        [--bootstrap HOST:PORT] [--json]
+        [--broker kafka|embedded] [--bootstrap HOST:PORT] [--json]
 """
 
 from __future__ import annotations
@@ -56,14 +57,11 @@ from pathlib import Path
 from typing import Any
 
 import rocksdict
-from _common import wait_broker_quiet
+from _common import broker_name, broker_option, start_broker, wait_broker_quiet
 from confluent_kafka import Consumer, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from processor_rates import Bench, _drive, prepared
 
-from orchestrator.devkit.embedded import (
-    EMBEDDED_CATCH_UP_SETTINGS,
-)
 from orchestrator.wire.changelog import changelog_topic
 from orchestrator.wire.config import parse_config
 from orchestrator.wire.protocol import HeartbeatReply, RoleListing
@@ -79,14 +77,15 @@ _ADMIN_TIMEOUT_S = 30.0
 
 
 def _runtime(bench: Bench, job: str, job_class: str, source: str,
-             catch_up: dict[str, Any]) -> TaskRuntime:
+             catch_up: dict[str, Any], processor_id: str = "bench") -> TaskRuntime:
+    """A runtime of `job`; its stores are `processor_id`'s (a fresh id: empty stores)."""
     raw = {"job": {"name": job, "class": job_class, "inputs": [bench.topic],
                    "output": bench.output},
            "kafka": {"bootstrap_servers": bench.bootstrap, **bench.extra},
            "processor": {"state_dir": str(bench.state_root / job)},
            "coordinator": {"token_file": str(bench.state_root / "coordinator.token")},
            "catch_up": {"source": source, **catch_up}}
-    return TaskRuntime(parse_config(raw), "bench")
+    return TaskRuntime(parse_config(raw), processor_id)
 
 
 def _reply(bench: Bench, role: str) -> HeartbeatReply:
@@ -132,8 +131,11 @@ def run_active(bench: Bench, records: int, job_class: str, source: str,
 def run_apply(bench: Bench, job: str, job_class: str, catch_up: dict[str, Any],
               loop_s: float = ROUND_S) -> tuple[float, int]:
     """Seconds for warmups of every task to apply `job`'s changelog to its end."""
-    runtime = _runtime(bench, job, job_class, "changelog", catch_up)
-    runtime.processor_id = f"bench-warmup-{uuid.uuid4().hex[:8]}"  # fresh stores each round
+    # fresh stores each round: the stores' directory is the processor id's, so the
+    # warmups apply the whole changelog from wherever catch_up.changelog_read_from
+    # starts (the active tasks' own stores are at its end)
+    runtime = _runtime(bench, job, job_class, "changelog", catch_up,
+                       f"bench-warmup-{uuid.uuid4().hex[:8]}")
     model = bench.model()
 
     def done() -> bool:
@@ -204,13 +206,20 @@ def _write(stores: dict[int, rocksdict.Rdict], batch: list[Message]) -> None:
 
 def measure(records: int, keys: int, partitions: int, rounds: int, job_class: str,
             bootstrap: str | None, report: Callable[[str], None],
-            loop_s: float = ROUND_S, apply_keys: int = 1_000_000) -> dict[str, Any]:
+            loop_s: float = ROUND_S, apply_keys: int = 1_000_000,
+            kind: str = "kafka") -> dict[str, Any]:
     """Best rate of each phase over `rounds` rounds; each phase starts on a quiet broker
-    (the embedded one saves what it holds after writes)."""
-    embedded = bootstrap is None
+    (the embedded one saves what it holds after writes). A broker of `kind` is started
+    unless `bootstrap` is given."""
     with ExitStack() as stack:
-        bench, tmp = prepared(stack, bootstrap, partitions, records, keys, "baton-bench-", report)
-        catch_up = dict(EMBEDDED_CATCH_UP_SETTINGS) if embedded else {}
+        broker = None if bootstrap else stack.enter_context(start_broker(kind))
+        bench, tmp = prepared(stack, bootstrap or broker.bootstrap,  # type: ignore[union-attr]
+                              partitions, records, keys, "baton-bench-", report)
+        catch_up: dict[str, Any] = {}
+        if broker is not None:          # the daemons' profile on this broker
+            bench.extra = dict(broker.daemon.get("kafka", {}))
+            bench.broker_pid = broker.pid
+            catch_up = dict(broker.daemon.get("catch_up", {}))
 
         def quiet() -> None:
             wait_broker_quiet(bench.broker_pid)
@@ -246,7 +255,8 @@ def measure(records: int, keys: int, partitions: int, rounds: int, job_class: st
                 best[phase] = max(best.get(phase, 0.0), rate)
     ratio = best["changelog"] / best["input"]
     return {"records": records, "keys": keys, "partitions": partitions, "rounds": rounds,
-            "loop_ms": loop_s * 1000, "job": job_class, "embedded": embedded,
+            "loop_ms": loop_s * 1000, "job": job_class,
+            "broker": broker_name(kind, bootstrap),
             "input_rate": best["input"], "changelog_rate": best["changelog"],
             "changelog_records": written, "apply_changelog_records": apply_records,
             "apply_rate": best["apply"], "raw_rate": best["raw"],
@@ -285,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loop-ms", type=float, default=ROUND_S * 1000,
                         help="the processor loop's poll() round (default: the daemon's)")
     parser.add_argument("--job", default="processor.examples:RunningSum")
-    parser.add_argument("--bootstrap", help="an existing broker instead of the embedded one")
+    broker_option(parser)
+    parser.add_argument("--bootstrap", help="an existing broker instead of starting one")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args(argv)
     if min(args.records, args.keys, args.partitions, args.rounds, args.loop_ms,
@@ -297,11 +308,13 @@ def main(argv: list[str] | None = None) -> int:
         print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
 
     result = measure(args.records, args.keys, args.partitions, args.rounds, args.job,
-                     args.bootstrap, report, args.loop_ms / 1000, args.apply_keys)
+                     args.bootstrap, report, args.loop_ms / 1000, args.apply_keys,
+                     args.broker)
     if args.json:
         print(json.dumps(result))
         return 0
     verdict = "ok" if result["ok"] else "MISSED"
+    print(f"broker: {result['broker']}")
     print(f"active, input source     {result['input_rate']:>10,.0f} records/s")
     print(f"active, changelog source {result['changelog_rate']:>10,.0f} records/s  "
           f"ratio {result['ratio']:.3f} (target >= {TARGET}: {verdict})")

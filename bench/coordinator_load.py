@@ -1,7 +1,8 @@
 """Coordinator load: N simulated processors over the real HTTP API (a script, not a test).
 
 For each N in --processors: a fresh job with N x --tasks-per-processor input partitions
-(one task each) on the broker, a real `baton coordinator` subprocess, and N simulated
+(one task each) on the broker (`--broker`: Apache Kafka by default, or the embedded
+noida-db; --bootstrap: an existing one), a real `baton coordinator` subprocess, and N simulated
 processors speaking its protocol with the processor token: `POST /processors/register`,
 then `POST /processors/heartbeat` once a second each (staggered), reporting their tasks
 as a processor does (active with positions, warm-ups caught up, released tasks with
@@ -16,7 +17,8 @@ Targets (issue 13): 1,000 processors at 1 Hz over 10,000 tasks, every heartbeat
 answered, p99 <= 100 ms, coordinator <= 0.5 core.
 
     PYTHONPATH=. .venv/bin/python bench/coordinator_load.py [--processors 100 1000]
-        [--tasks-per-processor 10] [--seconds 30] [--bootstrap HOST:PORT] [--json]
+        [--tasks-per-processor 10] [--seconds 30] [--broker kafka|embedded]
+        [--bootstrap HOST:PORT] [--json]
 """
 
 from __future__ import annotations
@@ -33,17 +35,24 @@ import sys
 import tempfile
 import time
 import uuid
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
-from _common import cpu_seconds, own_cpu_seconds
+from _common import (
+    broker_name,
+    broker_option,
+    cpu_seconds,
+    own_cpu_seconds,
+    start_broker,
+)
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from orchestrator.devkit.embedded import EmbeddedBroker, free_port
+from orchestrator.devkit.embedded import EMBEDDED_CLIENT_SETTINGS, free_port
 from orchestrator.wire.config import dump_config
 from orchestrator.wire.status import is_balanced
 from orchestrator.wire.token import read_token
@@ -243,7 +252,9 @@ async def _run(url: str, token: str, processors: int, seconds: float, settle_s: 
 
 
 def measure(bootstrap: str, processors: int, per_processor: int, seconds: float,
-            settle_s: float) -> dict[str, Any]:
+            settle_s: float, kafka: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One N; `kafka`: the coordinator's [kafka] settings beside the bootstrap (None:
+    the clients' settings the embedded broker needs, harmless on Kafka)."""
     tasks = processors * per_processor
     workdir = Path(tempfile.mkdtemp(prefix="baton-load-"))
     name = f"load-{uuid.uuid4().hex[:6]}"
@@ -256,7 +267,7 @@ def measure(bootstrap: str, processors: int, per_processor: int, seconds: float,
     raw = {"job": {"name": name, "class": "processor.examples:RunningSum",
                    "inputs": [f"{name}-in"], "output": f"{name}-out"},
            "kafka": {"bootstrap_servers": bootstrap,
-                     "receive.message.max.bytes": 1000000000},
+                     **(EMBEDDED_CLIENT_SETTINGS if kafka is None else kafka)},
            "coordinator": {"listen": f"127.0.0.1:{port}", "url": f"http://127.0.0.1:{port}",
                            "token_file": str(workdir / "coordinator.token"),
                            "processor_timeout_ms": 60000, "release_timeout_ms": 60000},
@@ -319,21 +330,25 @@ def main() -> int:
     parser.add_argument("--tasks-per-processor", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--settle", type=float, default=120.0)
-    parser.add_argument("--bootstrap", default=None)
+    broker_option(parser)
+    parser.add_argument("--bootstrap", default=None,
+                        help="an existing broker instead of starting one")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    broker = None if args.bootstrap else EmbeddedBroker()
-    bootstrap = args.bootstrap or broker.start()  # type: ignore[union-attr]
+    name = broker_name(args.broker, args.bootstrap)
+    if not args.json:
+        print(f"broker: {name}", flush=True)
     rows = []
-    try:
+    with ExitStack() as stack:
+        broker = None if args.bootstrap else stack.enter_context(start_broker(args.broker))
+        bootstrap = args.bootstrap or broker.bootstrap  # type: ignore[union-attr]
+        kafka = {} if broker is None else broker.daemon.get("kafka", {})
         for n in args.processors:
-            row = measure(bootstrap, n, args.tasks_per_processor, args.seconds, args.settle)
-            rows.append(row)
+            row = measure(bootstrap, n, args.tasks_per_processor, args.seconds, args.settle,
+                          kafka)
+            rows.append({"broker": name, **row})
             if not args.json:
                 print(_line(row), flush=True)
-    finally:
-        if broker is not None:
-            broker.close()
     if args.json:
         print(json.dumps(rows, indent=2))
     return 0

@@ -1,6 +1,7 @@
 """Handoff pause and time-to-balanced, at two state sizes (a script, not a test).
 
-For each state size (default 10,000 and 1,000,000 keys) on a fresh embedded broker:
+For each state size (default 10,000 and 1,000,000 keys) on a fresh broker (`--broker`:
+Apache Kafka by default, or the embedded noida-db; the ratio compares sizes on that one):
 preload one record per key over 4 input partitions, run a coordinator and p1 until
 p1 has processed it all, then
 
@@ -17,13 +18,14 @@ p1 has processed it all, then
 Targets (issue 5): p99 <= 500 ms, and the 1M-key p99 within 1.5x of the 10k-key p99.
 
     .venv/bin/python bench/handoff_pause.py [--keys 10000 1000000] [--handoffs 20] [--json]
+        [--broker kafka|embedded]
         [--logs DIR] [--source input|changelog] [--changelog-read-from beginning|store]
 
 With `--source changelog` the embedded profile reads changelog partitions from their
 beginning (`catch_up.changelog_read_from`, docs/operations.md): an activation then fetches
 its whole partition to apply the few records it lacks, and the pause grows with the
-state. `--changelog-read-from store` starts those reads at the store's position, as on
-a real Kafka broker; noida-db may then drop committed records after an aborted
+state. `--changelog-read-from store` starts those reads at the store's position, the
+default and Apache Kafka's; noida-db may then drop committed records after an aborted
 transaction, which a clean drain-and-restart like this one does not produce.
 """
 
@@ -41,7 +43,9 @@ from typing import Any
 
 from _common import (
     PHASE_LINE,
+    BenchBroker,
     Traffic,
+    broker_option,
     caught_up_records,
     cpu_seconds,
     last_done,
@@ -49,8 +53,10 @@ from _common import (
     machine_cpu_seconds,
     preload,
     report,
+    start_broker,
     thread_cpu_seconds,
     wait_broker_quiet,
+    wait_until,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -61,7 +67,6 @@ from orchestrator.devkit.demo import (
     _make_config,
     _read,
 )
-from orchestrator.devkit.embedded import EmbeddedBroker
 from orchestrator.devkit.pauses import pause_gaps, percentile
 from orchestrator.wire.client import CoordinatorClient
 from orchestrator.wire.config import dump_config
@@ -77,17 +82,14 @@ def _partition_of(key: bytes) -> int:
 
 
 def _wait_committed(bootstrap: str, topic: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        done, end = _committed_all(bootstrap, topic, "baton.demo")
-        if done >= end:
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"only {done} of {end} records committed")
-        time.sleep(0.5)
+    def done() -> bool:
+        committed, end = _committed_all(bootstrap, topic, "baton.demo")
+        return committed >= end
+
+    wait_until(f"every record of {topic} committed", done, timeout, 0.5)
 
 
-def _cpu_of(cluster: _Cluster, broker: EmbeddedBroker) -> dict[str, float]:
+def _cpu_of(cluster: _Cluster, broker: BenchBroker) -> dict[str, float]:
     """CPU seconds so far of each process ("p1", this bench's own: "bench") and of its
     threads by name ("broker/autosave", "p1/rdk:broker1")."""
     pids = {name: proc.pid for name, proc in cluster.procs.items()}
@@ -121,18 +123,21 @@ def _catch_up_window(coordinator_log: Path, to: str) -> float | None:
 
 
 def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
-             keep_logs: Path | None = None, read_from: str | None = None) -> dict[str, Any]:
+             keep_logs: Path | None = None, read_from: str | None = None,
+             kind: str = "kafka", kafka: dict[str, Any] | None = None) -> dict[str, Any]:
     """Preload `keys` keys, let p2 join (catching up half of them), then `handoffs`
     handoffs under traffic; `source`: catch_up.source; `read_from`:
-    catch_up.changelog_read_from (None: the embedded profile's); the daemons' logs are
-    copied to `keep_logs`/<keys> when given."""
-    with tempfile.TemporaryDirectory(prefix="baton-pause-") as tmp, EmbeddedBroker() as broker:
+    catch_up.changelog_read_from (None: the broker's profile's); `kind`: the broker;
+    `kafka`: [kafka] settings on top of its profile's; the daemons' logs are copied to
+    `keep_logs`/<keys> when given."""
+    with tempfile.TemporaryDirectory(prefix="baton-pause-") as tmp, start_broker(kind) as broker:
         workdir = Path(tmp)
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         for future in admin.create_topics([NewTopic("events", PARTITIONS, 1),
                                            NewTopic("sums", PARTITIONS, 1)]).values():
             future.result(30)
-        config = _make_config(workdir, broker.bootstrap, ("events", "sums"))
+        daemon = {**broker.daemon, "kafka": {**broker.daemon.get("kafka", {}), **(kafka or {})}}
+        config = _make_config(workdir, broker.bootstrap, ("events", "sums"), daemon)
         if source != "input" or read_from is not None:
             import tomllib
 
@@ -225,22 +230,24 @@ def main() -> None:
     parser.add_argument("--source", choices=["input", "changelog"], default="input",
                         help="catch_up.source")
     parser.add_argument("--changelog-read-from", choices=["beginning", "store"], default=None,
-                        help="catch_up.changelog_read_from (default: the embedded profile's)")
+                        help="catch_up.changelog_read_from (default: the broker profile's)")
     parser.add_argument("--json", action="store_true")
+    broker_option(parser)
     parser.add_argument("--logs", type=Path, default=None,
                         help="copy the daemons' logs here (one directory per size)")
     args = parser.parse_args()
 
     results = [run_size(k, args.handoffs, log, source=args.source, keep_logs=args.logs,
-                        read_from=args.changelog_read_from) for k in args.keys]
-    summary: dict[str, Any] = {"sizes": results}
+                        read_from=args.changelog_read_from, kind=args.broker) for k in args.keys]
+    summary: dict[str, Any] = {"broker": args.broker, "sizes": results}
     if len(results) >= 2 and results[0]["pause_ms_p99"]:
         summary["p99_ratio_largest_to_smallest"] = round(
             results[-1]["pause_ms_p99"] / results[0]["pause_ms_p99"], 2)
-    lines = [f"{r['keys']:>9} keys: pause p50 {r['pause_ms_p50']} ms, p99 {r['pause_ms_p99']} "
-             f"ms (max {r['pause_ms_max']}, {r['handoffs']} handoffs); join -> balanced "
-             f"{r['join_to_balanced_s']} s for ~{r['catch_up_records']} catch-up records "
-             f"({r['catch_up_records_per_s']} records/s)" for r in results]
+    lines = [f"broker: {args.broker}"] + [
+        f"{r['keys']:>9} keys: pause p50 {r['pause_ms_p50']} ms, p99 {r['pause_ms_p99']} "
+        f"ms (max {r['pause_ms_max']}, {r['handoffs']} handoffs); join -> balanced "
+        f"{r['join_to_balanced_s']} s for ~{r['catch_up_records']} catch-up records "
+        f"({r['catch_up_records_per_s']} records/s)" for r in results]
     if "p99_ratio_largest_to_smallest" in summary:
         lines.append("p99 ratio (largest / smallest state): "
                      f"{summary['p99_ratio_largest_to_smallest']}")

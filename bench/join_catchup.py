@@ -1,6 +1,7 @@
 """Catch-up inside a real join against the same catch-up alone (issue 12): a script.
 
-For each --source (input, changelog), in one run:
+For each --source (input, changelog), in one run, on one kind of broker (`--broker`:
+Apache Kafka by default, or the embedded noida-db; a fresh one for each phase):
 
 alone    the catch-up by itself, in this process (a warmup TaskRuntime driven in the
          processor daemon's rounds, ROUND_S; no daemons, no traffic): `input` replays
@@ -21,6 +22,11 @@ beside   the alone run again beside an idle consumer of the input's 4 partitions
          another process (what p1, idle in the join, cost on this broker before the
          embedded profile's idle back-off, processor.idle_fetch_backoff_ms; not a target).
 
+`--kafka KEY=VALUE` adds a [kafka] setting (librdkafka's) to the catch-up's and the
+daemons' clients in every phase, on top of the broker's profile: `queued.min.messages=1`
+on Kafka measures the embedded profile's setting there (docs/performance.md,
+"Embedded-only settings, measured on Apache Kafka").
+
 Each of them starts once the embedded broker's saves of what was written before are
 done (handoff_pause.wait_broker_quiet): it rewrites everything it holds after writes,
 seconds of CPU at these sizes, and that must not land in one measure and not the other.
@@ -28,7 +34,8 @@ seconds of CPU at these sizes, and that must not land in one measure and not the
 Target: join >= 0.5 x alone, for both sources; the time to balanced is reported too.
 
     PYTHONPATH=. .venv/bin/python bench/join_catchup.py [--keys 1000000]
-        [--source input changelog] [--json]
+        [--source input changelog] [--broker kafka|embedded] [--kafka KEY=VALUE]
+        [--alone-only] [--json]
 """
 
 from __future__ import annotations
@@ -42,34 +49,32 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
 import changelog_cost  # sibling benches: the same phases, reused
 import handoff_pause
 import processor_rates
-from _common import wait_broker_quiet
+from _common import broker_option, start_broker, wait_broker_quiet
 
-from orchestrator.devkit.embedded import (  # noqa: E402
-    EMBEDDED_CATCH_UP_SETTINGS,
-    EMBEDDED_KAFKA_SETTINGS,
-    EmbeddedBroker,
-)
 from processor.daemon import ROUND_S  # noqa: E402
 
 TARGET = 0.5
 JOB = "processor.examples:RunningSum"
 
 
-def alone(source: str, keys: int, beside_idle: bool = False) -> float:
+def alone(source: str, keys: int, beside_idle: bool = False, kind: str = "kafka",
+          kafka: dict[str, Any] | None = None) -> float:
     """Records (or changelog records) per second of the catch-up by itself; with
     `beside_idle`, beside an idle consumer of the input's 4 partitions in another
-    process (what p1, idle in the join, costs on this broker)."""
-    with tempfile.TemporaryDirectory(prefix="baton-join-") as tmp, \
-            EmbeddedBroker(Path(tmp) / "broker") as broker:
-        bench = processor_rates.Bench(broker.bootstrap, dict(EMBEDDED_KAFKA_SETTINGS), 4,
+    process (what p1, idle in the join, costs on this broker); `kafka`: [kafka]
+    settings on top of the broker's profile."""
+    with tempfile.TemporaryDirectory(prefix="baton-join-") as tmp, start_broker(kind) as broker:
+        bench = processor_rates.Bench(broker.bootstrap,
+                                      {**broker.daemon.get("kafka", {}), **(kafka or {})}, 4,
                                       Path(tmp) / "state")
         bench.create_topics()
         bench.produce(keys, keys)
-        catch_up = dict(EMBEDDED_CATCH_UP_SETTINGS)
+        catch_up = dict(broker.daemon.get("catch_up", {}))
         job = ""
         if source == "changelog":
             _, job, _ = changelog_cost.run_active(bench, keys, JOB, "changelog", catch_up)
@@ -99,22 +104,34 @@ def main() -> int:
     parser.add_argument("--source", nargs="+", default=["input", "changelog"],
                         choices=["input", "changelog"])
     parser.add_argument("--json", action="store_true")
+    broker_option(parser)
+    parser.add_argument("--kafka", action="append", default=[], metavar="KEY=VALUE",
+                        help="a [kafka] setting on top of the broker's profile (repeatable)")
+    parser.add_argument("--alone-only", action="store_true",
+                        help="only the catch-up alone: compares --kafka settings")
     args = parser.parse_args()
+    kafka = _settings(parser, args.kafka)
 
     def log(text: str) -> None:
         print(f"# {text}", file=sys.stderr, flush=True)
 
     rows = []
     for source in args.source:
-        rate_alone = alone(source, args.keys)
+        rate_alone = alone(source, args.keys, kind=args.broker, kafka=kafka)
         log(f"{source}: alone {rate_alone:,.0f} records/s")
-        rate_beside = alone(source, args.keys, beside_idle=True)
+        if args.alone_only:
+            rows.append({"broker": args.broker, "kafka": kafka, "source": source,
+                         "keys": args.keys, "alone_per_s": round(rate_alone)})
+            continue
+        rate_beside = alone(source, args.keys, beside_idle=True, kind=args.broker, kafka=kafka)
         log(f"{source}: alone beside an idle consumer {rate_beside:,.0f} records/s")
-        joined = handoff_pause.run_size(args.keys, 0, log, source=source)
+        joined = handoff_pause.run_size(args.keys, 0, log, source=source, kind=args.broker,
+                                        kafka=kafka)
         rate_join = joined["catch_up_records_per_s"]
         window = joined["catching_up_s"]
         rate_window = joined["catch_up_records"] / window if window else 0.0
-        rows.append({"source": source, "keys": args.keys, "alone_per_s": round(rate_alone),
+        rows.append({"broker": args.broker, "kafka": kafka, "source": source,
+                     "keys": args.keys, "alone_per_s": round(rate_alone),
                      "join_per_s": round(rate_join),
                      "join_to_balanced_s": joined["join_to_balanced_s"],
                      "catch_up_records": joined["catch_up_records"],
@@ -129,6 +146,11 @@ def main() -> int:
     if args.json:
         print(json.dumps(rows))
         return 0
+    print(f"broker: {args.broker}" + (f", [kafka] {kafka}" if kafka else ""))
+    if args.alone_only:
+        for r in rows:
+            print(f"{r['source']:>9}, {r['keys']} keys: alone {r['alone_per_s']:,}/s")
+        return 0
     for r in rows:
         print(f"{r['source']:>9}, {r['keys']} keys: join -> balanced {r['join_to_balanced_s']} s "
               f"for ~{r['catch_up_records']} records, {r['join_per_s']:,}/s in the join vs "
@@ -139,6 +161,17 @@ def main() -> int:
               f"alone beside an idle consumer {r['alone_beside_idle_per_s']:,}/s "
               f"({r['beside_idle_ratio']}x of alone)")
     return 0
+
+
+def _settings(parser: argparse.ArgumentParser, pairs: list[str]) -> dict[str, Any]:
+    """KEY=VALUE pairs as librdkafka settings (an integer stays one)."""
+    settings: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            parser.error(f"--kafka {pair!r}: expected KEY=VALUE")
+        settings[key] = int(value) if value.lstrip("-").isdigit() else value
+    return settings
 
 
 if __name__ == "__main__":

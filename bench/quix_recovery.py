@@ -1,7 +1,7 @@
 """quixstreams' changelog recovery rate, beside a raw consume of the same changelog.
 
-One run, one broker (`--broker embedded`, noida-db, the default; `--broker kafka`, an
-Apache Kafka broker; or an existing one by --bootstrap), one input topic of
+One run, one broker (`--broker`: Apache Kafka by default, or the embedded noida-db;
+--bootstrap: an existing one, with Kafka's profile), one input topic of
 `--partitions` partitions holding `--records` records over `--keys` keys (the input of
 bench/processor_rates.py: key k<i % keys>, value 1..9). quixstreams runs in its own
 interpreter (`--quix-python`, a venv with `pip install quixstreams`; never the
@@ -25,7 +25,7 @@ recover and raw are repeated `--rounds` times (best of each); process runs once.
 
     .venv/bin/python bench/quix_recovery.py [--records N] [--keys K] [--partitions P]
         [--rounds R] [--guarantee at-least-once|exactly-once]
-        [--quix-python /tmp/quixvenv/bin/python] [--broker embedded|kafka]
+        [--quix-python /tmp/quixvenv/bin/python] [--broker kafka|embedded]
         [--bootstrap HOST:PORT] [--json]
 
 The processing rate of the first phase (`process_rate`; with --guarantee exactly-once,
@@ -236,14 +236,19 @@ def run_raw(bench: Bench, ends: dict[tuple[str, int], int]) -> tuple[float, int]
 
 def measure(records: int, keys: int, partitions: int, rounds: int, guarantee: str,
             quix_python: str, bootstrap: str | None,
-            report: Callable[[str], None], broker_kind: str = "embedded") -> dict[str, Any]:
-    """Best restore and raw times over `rounds` rounds on one changelog."""
+            report: Callable[[str], None], kind: str = "kafka") -> dict[str, Any]:
+    """Best restore and raw times over `rounds` rounds on one changelog, on a broker of
+    `kind` unless `bootstrap` is given."""
+    from _common import start_broker
     from processor_rates import prepared  # the sibling bench's input
 
-    embedded = bootstrap is None and broker_kind == "embedded"
     with ExitStack() as stack:
-        bench, tmp = prepared(stack, bootstrap, partitions, records, keys, "quix-bench-", report,
-                              broker_kind)
+        broker = None if bootstrap else stack.enter_context(start_broker(kind))
+        bench, tmp = prepared(stack, bootstrap or broker.bootstrap,  # type: ignore[union-attr]
+                              partitions, records, keys, "quix-bench-", report)
+        if broker is not None:          # the clients' profile on this broker
+            bench.extra = dict(broker.daemon.get("kafka", {}))
+            bench.broker_pid = broker.pid
         quix = QuixRun(quix_python, bench, guarantee, tmp)
         processed = quix.run("process", records)
         ends = quix.changelog_ends()
@@ -274,8 +279,8 @@ def measure(records: int, keys: int, partitions: int, rounds: int, guarantee: st
     raw_rate = read / best["raw"]
     return {"records": records, "keys": keys, "partitions": partitions, "rounds": rounds,
             "guarantee": guarantee, "quixstreams": processed["quixstreams"],
-            "embedded": embedded, "broker": "bootstrap" if bootstrap else broker_kind,
-            "changelog_records": changelog,
+            "embedded": kind == "embedded" and not bootstrap,
+            "broker": "external" if bootstrap else kind, "changelog_records": changelog,
             "restored_records": applied, "raw_records": read,
             "restore_rate": restore_rate,
             "restore_rate_to_last_record": applied / best["restore_to_last"],
@@ -296,8 +301,8 @@ def main(argv: list[str] | None = None) -> int:
                         default="at-least-once", help="quixstreams' processing_guarantee")
     parser.add_argument("--quix-python", default=_QUIX_PYTHON,
                         help="an interpreter with quixstreams installed")
-    parser.add_argument("--broker", choices=("embedded", "kafka"), default="embedded",
-                        help="the broker the run starts (ignored with --bootstrap)")
+    parser.add_argument("--broker", choices=["kafka", "embedded"], default="kafka",
+                        help="the broker to start (default: Apache Kafka)")
     parser.add_argument("--bootstrap", help="an existing broker instead of starting one")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args(argv)
@@ -312,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result))
         return 0
+    print(f"broker: {result['broker']}")
     print(f"quixstreams {result['quixstreams']} processing ({result['guarantee']}) "
           f"{result['process_rate']:>10,.0f} records/s")
     print(f"quixstreams {result['quixstreams']} restore  {result['restore_rate']:>10,.0f} "

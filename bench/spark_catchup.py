@@ -1,7 +1,9 @@
 """Benchmark: a warmup's catch-up through the consumer path vs the Spark bulk path.
 
 One backlog (N records, K keys, running sums, keyed over P partitions) is produced once,
-then caught up four ways on the same data in the same run:
+on one broker (`--broker`: Apache Kafka by default, or the embedded noida-db;
+--bootstrap: an existing one), then caught up four ways on the same data in the same
+run:
 
 1. raw read: the bulk path's reader alone (confluent-kafka consume, nothing else);
 2. consumer path: the processor's warmup replay (processor.replica.Replica): per-record
@@ -25,13 +27,14 @@ import tempfile
 import time
 import zlib
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from _common import broker_name, broker_option, start_broker
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from orchestrator.devkit.embedded import EMBEDDED_CLIENT_SETTINGS, EmbeddedBroker
 from processor.job import load_job
 from processor.replica import Replica
 from processor.spark import spark_session, startup_seconds, stop_spark
@@ -56,7 +59,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--masters", default="local[1],local[2]")
     parser.add_argument("--plans", default="auto",
                         help="bulk plans to run on every master: auto, local, shuffle")
-    parser.add_argument("--bootstrap", help="an existing broker (default: embedded noida-db)")
+    broker_option(parser)
+    parser.add_argument("--bootstrap", help="an existing broker instead of starting one")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run every path this many times and keep the fastest (a "
                              "shared host's noise only ever slows a run down)")
@@ -245,6 +249,7 @@ def _report(figures: dict[str, Any]) -> None:
     def per_cpu(name: str) -> float:
         return float(figures[name]["records"] / figures[name]["cpu"])
 
+    print(f"broker: {figures['broker']}")
     print(f"\n{'path':<24}{'records/s':>11}{'wall s':>8}{'CPU s':>8}{'records/CPU-s':>15}")
     for name, row in figures.items():
         if isinstance(row, dict) and "seconds" in row:
@@ -275,13 +280,10 @@ def _report(figures: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
-    broker = None
-    if args.bootstrap:
-        settings: dict[str, Any] = {"bootstrap.servers": args.bootstrap}
-    else:
-        broker = EmbeddedBroker()
-        settings = {"bootstrap.servers": broker.start(), **EMBEDDED_CLIENT_SETTINGS}
-    try:
+    with ExitStack() as stack:
+        broker = None if args.bootstrap else stack.enter_context(start_broker(args.broker))
+        settings: dict[str, Any] = (broker.settings() if broker is not None
+                                    else {"bootstrap.servers": args.bootstrap})
         with tempfile.TemporaryDirectory(prefix="baton-bench-") as tmp:
             began = time.perf_counter()
             ranges = _produce(settings, args.records, args.keys, args.partitions)
@@ -290,8 +292,8 @@ def main(argv: list[str] | None = None) -> int:
             _Measure.exclude = {broker.pid} if broker is not None and broker.pid else set()
             load = [os.getloadavg()[0]]
             speedups = [_host_speedup()]
-            figures: dict[str, Any] = {"raw read": _best(args.repeat, lambda i: _raw_read(
-                settings, ranges))}
+            figures: dict[str, Any] = {"broker": broker_name(args.broker, args.bootstrap)}
+            figures["raw read"] = _best(args.repeat, lambda i: _raw_read(settings, ranges))
             figures["consumer path"] = _best(args.repeat, lambda i: _consumer_path(
                 settings, ranges, Path(tmp) / f"consumer-{i}", args.commit_every))
             runs = [(m, p) for p in args.plans.split(",") for m in args.masters.split(",")]
@@ -310,9 +312,6 @@ def main(argv: list[str] | None = None) -> int:
             _report(figures)
             if args.json:
                 print(json.dumps(figures))
-    finally:
-        if broker is not None:
-            broker.close()
     return 0
 
 

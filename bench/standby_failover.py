@@ -1,6 +1,8 @@
 """Failover with and without a hot standby (issue 12): a script, not a test.
 
-For each state size in --keys: one task (one input partition) holding that many keys,
+For each state size in --keys, on a fresh broker (`--broker`: Apache Kafka by default,
+or the embedded noida-db; the ratio compares sizes on that one): one task (one input
+partition) holding that many keys,
 `catch_up.source = "changelog"`, a coordinator and two processors, live traffic over
 the keys. p1 owns the task; p2 either keeps a hot standby of it (`num_standbys = 1`:
 it applies the changelog as p1 writes it) or holds nothing (`num_standbys = 0`). p1
@@ -12,7 +14,7 @@ the changelog first, so it grows with the state.
 Target (issue 12): with a standby, 1,000,000 keys within 1.5x of 10,000 keys.
 
     PYTHONPATH=. .venv/bin/python bench/standby_failover.py [--keys 10000 1000000]
-        [--json]
+        [--broker kafka|embedded] [--json]
 """
 
 from __future__ import annotations
@@ -26,12 +28,20 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from _common import Traffic, log, preload, report, wait_until
+from _common import (
+    BenchBroker,
+    Traffic,
+    broker_option,
+    log,
+    preload,
+    report,
+    start_broker,
+    wait_until,
+)
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestrator.devkit.demo import _Cluster, _committed_all, _make_config
-from orchestrator.devkit.embedded import EmbeddedBroker
 from orchestrator.wire.client import CoordinatorClient
 from orchestrator.wire.config import dump_config
 from orchestrator.wire.token import read_token
@@ -86,8 +96,8 @@ def _standby_lag(metrics_url: str) -> int | None:
     return None
 
 
-def _config(workdir: Path, bootstrap: str, standbys: int) -> Path:
-    path = _make_config(workdir, bootstrap, ("events", "sums"))
+def _config(workdir: Path, broker: BenchBroker, standbys: int) -> Path:
+    path = _make_config(workdir, broker.bootstrap, ("events", "sums"), broker.daemon)
     raw = tomllib.loads(path.read_text())
     raw["catch_up"].update({"source": "changelog", "num_standbys": standbys})
     raw["coordinator"]["processor_timeout_ms"] = TIMEOUT_MS
@@ -95,15 +105,15 @@ def _config(workdir: Path, bootstrap: str, standbys: int) -> Path:
     return path
 
 
-def run(keys: int, standbys: int, log: Any) -> dict[str, Any]:
+def run(keys: int, standbys: int, log: Any, kind: str = "kafka") -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="baton-failover-") as tmp, \
-            EmbeddedBroker() as broker:
+            start_broker(kind) as broker:
         workdir = Path(tmp)
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         for future in admin.create_topics([NewTopic("events", 1, 1),
                                            NewTopic("sums", 1, 1)]).values():
             future.result(30)
-        config = _config(workdir, broker.bootstrap, standbys)
+        config = _config(workdir, broker, standbys)
         listen = tomllib.loads(config.read_text())["coordinator"]["listen"]
         preload(broker.bootstrap, "events", keys, _one_partition)
         cluster = _Cluster(workdir, config, log)
@@ -135,15 +145,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--keys", type=int, nargs="+", default=[10_000, 1_000_000])
     parser.add_argument("--json", action="store_true")
+    broker_option(parser)
     args = parser.parse_args()
 
-    rows = [run(keys, standbys, log) for keys in args.keys for standbys in (1, 0)]
+    rows = [run(keys, standbys, log, args.broker) for keys in args.keys for standbys in (1, 0)]
     by = {(r["keys"], r["standbys"]): r["failover_s"] for r in rows}
     small, large = min(args.keys), max(args.keys)
-    summary = {"rows": rows,
+    summary = {"broker": args.broker, "rows": rows,
                "standby_ratio_largest_to_smallest": round(by[large, 1] / by[small, 1], 2)}
-    lines = [f"{r['keys']:>9} keys, {'with' if r['standbys'] else 'without'} a standby: "
-             f"SIGKILL -> first output of the new owner {r['failover_s']} s" for r in rows]
+    lines = [f"broker: {args.broker}"] + [
+        f"{r['keys']:>9} keys, {'with' if r['standbys'] else 'without'} a standby: "
+        f"SIGKILL -> first output of the new owner {r['failover_s']} s" for r in rows]
     lines.append(f"with a standby, {large} keys / {small} keys = "
                  f"{summary['standby_ratio_largest_to_smallest']}x (target <= 1.5x)")
     report(summary, args.json, lines)

@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,7 +134,17 @@ class _Feeder:
         return self.sent
 
 
-def _make_config(workdir: Path, bootstrap: str, topics: tuple[str, str]) -> Path:
+# the config sections the demo's daemons add on the embedded broker
+_EMBEDDED_DAEMON = {"kafka": EMBEDDED_KAFKA_SETTINGS, "processor": EMBEDDED_PROCESSOR_SETTINGS,
+                    "catch_up": EMBEDDED_CATCH_UP_SETTINGS}
+
+
+def _make_config(workdir: Path, bootstrap: str, topics: tuple[str, str],
+                 daemon: Mapping[str, Mapping[str, Any]] | None = None) -> Path:
+    """The demo job's config; `daemon`: the sections ("kafka", "processor", "catch_up")
+    the broker needs on top (None: the embedded broker's; {} on Apache Kafka), so a
+    bench runs the same daemons on either broker."""
+    extra = _EMBEDDED_DAEMON if daemon is None else daemon
     port = free_port()
     raw = {
         "job": {"name": "demo", "class": "processor.examples:StampedSum",
@@ -143,14 +153,14 @@ def _make_config(workdir: Path, bootstrap: str, topics: tuple[str, str]) -> Path
                 # refreshes its metadata before it writes again: it is never stale, so
                 # no grace (the default is the clients' 5 minutes)
                 "expansion_grace_ms": 0},
-        "kafka": {"bootstrap_servers": bootstrap, **EMBEDDED_KAFKA_SETTINGS},
+        "kafka": {"bootstrap_servers": bootstrap, **extra.get("kafka", {})},
         "coordinator": {"listen": f"127.0.0.1:{port}", "url": f"http://127.0.0.1:{port}",
                         "token_file": str(workdir / "coordinator.token"),
                         "release_timeout_ms": 10000, "monitor_interval_ms": 1000},
         "processor": {"state_dir": str(workdir / "state"), "heartbeat_interval_ms": 100,
                       "coordinator_grace_ms": 15000, "commit_interval_ms": 100,
-                      **EMBEDDED_PROCESSOR_SETTINGS},
-        "catch_up": {"acceptable_lag": 300, "max_warmups": 4, **EMBEDDED_CATCH_UP_SETTINGS},
+                      **extra.get("processor", {})},
+        "catch_up": {"acceptable_lag": 300, "max_warmups": 4, **extra.get("catch_up", {})},
     }
     path = workdir / "demo.toml"
     path.write_text(dump_config(raw))

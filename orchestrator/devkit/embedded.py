@@ -15,6 +15,10 @@ answering for a few tens of milliseconds, acknowledging writes it then loses, so
 clean stop here first stops its Kafka service through its own control command, which
 closes the listener and then saves. Baton's
 own logic never depends on any of this.
+
+Each setting of the embedded profile below is measured on Apache Kafka too, with and
+without it (docs/performance.md, "Embedded-only settings, measured on Apache Kafka"):
+Kafka needs none of them, and the production defaults are the ones to run it with.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ __all__ = ["EMBEDDED_CATCH_UP_SETTINGS", "EMBEDDED_CLIENT_SETTINGS", "EMBEDDED_K
            "EmbeddedBroker", "EmbeddedBrokerError", "free_port"]
 
 # noida-db sends whole backlogs regardless of fetch.max.bytes; librdkafka loops on
-# "Invalid response size" unless it may receive that much.
+# "Invalid response size" unless it may receive that much (bench/replay_fetch.py; Apache
+# Kafka keeps to fetch.max.bytes, and a replay there needs librdkafka's default).
 EMBEDDED_CLIENT_SETTINGS: dict[str, Any] = {"receive.message.max.bytes": 1_000_000_000}
 # The [kafka] table of Baton's own daemons here (their producers and admin clients
 # leave the consumer-only settings out: orchestrator/kafka/settings.py): on top of the
@@ -47,16 +52,21 @@ EMBEDDED_CLIENT_SETTINGS: dict[str, Any] = {"receive.message.max.bytes": 1_000_0
 # backlog refetched the partition all the while, and each answer came back empty at
 # once, a spin of the consumer and the broker beside the catch-up (bench/
 # join_catchup.py; docs/performance.md, "Catch-up inside a join"). Apache Kafka sends a partition at
-# most max.partition.fetch.bytes a fetch, where the prefetch keeps a reader fed.
+# most max.partition.fetch.bytes a fetch and parks an empty one: no spin there, though
+# a replay alone ran ~2x faster with this setting on Kafka too, in 5 runs of 6 (bench/
+# join_catchup.py --alone-only --broker kafka --kafka queued.min.messages=1).
 EMBEDDED_KAFKA_SETTINGS: dict[str, Any] = {**EMBEDDED_CLIENT_SETTINGS, "queued.min.messages": 1}
 # the [catch_up] settings noida-db needs: a read_committed fetch must not start past an
 # aborted transaction (see the module docstring); measured in tests/processor/runtime/
-# test_changelog_runtime.py
+# test_changelog_runtime.py. On Apache Kafka the default ("store") holds (bench/
+# handoff_pause.py --source changelog --changelog-read-from store|beginning).
 EMBEDDED_CATCH_UP_SETTINGS: dict[str, Any] = {"changelog_read_from": "beginning"}
 # the [processor] settings: noida-db answers an empty fetch at once, whatever
 # fetch.wait.max.ms says, so every idle consumer spins (a large part of a core in the
 # client and in the broker: bench/idle_consumer.py); an idle active consumer
-# stops fetching for 10 ms at a time instead (processor/runtime/idle_fetch.py)
+# stops fetching for 10 ms at a time instead (processor/runtime/idle_fetch.py). Apache
+# Kafka parks an empty fetch for fetch.wait.max.ms: there the back-off saves nothing and
+# the default (0) is right (bench/idle_consumer.py --processor-backoffs 0 10).
 EMBEDDED_PROCESSOR_SETTINGS: dict[str, Any] = {"idle_fetch_backoff_ms": 10}
 _START_TIMEOUT_S = 30.0
 _STOP_GRACE_S = 10.0
