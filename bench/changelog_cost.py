@@ -60,7 +60,7 @@ import rocksdict
 from _common import broker_name, broker_option, start_broker, wait_broker_quiet
 from confluent_kafka import Consumer, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from processor_rates import Bench, _drive, prepared
+from processor_rates import Bench, drive, prepared
 
 from orchestrator.wire.changelog import changelog_topic
 from orchestrator.wire.config import parse_config
@@ -116,7 +116,7 @@ def run_active(bench: Bench, records: int, job_class: str, source: str,
     try:
         started = time.perf_counter()
         runtime.apply(_reply(bench, "active"))
-        _drive(runtime, done, f"active processing ({source})", loop_s)
+        drive(runtime, done, f"active processing ({source})", loop_s)
         seconds = time.perf_counter() - started
         processed = sum(a.records_total for a in runtime.active.values())
         written = sum(a.changelog.records_total for a in runtime.active.values()
@@ -145,7 +145,7 @@ def run_apply(bench: Bench, job: str, job_class: str, catch_up: dict[str, Any],
     try:
         started = time.perf_counter()
         runtime.apply(_reply(bench, "warmup"))
-        _drive(runtime, done, "changelog apply", loop_s)
+        drive(runtime, done, "changelog apply", loop_s)
         seconds = time.perf_counter() - started
         applied = sum(r.applied_total for r in runtime.replicas.values())
     finally:

@@ -38,7 +38,7 @@ from _common import BenchBroker, broker_option, log, report, start_broker, wait_
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestrator.devkit.cluster import Cluster
-from orchestrator.devkit.demo import _make_config
+from orchestrator.devkit.demo import make_config
 from orchestrator.devkit.embedded import free_port
 from orchestrator.wire.config import dump_config
 from orchestrator.wire.token import read_token
@@ -77,7 +77,7 @@ def run(broker: BenchBroker, takeover_ms: int, rounds: int) -> dict[str, Any]:
         future.result(30)
     with tempfile.TemporaryDirectory(prefix="baton-failover-") as tmp:
         workdir = Path(tmp)
-        config = _make_config(workdir, broker.bootstrap, topics, broker.daemon)
+        config = make_config(workdir, broker.bootstrap, topics, broker.daemon)
         raw = tomllib.loads(config.read_text())
         raw["job"]["name"] = f"failover-{tag}"
         listens = [raw["coordinator"]["listen"], f"127.0.0.1:{free_port()}"]

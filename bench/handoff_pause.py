@@ -60,13 +60,8 @@ from _common import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from orchestrator.devkit.demo import (
-    Demo,
-    _Cluster,
-    _committed_all,
-    _make_config,
-    _read,
-)
+from orchestrator.devkit.cluster import Cluster, committed_all, read_topic
+from orchestrator.devkit.demo import Demo, make_config
 from orchestrator.devkit.pauses import pause_gaps, percentile
 from orchestrator.wire.client import CoordinatorClient
 from orchestrator.wire.config import dump_config
@@ -83,13 +78,13 @@ def _partition_of(key: bytes) -> int:
 
 def _wait_committed(bootstrap: str, topic: str, timeout: float) -> None:
     def done() -> bool:
-        committed, end = _committed_all(bootstrap, topic, "baton.demo")
+        committed, end = committed_all(bootstrap, topic, "baton.demo")
         return committed >= end
 
     wait_until(f"every record of {topic} committed", done, timeout, 0.5)
 
 
-def _cpu_of(cluster: _Cluster, broker: BenchBroker) -> dict[str, float]:
+def _cpu_of(cluster: Cluster, broker: BenchBroker) -> dict[str, float]:
     """CPU seconds so far of each process ("p1", this bench's own: "bench") and of its
     threads by name ("broker/autosave", "p1/rdk:broker1")."""
     pids = {name: proc.pid for name, proc in cluster.procs.items()}
@@ -137,7 +132,7 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
                                            NewTopic("sums", PARTITIONS, 1)]).values():
             future.result(30)
         daemon = {**broker.daemon, "kafka": {**broker.daemon.get("kafka", {}), **(kafka or {})}}
-        config = _make_config(workdir, broker.bootstrap, ("events", "sums"), daemon)
+        config = make_config(workdir, broker.bootstrap, ("events", "sums"), daemon)
         if source != "input" or read_from is not None:
             import tomllib
 
@@ -147,7 +142,7 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
                 raw["catch_up"]["changelog_read_from"] = read_from
             config.write_text(dump_config(raw))
         demo = Demo(None)
-        cluster = _Cluster(workdir, config, log)
+        cluster = Cluster(workdir, config, log)
         started = time.monotonic()
         preload(broker.bootstrap, "events", keys, _partition_of, flush_s=120)
         log(f"{keys} keys preloaded in {time.monotonic() - started:.1f}s")
@@ -207,7 +202,8 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
                 kept.mkdir(parents=True, exist_ok=True)
                 for daemon_log in workdir.glob("*.log"):
                     shutil.copy(daemon_log, kept / daemon_log.name)
-        inputs, outputs = _read(broker.bootstrap, "events"), _read(broker.bootstrap, "sums")
+        inputs = read_topic(broker.bootstrap, "events")
+        outputs = read_topic(broker.bootstrap, "sums")
         gaps = pause_gaps(demo.watches, inputs, outputs, tasks)
         for gap in gaps:    # to find a slow one in the daemons' logs
             log(f"pause {gap.ms:.0f} ms: {gap.task!r} from "

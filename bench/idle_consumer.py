@@ -50,7 +50,7 @@ from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestrator.devkit.cluster import Cluster
-from orchestrator.devkit.demo import _make_config
+from orchestrator.devkit.demo import make_config
 from orchestrator.devkit.embedded import EMBEDDED_CLIENT_SETTINGS
 from orchestrator.wire.client import CoordinatorClient
 from orchestrator.wire.status import is_balanced
@@ -133,7 +133,7 @@ def idle_processor(broker: BenchBroker, backoff_ms: int, seconds: float) -> dict
                             "idle_fetch_backoff_ms": backoff_ms}}
     with tempfile.TemporaryDirectory(prefix="baton-idle-") as tmp:
         workdir = Path(tmp)
-        config = _make_config(workdir, broker.bootstrap, topics, daemon)
+        config = make_config(workdir, broker.bootstrap, topics, daemon)
         raw = tomllib.loads(config.read_text())
         cluster = Cluster(workdir, config, log)
         try:

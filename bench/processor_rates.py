@@ -198,7 +198,7 @@ def commit_group_at_end(bench: Bench, group: str) -> None:
         consumer.close()
 
 
-def _drive(runtime: TaskRuntime, done: Callable[[], bool], what: str,
+def drive(runtime: TaskRuntime, done: Callable[[], bool], what: str,
            round_s: float = _POLL_TIMEOUT_S) -> None:
     """poll(round_s) until `done()`, failing on a failed task or after _PHASE_TIMEOUT_S."""
     deadline = time.monotonic() + _PHASE_TIMEOUT_S
@@ -229,7 +229,7 @@ def run_warmup(bench: Bench, records: int, round_s: float = _POLL_TIMEOUT_S,
         started = time.perf_counter()
         runtime.apply(HeartbeatReply(alive=True, tasks=model,
                                      assignment=RoleListing(warmup=list(model))))
-        _drive(runtime, done, "warmup replay", round_s)
+        drive(runtime, done, "warmup replay", round_s)
         seconds = time.perf_counter() - started
         applied = sum(r.applied_total for r in runtime.replicas.values())
     finally:
@@ -254,7 +254,7 @@ def run_active(bench: Bench, records: int, job_class: str | None = None) -> floa
         started = time.perf_counter()
         runtime.apply(HeartbeatReply(alive=True, tasks=model,
                                      assignment=RoleListing(active=list(model))))
-        _drive(runtime, done, "active processing")
+        drive(runtime, done, "active processing")
         seconds = time.perf_counter() - started
         processed = sum(a.records_total for a in runtime.active.values())
     finally:

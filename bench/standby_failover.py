@@ -41,7 +41,8 @@ from _common import (
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from orchestrator.devkit.demo import _Cluster, _committed_all, _make_config
+from orchestrator.devkit.cluster import Cluster, committed_all
+from orchestrator.devkit.demo import make_config
 from orchestrator.wire.client import CoordinatorClient
 from orchestrator.wire.config import dump_config
 from orchestrator.wire.token import read_token
@@ -97,7 +98,7 @@ def _standby_lag(metrics_url: str) -> int | None:
 
 
 def _config(workdir: Path, broker: BenchBroker, standbys: int) -> Path:
-    path = _make_config(workdir, broker.bootstrap, ("events", "sums"), broker.daemon)
+    path = make_config(workdir, broker.bootstrap, ("events", "sums"), broker.daemon)
     raw = tomllib.loads(path.read_text())
     raw["catch_up"].update({"source": "changelog", "num_standbys": standbys})
     raw["coordinator"]["processor_timeout_ms"] = TIMEOUT_MS
@@ -116,14 +117,14 @@ def run(keys: int, standbys: int, log: Any, kind: str = "kafka") -> dict[str, An
         config = _config(workdir, broker, standbys)
         listen = tomllib.loads(config.read_text())["coordinator"]["listen"]
         preload(broker.bootstrap, "events", keys, _one_partition)
-        cluster = _Cluster(workdir, config, log)
+        cluster = Cluster(workdir, config, log)
         try:
             cluster.start("coordinator", "coordinator")
             wait_until("token", (workdir / "coordinator.token").exists, 60)
             token = read_token(workdir / "coordinator.token")
             client = CoordinatorClient(f"http://{listen}", token)
             cluster.start("p1", "processor", "--id", "p1")
-            wait_until("p1 processed the state", lambda: _committed_all(
+            wait_until("p1 processed the state", lambda: committed_all(
                 broker.bootstrap, "events", "baton.demo")[0] >= keys, 600)
             cluster.start("p2", "processor", "--id", "p2")
             wait_until("p2 registered", lambda: len(client.status()["processors"]) == 2, 60)

@@ -28,7 +28,7 @@ from vs_common import (
     wait_until,
 )
 
-from orchestrator.devkit.demo import _Cluster
+from orchestrator.devkit.cluster import Cluster
 from orchestrator.devkit.embedded import free_port
 from orchestrator.wire.client import CoordinatorClient, CoordinatorUnreachable
 from orchestrator.wire.config import dump_config
@@ -67,8 +67,8 @@ def _config(workdir: Path, bootstrap: str, job: str, topics: tuple[str, str],
 
 
 def _start(workdir: Path, config: Path, log: Any, processors: tuple[str, ...]
-           ) -> tuple[_Cluster, CoordinatorClient, str]:
-    cluster = _Cluster(workdir, config, log)
+           ) -> tuple[Cluster, CoordinatorClient, str]:
+    cluster = Cluster(workdir, config, log)
     cluster.start("coordinator", "coordinator")
     wait_until("the coordinator's token", (workdir / "coordinator.token").exists, 60)
     listen = tomllib.loads(config.read_text())["coordinator"]["listen"]

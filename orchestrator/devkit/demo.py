@@ -35,9 +35,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from orchestrator.devkit.cluster import Cluster as _Cluster
-from orchestrator.devkit.cluster import committed_all as _committed_all
-from orchestrator.devkit.cluster import read_topic as _read
+from orchestrator.devkit.cluster import Cluster, committed_all, read_topic
 from orchestrator.devkit.embedded import (
     EMBEDDED_CATCH_UP_SETTINGS,
     EMBEDDED_KAFKA_SETTINGS,
@@ -61,7 +59,7 @@ from orchestrator.wire.status import is_balanced
 from orchestrator.wire.token import read_token
 from processor.oracle import OracleResult, check_running_sums
 
-__all__ = ["DemoResult", "run_demo"]
+__all__ = ["DemoResult", "make_config", "run_demo"]
 
 INPUT_PARTITIONS = 4
 EXPANDED_PARTITIONS = 8
@@ -139,7 +137,7 @@ _EMBEDDED_DAEMON = {"kafka": EMBEDDED_KAFKA_SETTINGS, "processor": EMBEDDED_PROC
                     "catch_up": EMBEDDED_CATCH_UP_SETTINGS}
 
 
-def _make_config(workdir: Path, bootstrap: str, topics: tuple[str, str],
+def make_config(workdir: Path, bootstrap: str, topics: tuple[str, str],
                  daemon: Mapping[str, Mapping[str, Any]] | None = None) -> Path:
     """The demo job's config; `daemon`: the sections ("kafka", "processor", "catch_up")
     the broker needs on top (None: the embedded broker's; {} on Apache Kafka), so a
@@ -245,7 +243,7 @@ def _holds_tasks(processor: str) -> Callable[[dict[str, Any]], bool]:
     return check
 
 
-def _scale(demo: Demo, cluster: _Cluster, client: CoordinatorClient, feeder: _Feeder,
+def _scale(demo: Demo, cluster: Cluster, client: CoordinatorClient, feeder: _Feeder,
            topic: str) -> dict[str, Any]:
     demo.wait(client, "coordinator up", lambda s: True, 30)
     for p in ("p1", "p2"):
@@ -310,9 +308,9 @@ def run_demo(console: Console | None, keep_logs: Path | None = None) -> DemoResu
         for future in admin.create_topics([NewTopic(topics[0], INPUT_PARTITIONS, 1),
                                            NewTopic(topics[1], INPUT_PARTITIONS, 1)]).values():
             future.result(30)
-        config_file = _make_config(workdir, broker.bootstrap, topics)
+        config_file = make_config(workdir, broker.bootstrap, topics)
         demo.log(f"embedded broker on {broker.bootstrap}; config {config_file}")
-        cluster = _Cluster(workdir, config_file, demo.log)
+        cluster = Cluster(workdir, config_file, demo.log)
         feeder = _Feeder(broker.bootstrap, topics[0])
         try:
             token_file = workdir / "coordinator.token"
@@ -328,7 +326,7 @@ def run_demo(console: Console | None, keep_logs: Path | None = None) -> DemoResu
             demo.log(f"traffic stopped after {sent} records; letting the job finish")
             deadline = time.monotonic() + PHASE_TIMEOUT_S
             while True:
-                done, end = _committed_all(broker.bootstrap, topics[0], "baton.demo")
+                done, end = committed_all(broker.bootstrap, topics[0], "baton.demo")
                 if done >= end or time.monotonic() > deadline:
                     break
                 time.sleep(0.3)
@@ -341,8 +339,8 @@ def run_demo(console: Console | None, keep_logs: Path | None = None) -> DemoResu
                 for daemon_log in workdir.glob("*.log"):
                     shutil.copy(daemon_log, keep_logs / daemon_log.name)
         del feeder, admin       # their librdkafka handles would log the broker's stop
-        inputs = input_records(_read(broker.bootstrap, topics[0]))
-        outputs = _read(broker.bootstrap, topics[1])
+        inputs = input_records(read_topic(broker.bootstrap, topics[0]))
+        outputs = read_topic(broker.bootstrap, topics[1])
         oracle = check_running_sums([(m.key(), m.value()) for m in inputs],
                                     [(m.key(), m.value()) for m in outputs])
         _summarise(demo, oracle, pause_gaps(demo.watches, inputs, outputs, tasks))
@@ -350,7 +348,7 @@ def run_demo(console: Console | None, keep_logs: Path | None = None) -> DemoResu
     return demo.result
 
 
-def _wait_file(path: Path, cluster: _Cluster) -> None:
+def _wait_file(path: Path, cluster: Cluster) -> None:
     cluster.start("coordinator", "coordinator")
     cluster.wait_for_file(path)
 

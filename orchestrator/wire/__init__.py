@@ -11,5 +11,5 @@ orchestrator must not import below its CLI.)
 __all__ = [
     "barrier", "catchup", "changelog", "client", "clock", "collector", "config", "config_doc",
     "http", "job_config", "lineage", "logs", "partitioners", "partitions", "protocol",
-    "secrets", "status", "tls", "token", "validation",
+    "secrets", "status", "store_config", "tls", "token", "validation",
 ]
