@@ -126,18 +126,20 @@ class Emitter:
         topic, number = split_partition(child)
         kind, timestamp = msg.timestamp()
         headers = [*(msg.headers() or ()), (FORWARDED_HEADER, origin.encode())]
-        for attempt in range(_FORWARD_METADATA_TRIES + 1):
+        refreshed = 0
+        while True:
             try:
                 self.producer.produce(topic, value=msg.value(), key=msg.key(), partition=number,
                                       timestamp=timestamp if kind else 0, headers=headers)
                 return
-            except BufferError:
+            except BufferError:     # a full local queue drains: wait, it is no failure
                 self.producer.poll(_FULL_QUEUE_WAIT_S)
             except KafkaException as exc:
                 # the producer was made before the expansion: its metadata lacks the new
                 # partitions until it is refreshed (librdkafka answers at once, locally)
                 err = kafka_error(exc)
                 if err is None or err.code() != KafkaError._UNKNOWN_PARTITION \
-                        or attempt == _FORWARD_METADATA_TRIES:
+                        or refreshed == _FORWARD_METADATA_TRIES:
                     raise
+                refreshed += 1
                 self.producer.list_topics(topic, _METADATA_TIMEOUT_S)
