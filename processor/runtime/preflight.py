@@ -28,6 +28,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AclOperation, AdminClient, ConfigResource
 
+from orchestrator.kafka.logs import client_logging
 from orchestrator.kafka.settings import producer_settings
 from orchestrator.wire.changelog import changelog_topic
 from orchestrator.wire.config import Config
@@ -126,7 +127,8 @@ def check_broker(config: Config) -> None:
         PreflightError: the transaction timeout is above the broker's limit, or the
             principal lacks an operation on one of the job's topics.
     """
-    admin = AdminClient(producer_settings(config.kafka_settings()))
+    admin = AdminClient({**producer_settings(config.kafka_settings()),
+                         **client_logging("processor.preflight")})
     try:
         admin.list_topics(timeout=_TIMEOUT_S)
     except KafkaException as exc:      # unreachable: the runtime's own retries say so
@@ -159,7 +161,8 @@ def _fence_reason(config: Config, task: str, exc: BaseException) -> str | None:
     if not isinstance(error, KafkaError):
         return None
     if error.code() == KafkaError.INVALID_TRANSACTION_TIMEOUT:
-        admin = AdminClient(producer_settings(config.kafka_settings()))
+        admin = AdminClient({**producer_settings(config.kafka_settings()),
+                         **client_logging("processor.preflight")})
         limit = _broker_limit(admin)
         return _timeout_message(config, transaction_timeout_ms(config),
                                 limit if limit is not None else -1).replace(

@@ -25,6 +25,7 @@ import time
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from orchestrator.kafka.logs import client_logging
 from orchestrator.kafka.settings import producer_settings
 from orchestrator.wire.partitions import split_partition
 
@@ -56,7 +57,8 @@ class TombstoneHorizon:
         return self._retention_ms
 
     def _describe(self) -> int:
-        admin = AdminClient(producer_settings(self._settings))
+        admin = AdminClient({**producer_settings(self._settings),
+                             **client_logging("processor.admin")})
         resource = ConfigResource(ConfigResource.Type.TOPIC, self._topic)
         try:
             entry = admin.describe_configs([resource])[resource].result(_TIMEOUT_S).get(

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from orchestrator.kafka.logs import client_logging
 from orchestrator.kafka.offsets import watermarks
 from processor.retention import check_retained
 
@@ -28,7 +29,8 @@ def check_ranges_retained(settings: Mapping[str, Any], ranges: Mapping[str, tupl
     """
     from confluent_kafka import Consumer
 
-    consumer = Consumer({**settings, "group.id": "baton.reader", "enable.auto.commit": False})
+    consumer = Consumer({**settings, **client_logging("processor.retained"),
+                         "group.id": "baton.reader", "enable.auto.commit": False})
     try:
         check_retained(task, {p: lo for p, (lo, _) in ranges.items()},
                        {p: hi for p, (_, hi) in ranges.items()},
