@@ -56,3 +56,22 @@ def test_metrics_vocabulary_copies_equal_the_domain() -> None:
     from orchestrator.wire.config import CatchUpSource
 
     assert get_args(MetricsSource) == get_args(CatchUpSource)
+
+
+def test_the_store_s_partition_check_agrees_with_the_wire_s() -> None:
+    """store/ may not import the orchestrator, so `offset_key` checks "topic:N" itself:
+    every name the wire accepts, the store accepts; what the store refuses, the wire
+    refuses too (the store's check is the looser one: it guards its own key space)."""
+    import pytest
+
+    from orchestrator.wire.partitions import PartitionNameError, parse_partition
+    from store.codec import offset_key
+
+    for good in ("events:0", "a.b_c-d:12", "1:3", "x" * 249 + ":7"):
+        parse_partition(good)
+        assert offset_key(good)
+    for bad in ("events", "events:", ":3", "events:-1", "events:x", "events:1a"):
+        with pytest.raises(ValueError):
+            offset_key(bad)
+        with pytest.raises(PartitionNameError):
+            parse_partition(bad)
