@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from tenacity import stop_after_attempt
 
@@ -46,6 +46,10 @@ EXIT_CODES: dict[Status, int] = {"ok": 0, "note": 0, "unreachable": 1, "error": 
 # How long one broker or coordinator request may take: a healthy one answers in
 # milliseconds, and an operator waiting on a check wants an answer soon.
 _TIMEOUT_S = 10.0
+# how long to wait on an admin request's future: past the request's own timeout, so
+# librdkafka always ends the request itself (a client destroyed with a request still in
+# flight can crash the process at exit)
+_RESULT_WAIT_S = _TIMEOUT_S + 5.0
 
 # One attempt per coordinator URL: the check reports, it does not wait for recovery.
 _ONCE: dict[str, Any] = {"stop": stop_after_attempt(1)}
@@ -129,23 +133,29 @@ def _kafka(config: Config) -> Iterator[Finding]:
     if config.processor.on_error == "dlq":
         yield _created(admin, topics, "processor.on_error", dlq_topic(name),
                        "the dead-letter topic (a processor creates it)", DLQ_PARTITIONS)
-    yield _group(admin, f"baton.{name}")
+    yield _group(config, topics, f"baton.{name}")
 
 
-def _group(admin: AdminClient, group: str) -> Finding:
+def _group(config: Config, topics: dict[str, int], group: str) -> Finding:
     """The job's consumer group: may this principal read its committed offsets (the
-    Describe permission every daemon needs on it)?"""
+    Describe permission every daemon needs on it)? Asked as the daemons ask, by a
+    consumer of the group that never joins it (read_uncommitted: no wait on pending
+    transactional offsets)."""
     subject = f"job.name {group}"
-    request = ConsumerGroupTopicPartitions(group)
+    wanted = [TopicPartition(topic, n) for topic in config.job.inputs
+              for n in range(topics.get(topic, 0))]
+    consumer = Consumer({**config.kafka_settings(), "log_level": 0, "group.id": group,
+                         "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
     try:
-        answer = admin.list_consumer_group_offsets([request], request_timeout=_TIMEOUT_S)
-        offsets = answer[group].result(_TIMEOUT_S).topic_partitions or []
+        offsets = consumer.committed(wanted, timeout=_TIMEOUT_S) if wanted else []
     except KafkaException as exc:
         error = exc.args[0]
         if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
             return Finding("error", subject, f"consumer group: {error.str()}; grant Describe "
                                              "and Read on the group")
         return Finding("note", subject, f"consumer group not verified: {error.str()}")
+    finally:
+        consumer.close()
     committed = sum(1 for tp in offsets if tp.offset >= 0)
     return Finding("ok", subject, f"consumer group readable ({committed} committed "
                                   f"offset{'' if committed == 1 else 's'})")
@@ -171,7 +181,8 @@ def _created(admin: AdminClient, topics: dict[str, int], key: str, topic: str, w
         return Finding("ok", subject, f"{what}: {count} partition{'' if count == 1 else 's'}")
     spec = NewTopic(topic, partitions, 1)
     try:
-        admin.create_topics([spec], validate_only=True)[topic].result(_TIMEOUT_S)
+        admin.create_topics([spec], validate_only=True,
+                           request_timeout=_TIMEOUT_S)[topic].result(_RESULT_WAIT_S)
     except KafkaException as exc:
         error = exc.args[0]
         if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
