@@ -309,11 +309,13 @@ def oracle_check(broker: Broker, config: Any) -> Any:
     """Read input and output topics and run the running-sum oracle."""
     from orchestrator.wire.barrier import input_records
     from processor.oracle import check_running_sums
+    from tests.oracle_report import Checked, report
 
-    inputs = [(m.key(), m.value()) for topic in config.job.inputs
-              for m in input_records(broker.read_all(topic))]
-    outputs = [(m.key(), m.value()) for m in broker.read_all(config.job.output)]
-    return check_running_sums(inputs, outputs)
+    inputs = [m for topic in config.job.inputs for m in input_records(broker.read_all(topic))]
+    outputs = broker.read_all(config.job.output)
+    result = check_running_sums([(m.key(), m.value()) for m in inputs],
+                                [(m.key(), m.value()) for m in outputs])
+    return Checked(result, "" if result.ok else report(inputs, outputs))
 
 
 def identified_check(broker: Broker, config: Any) -> Any:
