@@ -81,10 +81,51 @@ class StoreHandle:
         """Committed data merged with a snapshot of the overlay, in encoded-key order."""
         self._check_open()
         pending = overlay_changes(self._overlay)
+        return merge(pending, self._scan(BYTES_TAG, DATA_END))
+
+    def _scan(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """The committed entries in [start, end), raising at a damaged block.
+
+        rocksdict's items() ends quietly where a read error invalidates its iterator,
+        which would pass a damaged store off as a smaller one (a state silently
+        missing keys). So once it ends, one raw iterator is placed after the last key
+        it gave: anything there, or an error status, means the scan stopped early.
+
+        Raises:
+            StoreCorruptError: a block could not be read (the message names the file).
+            StoreError: another read error.
+        """
         read_opts = rocksdict.ReadOptions()
-        read_opts.set_iterate_upper_bound(DATA_END)
-        stored = self._db.items(from_key=BYTES_TAG, read_opt=read_opts)
-        return merge(pending, cast("Iterator[tuple[bytes, bytes]]", stored))
+        read_opts.set_iterate_upper_bound(end)
+        last: bytes | None = None
+        for last, value in cast("Iterator[tuple[bytes, bytes]]",
+                                self._db.items(from_key=start, read_opt=read_opts)):
+            yield last, value
+        check = rocksdict.ReadOptions()
+        check.set_iterate_upper_bound(end)
+        probe = self._db.iter(check)
+        try:
+            if last is None:
+                probe.seek(start)
+            else:
+                probe.seek(last)
+                if probe.valid():
+                    probe.next()
+            if probe.valid():
+                raise StoreCorruptError(self._path, (
+                    f"task store {self._path} is corrupt: a scan stopped at "
+                    f"{last!r} while more keys follow"))
+            probe.status()
+        except StoreError:
+            raise
+        except Exception as exc:
+            if "Corruption" not in str(exc):
+                raise StoreError(self._path, f"cannot read task store {self._path}: {exc}"
+                                 ) from exc
+            raise StoreCorruptError(self._path, (
+                f"task store {self._path} is corrupt: {exc}")) from exc
+        finally:
+            del probe           # a live iterator keeps the database open past close()
 
     def verify(self) -> int:
         """Read every key with block checksums verified: RocksDB checks a table file's

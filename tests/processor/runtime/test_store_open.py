@@ -104,6 +104,16 @@ def test_verify_reads_every_key_and_names_the_damaged_file(tmp_path: Path) -> No
     assert caught.value.path == tmp_path / "db"
 
 
+@pytest.mark.parametrize("scan", [list, len, lambda s: dict(s.items())])
+def test_a_scan_that_meets_a_damaged_block_raises_instead_of_ending_early(
+        tmp_path: Path, scan: Any) -> None:
+    fill(TaskStore(tmp_path / "db"), 40_000)
+    table = damage(tmp_path / "db")
+    with TaskStore(tmp_path / "db") as store, \
+            pytest.raises(StoreCorruptError, match=table.name):
+        scan(store)
+
+
 def test_a_damaged_store_is_moved_aside_and_replaced_by_an_empty_one(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     cfg = config(tmp_path)
