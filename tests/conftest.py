@@ -69,7 +69,7 @@ class Broker:
     def producer(self, **more: Any) -> Producer:
         return Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, **more})
 
-    def read_all(self, topic: str, timeout: float = 30.0,
+    def read_all(self, topic: str, timeout: float = 60.0,
                  committed_only: bool = True) -> list[Any]:
         """Every message of `topic` up to its current end, in partition-offset order."""
         consumer = Consumer(self.settings(**{
@@ -100,13 +100,22 @@ def _drain(consumer: Consumer, topic: str, timeout: float) -> list[Any]:
     out: list[Any] = []
     done = {p for p, high in ends.items() if high == 0}
     deadline = time.monotonic() + timeout
-    while len(done) < len(ends) and time.monotonic() < deadline:
+    positions: dict[int, int] = {}
+    while len(done) < len(ends):
+        if time.monotonic() > deadline:
+            # a read_committed reader stops at the first open transaction; a partial
+            # read would look like lost records to the oracle, so say so instead
+            behind = {p: f"{positions.get(p)} of {ends[p]}" for p in ends if p not in done}
+            raise AssertionError(f"{topic} not read to its end within {timeout:.0f} s "
+                                 f"(partition: position of end {behind}); "
+                                 "an open transaction holds its last stable offset")
         for msg in consumer.consume(10000, 0.5):
             if msg.error():
                 continue
             out.append(msg)
         for p, high in ends.items():
             pos = consumer.position([TopicPartition(topic, p)])[0].offset
+            positions[p] = pos
             if pos >= high:
                 done.add(p)
     out.sort(key=lambda m: (m.partition(), m.offset()))
@@ -465,8 +474,16 @@ def coordinator_client(config: Any, retry: dict[str, Any] | None = None) -> Any:
     return CoordinatorClient.for_config(config, read_token(config.token_file), retry)
 
 
+# how long the tests' client retries a call no leader answers: a leader that could not
+# write its stream within three quarters of the tests' short takeover_ms (2 s) answers
+# 503 until its next write succeeds, which a loaded machine can delay by seconds; an
+# operator's `baton` command rides that out the same way (orchestrator/wire/client.py)
+PATIENT_CLIENT_S = 20.0
+
+
 def wait_for_coordinator(config: Any, daemon: Daemon, timeout: float = 60.0) -> Any:
-    """Wait until the coordinator answers /status; returns a client."""
+    """Wait until the coordinator answers /status; returns a client that retries a call
+    for up to PATIENT_CLIENT_S while no leader answers."""
     import time
 
     deadline = time.monotonic() + timeout
@@ -475,14 +492,18 @@ def wait_for_coordinator(config: Any, daemon: Daemon, timeout: float = 60.0) -> 
             raise AssertionError(f"coordinator exited with {daemon.proc.returncode}:\n"
                                  f"{daemon.log()[-3000:]}")
         if config.token_file.exists():
-            from tenacity import stop_after_attempt
+            from tenacity import stop_after_attempt, stop_after_delay, wait_fixed
 
             client = coordinator_client(config, {"stop": stop_after_attempt(1)})
             try:
                 client.status()
-                return client
             except Exception:  # noqa: BLE001 - not up yet
+                time.sleep(0.1)
+                continue
+            finally:
                 client.close()
+            return coordinator_client(config, {"stop": stop_after_delay(PATIENT_CLIENT_S),
+                                               "wait": wait_fixed(0.2)})
         time.sleep(0.1)
     raise AssertionError(f"coordinator not up in {timeout:.0f}s:\n{daemon.log()[-3000:]}")
 

@@ -89,7 +89,7 @@ def test_the_example_runs_as_a_job(broker: Any, unique: Any, daemons: Any,
         producer.produce(config.job.inputs[0], key=key, value=value)
     producer.flush(30)
     del producer
-    wait_for(lambda: len(broker.read_all(config.job.output, timeout=5)) == len(orders), 120,
+    wait_for(lambda: len(broker.read_all(config.job.output)) == len(orders), 120,
              "an output per order")
     last: dict[bytes, Any] = {}
     for message in broker.read_all(config.job.output):

@@ -178,16 +178,19 @@ def _start_cluster(tmp_path: Path, attempt: int) -> tuple[Cluster, list[subproce
     return Cluster(f"spark://127.0.0.1:{port}", env, [p.pid for p in procs]), procs
 
 
-@pytest.fixture
-def standalone_cluster(tmp_path: Path) -> Iterator[Cluster]:
-    """A Spark master and two 1-core workers on 127.0.0.1, stopped by PID afterwards.
+@pytest.fixture(scope="session")
+def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A Spark master and two 1-core workers on 127.0.0.1, stopped by PID at the end of
+    the session; the tests' drivers are its applications one after another, as on a
+    shared cluster (its start is most of such a test's time).
 
     Ports are chosen before the JVMs bind them, so another process may take one in
     between: such a start fails fast and is tried again on new ports (three tries).
     """
     for attempt in range(1, 4):
         try:
-            cluster, procs = _start_cluster(tmp_path, attempt)
+            cluster, procs = _start_cluster(tmp_path_factory.mktemp("spark-cluster"),
+                                            attempt)
             break
         except RuntimeError:
             if attempt == 3:

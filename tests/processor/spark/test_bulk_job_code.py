@@ -94,3 +94,66 @@ def test_the_zip_is_named_by_its_contents(tmp_path: Path) -> None:
 
     assert sorted(zipfile.ZipFile(second).namelist()) == sorted(
         [p.relative_to(root).as_posix() for p in root.rglob("*.py")])
+
+
+# a driver on the standalone cluster: the job package is on no worker's path, so its
+# code reaches the executors only as the shipped zip
+_CLUSTER_DRIVER = r"""
+import json, os, sys, time
+from pathlib import Path
+from processor.jobspec import JobSpec
+from processor.spark import spark_session
+from processor.spark.bulk import bulk_catch_up
+
+args = json.loads(sys.argv[1])
+spark = spark_session(args["master"])
+sc = spark.sparkContext
+deadline = time.monotonic() + 60
+while sc._jsc.sc().getExecutorMemoryStatus().size() < 3:  # two executors + the driver
+    assert time.monotonic() < deadline, "the two workers' executors did not register"
+    time.sleep(0.2)
+spec = JobSpec(args["job"], "job", path=(args["root"],), key_format="str",
+               value_format="json")
+result = bulk_catch_up(spark, spec, args["settings"], args["ranges"], "input",
+                       "Partition 0", directory=Path(args["out"]), chunk_records=10)
+print(json.dumps({"paths": [str(p) for p in result.sst_paths], "offsets": result.offsets,
+                  "records": result.records, "driver": os.getpid()}))
+spark.stop()
+"""
+
+
+def test_a_job_outside_the_repository_runs_on_a_standalone_cluster(
+        broker, unique, tmp_path: Path, standalone_cluster) -> None:
+    import json
+    import subprocess
+    import sys
+
+    root, class_path = _package(tmp_path)
+    topic = broker.create_topic(unique("events"), 2)
+    producer = broker.producer()
+    sent: dict[int, list[Record]] = {0: [], 1: []}
+    for i in range(60):
+        partition, key, value = i % 2, b"k%d" % (i % 4), b'{"n": %d}' % i
+        producer.produce(topic, key=key, value=value, partition=partition)
+        sent[partition].append(Record(key, value, topic, partition, i // 2, 0))
+    producer.flush(30)
+    out = tmp_path / "driver-files"
+    args = {"master": standalone_cluster.master, "job": class_path, "root": str(root),
+            "settings": broker.settings(), "out": str(out),
+            "ranges": {f"{topic}:{p}": (0, 30) for p in (0, 1)}}
+    run = subprocess.run([sys.executable, "-c", _CLUSTER_DRIVER, json.dumps(args)],
+                         env=standalone_cluster.env, cwd=tmp_path, capture_output=True,
+                         text=True, timeout=240, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert report["records"] == 60
+    assert report["offsets"] == {f"{topic}:{p}": 30 for p in (0, 1)}
+    with TaskStore(tmp_path / "bulk") as store:
+        store.ingest([Path(p) for p in report["paths"]])
+        folded: dict[Any, Any] = dict(store.items())
+    # loaded by the workers' executors from the shipped zip
+    assert folded and all(".zip" in v["from"] and "baton-job-code-" in v["from"]
+                          for v in folded.values())
+    job = load_job(class_path, [root])
+    expected = run_job(job, sent[0] + sent[1], key_format="str", value_format="json").state
+    assert {k: v["n"] for k, v in folded.items()} == {k: v["n"] for k, v in expected.items()}
