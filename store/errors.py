@@ -37,11 +37,15 @@ class StoreCorruptError(StoreError):
 
 _LOCK_MARKERS = ("lock hold by current process", "While lock file", "/LOCK:")
 _CORRUPT_MARKERS = ("Corruption:", "No such file or directory", "MANIFEST")
+# ENOSPC, as RocksDB and the OS word it: nothing is damaged, the store waits for space
+_DISK_FULL = "No space left on device"
 
 
 def open_error(path: Path, exc: BaseException) -> StoreError:
     """The StoreError for a failed open of the RocksDB at `path`."""
     cause = str(exc) or type(exc).__name__
+    if _DISK_FULL in cause:     # before the corrupt markers: it may name the MANIFEST
+        return StoreError(path, f"cannot open task store {path}: its disk is full ({cause})")
     if any(marker in cause for marker in _LOCK_MARKERS):
         return StoreLockedError(path, (
             f"task store {path} is locked by another open store ({cause}); "

@@ -9,6 +9,7 @@ writes (store/writes.py: the transaction, changelog records), SST ingest
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from collections.abc import Iterator
@@ -24,6 +25,8 @@ from store.errors import StoreCorruptError, StoreError
 from store.options import READ_OPTIONS
 
 __all__ = ["ClosedLog", "StoreHandle"]
+
+log = logging.getLogger("baton.store")
 
 # read ahead of a verifying scan: sequential reads of whole table files
 _VERIFY_READAHEAD = 2 << 20
@@ -192,7 +195,13 @@ class StoreHandle:
         # writes check `_undo` anyway; this one refuses them, so the open path pays
         # nothing for the closed check (reads fail in RocksDB, translated in `_stored`)
         self._undo = ClosedLog(self._path)
-        self._db.close()
+        try:
+            self._db.close()
+        except Exception as exc:  # noqa: BLE001 - nothing for a caller to do about it
+            # a database that failed a write (a full disk) refuses to flush on close;
+            # what it committed is in its write-ahead log, which the next open
+            # replays, so the store is only closed, never lost or ahead
+            log.warning("task store %s: closed after an error: %s", self._path, exc)
 
     def destroy(self) -> None:
         """Close the store and remove its directory."""

@@ -36,6 +36,7 @@ class Processor:
         reports: its last report of every task it holds (not persisted).
         reported: it reported since this coordinator started (not persisted).
         generation: the model generation it last heard in a reply (not persisted).
+        disk_full: its state directory's disk is short of space (not persisted).
     """
 
     id: str
@@ -48,6 +49,7 @@ class Processor:
     reports: dict[str, TaskReport] = field(default_factory=dict)
     reported: bool = False
     generation: int = 0
+    disk_full: bool = False
 
     def to_record(self) -> dict[str, Any]:
         return {"execution_id": self.execution_id, "metrics_url": self.metrics_url,
@@ -116,6 +118,7 @@ class Liveness:
         if request.metrics_url is not None:
             processor.metrics_url = request.metrics_url
         processor.reports = {r.task: r for r in request.tasks}
+        processor.disk_full = request.disk_full
 
     def silent(self, now: float, timeout: float) -> list[Processor]:
         """Valid processors not heard from for `timeout` seconds."""

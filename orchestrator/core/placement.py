@@ -98,7 +98,7 @@ def place(core: PlacementView) -> bool:
         roles = core.roles.get(wanted.id)
         roles.warmup &= incoming[wanted.id]
         roles.standby = (set(wanted.standby) - roles.active - roles.warmup - moving[wanted.id]
-                         - core.failures.blocked(wanted.id, core.clock.monotonic()))
+                         - _barred(core, wanted.id))
     for pid in core.draining & set(live):
         roles = core.roles.get(pid)
         roles.warmup.clear()
@@ -134,9 +134,16 @@ def _state(core: PlacementView, pid: str, coming: set[str], going: set[str]
     lags = {t: lag for t in reported
             if t in core.model.tasks and t not in active
             and (lag := core.lag(t, pid)) is not None}
+    barred = _barred(core, pid)
+    if processor is not None and processor.disk_full:
+        barred |= set(core.model.tasks) - active - roles.standby - warmup
     return ProcessorSnapshot(pid, 1, frozenset(active), frozenset(roles.standby),
-                             frozenset(warmup), lags,
-                             frozenset(core.failures.blocked(pid, core.clock.monotonic())))
+                             frozenset(warmup), lags, frozenset(barred))
+
+
+def _barred(core: PlacementView, pid: str) -> set[str]:
+    """The tasks `pid` may not be given: those it failed recently."""
+    return core.failures.blocked(pid, core.clock.monotonic())
 
 
 def _place_task(core: PlacementView, task: str, home: str | None, warm: str | None,

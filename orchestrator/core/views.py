@@ -84,6 +84,7 @@ def _processor(core: Coordinator, pid: str) -> dict[str, Any]:
     return {"id": pid, "alive": processor.valid, "metrics_url": processor.metrics_url,
             "active": sorted(roles.active), "warmup": sorted(roles.warmup),
             "standby": sorted(roles.standby), "draining": pid in core.draining,
+            "disk_full": processor.disk_full,
             "execution_id": processor.execution_id, "reason": processor.reason,
             "reported": reported,
             "seconds_since_heartbeat": round(

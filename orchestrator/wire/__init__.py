@@ -1,8 +1,8 @@
 """The contract both daemons share.
 
-Protocol, config (its `[job]` section in job_config, its validation and its reference,
-docs/configuration.md), token, `[kafka]` secrets, TLS, clock, partition names,
-partitioners, lineage (S2), expansion barriers, the catch-up rule, the coordinator
+Protocol, config (its `[job]` section in job_config, its validation, its reference
+docs/configuration.md, and writing one as TOML), token, `[kafka]` secrets, TLS, clock,
+partition names, partitioners, lineage (S2), expansion barriers, the catch-up rule, the coordinator
 client, HTTP helpers, the status document, the metrics collector, logging setup. (Job
 loading is `processor.job.load_job`: it checks for `processor.Job`, which the
 orchestrator must not import below its CLI.)
@@ -11,5 +11,6 @@ orchestrator must not import below its CLI.)
 __all__ = [
     "barrier", "catchup", "changelog", "client", "clock", "collector", "config", "config_doc",
     "http", "job_config", "lineage", "logs", "partitioners", "partitions", "protocol",
-    "secrets", "status", "store_config", "tls", "token", "validation",
+    "secrets", "status", "store_config", "tls", "token", "toml_dump",
+    "validation",
 ]

@@ -9,7 +9,6 @@ wherever settings are shown (`orchestrator.wire.secrets`).
 
 from __future__ import annotations
 
-import json
 import os
 import tomllib
 from collections.abc import Mapping
@@ -22,6 +21,7 @@ from orchestrator.wire.job_config import Format, JobConfig
 from orchestrator.wire.job_config import Section as _Section
 from orchestrator.wire.secrets import SecretError, mask, redact, resolve, secret_values
 from orchestrator.wire.store_config import StoreConfig
+from orchestrator.wire.toml_dump import dump_config
 from orchestrator.wire.validation import check_ports, describe_errors
 
 __all__ = [
@@ -138,6 +138,9 @@ class ProcessorConfig(_Section):
     dead-letter topic `baton.<job>.dlq`."""
     idle_fetch_backoff_ms: int = Field(default=0, ge=0, le=10_000)
     """An idle consumer pauses this long on brokers without long polls; 0: never."""
+    min_free_disk_mb: int = Field(default=256, ge=0)
+    """Below this much free space on state_dir's disk a processor takes no new task
+    (it keeps those it runs) until there is again; 0: no check."""
     tls_cert_file: str = Field(default="", examples=["/etc/baton/p1.pem"])
     """The certificate a processor presents under mutual TLS (common name: its id)."""
     tls_key_file: str = Field(default="", examples=["/etc/baton/p1.key"])
@@ -285,29 +288,6 @@ _CLIENT_DEFAULTS: dict[str, Any] = {"metadata.recovery.strategy": "none"}
 
 def _librdkafka_names(kafka: Mapping[str, Any]) -> dict[str, Any]:
     return {k.replace("_", ".") if k == "bootstrap_servers" else k: v for k, v in kafka.items()}
-
-
-def dump_config(raw: dict[str, Any]) -> str:
-    """Render a raw config mapping as TOML (the demo and tests write config files)."""
-    lines: list[str] = []
-    for section, values in raw.items():
-        lines.append(f"[{section}]")
-        lines.extend(f"{json.dumps(key)} = {_toml_value(value)}" for key, value in values.items())
-        lines.append("")
-    return "\n".join(lines)
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}"
-                                for k, v in value.items()) + " }"
-    if isinstance(value, int | float):
-        return repr(value)
-    return json.dumps(str(value))
 
 
 def _relative_to(config_path: Path, value: str) -> Path:

@@ -63,6 +63,8 @@ class HeartbeatRequest(_Message):
     tasks: list[TaskReport] = Field(default_factory=list, max_length=100_000)
     # set by a processor that finished draining or is shutting down gracefully
     leaving: bool = False
+    # set while its state directory's disk is short of space: it takes no new task
+    disk_full: bool = False
     # the job model generation the processor holds; when current, the reply leaves the
     # model out (optional: a processor that does not send it always gets the model)
     generation: int | None = Field(default=None, ge=0)

@@ -52,7 +52,8 @@ class HeartbeatMonitor(threading.Thread):
                  snapshot: Callable[[], list[TaskReport]],
                  metrics_url: str | None = None,
                  on_heartbeat: Callable[[HeartbeatOutcome], None] | None = None,
-                 clock: Clock | None = None, tls: TlsSettings | None = None) -> None:
+                 clock: Clock | None = None, tls: TlsSettings | None = None,
+                 disk_full: Callable[[], bool] = lambda: False) -> None:
         super().__init__(name="baton-heartbeat", daemon=True)
         self.clock = clock or SystemClock()
         self.url = url if isinstance(url, str) else " or ".join(url)
@@ -62,6 +63,7 @@ class HeartbeatMonitor(threading.Thread):
         self.interval_s = interval_s
         self.grace_s = grace_s
         self.snapshot = snapshot
+        self.disk_full = disk_full
         self.metrics_url = metrics_url
         self.on_heartbeat = on_heartbeat or (lambda outcome: None)
         self.dead = threading.Event()
@@ -128,6 +130,7 @@ class HeartbeatMonitor(threading.Thread):
         return HeartbeatRequest(processor_id=self.processor_id, execution_id=self.execution_id,
                                 metrics_url=self.metrics_url, tasks=tasks,
                                 leaving=leaving, generation=self.generation,
+                                disk_full=self.disk_full(),
                                 wait_ms=self._wait_ms(tasks) if path == _HEARTBEAT else None)
 
     def _wait_ms(self, tasks: list[TaskReport]) -> int | None:

@@ -28,6 +28,7 @@ from orchestrator.wire.collector import Collector
 from orchestrator.wire.config import Config
 from orchestrator.wire.protocol import TaskReport
 from orchestrator.wire.tls import TlsSettings
+from processor.daemon.disk import StateDisk
 from processor.daemon.heartbeat import EXIT_DEAD, HeartbeatMonitor
 from processor.runtime import TaskRuntime
 from processor.runtime.dead_letters import DeadLetterTopicError
@@ -110,7 +111,8 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
         reports, metrics_url=server.url, on_heartbeat=metrics.record_heartbeat, clock=clock,
         tls=TlsSettings(config.file(config.coordinator.tls_ca_file),
                         config.file(config.processor.tls_cert_file),
-                        config.file(config.processor.tls_key_file)))
+                        config.file(config.processor.tls_key_file)),
+        disk_full=StateDisk(config.state_dir, config.processor.min_free_disk_mb << 20).full)
     log.info("processor %s (execution %s) starting; coordinator %s", processor_id, execution_id,
              config.coordinator.url)
     log.info("kafka settings (secrets redacted): %s", config.shown_kafka_settings())

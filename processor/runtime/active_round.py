@@ -2,8 +2,8 @@
 
 Each step on an active task (processing a batch, committing) runs through `run`, which
 owns what a step may raise: an aborted transaction rewinds the task to T1 and it goes
-on; a fatal producer error restarts it (fence again, replay, carry on); a fence or a
-failure stops it, reported `failed`.
+on; a fatal producer error restarts it (fence again, replay, carry on); a fence, a
+failure or a store error stops it, reported `failed`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from processor.runtime.batches import by_task
 from processor.runtime.children import SplitChildren
 from processor.runtime.commits import Commits
 from processor.runtime.consumers import log_error
+from store import StoreError
 
 __all__ = ["ActiveRound"]
 
@@ -77,7 +78,9 @@ class ActiveRound:
         except ProducerFatal as exc:
             log.warning("%s", exc)
             self._restart(task, str(exc))        # fence again, replay, carry on
-        except (TaskFenced, TaskFailed, StoreAheadError) as exc:
+        except (TaskFenced, TaskFailed, StoreAheadError, StoreError) as exc:
+            # StoreError: its store failed a read or a write (a full disk, a damaged
+            # block); Kafka holds what was committed, so another owner rebuilds it
             log.error("%s", exc)
             if isinstance(exc, TaskFenced):
                 self._metrics.record_transaction(task, "fenced")

@@ -62,12 +62,14 @@ class Job:
         self.client = wait_for_coordinator(self.config, self.coordinator)
         return self.client
 
-    def start_processor(self, pid: str, registered: bool = True, shared: bool = False
-                        ) -> Daemon:
+    def start_processor(self, pid: str, registered: bool = True, shared: bool = False,
+                        state_dir: Path | None = None) -> Daemon:
         """Start a processor; by default wait until the coordinator knows it. `shared`:
-        with the job's own config, as an operator starts several on one host."""
+        with the job's own config, as an operator starts several on one host;
+        `state_dir`: its stores there (`--state-dir`)."""
         config = self.path if shared else processor_config(self.path, pid)
-        daemon = self.daemons(pid, "processor", "-c", config, "--id", pid)
+        where = ("--state-dir", str(state_dir)) if state_dir is not None else ()
+        daemon = self.daemons(pid, "processor", "-c", config, "--id", pid, *where)
         self.processors[pid] = daemon
         if registered:
             wait_for(lambda: pid in self.holding() or not daemon.running(), 60,

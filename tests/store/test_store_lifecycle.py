@@ -154,3 +154,12 @@ def test_sync_commits(store_factory: StoreFactory) -> None:
 
 def test_repr_names_the_path(store: TaskStore) -> None:
     assert str(store.path) in repr(store)
+
+
+def test_a_full_disk_at_open_is_no_corruption(tmp_path: Path) -> None:
+    from store.errors import open_error
+
+    cause = Exception("IO error: No space left on device: While appending to file: "
+                      f"{tmp_path}/MANIFEST-000012: No space left on device")
+    error = open_error(tmp_path, cause)
+    assert type(error) is StoreError and "its disk is full" in str(error)
