@@ -10,7 +10,10 @@ fsync) before `commit` returns. A SIGKILL of the processor does not lose the OS 
 cache, so such a commit survives it; a host crash can lose the last commits, which is
 allowed (the store may lag Kafka's committed offsets, never lead them: recovery replays
 T2 -> T1). Point-in-time WAL recovery stops at the first torn record, so recovery
-always lands on a batch boundary.
+always lands on a batch boundary. With the WAL off (`[store] write_ahead_log`), a kill
+loses the memtable's commits: a flush writes a whole memtable, so the store falls back
+to an earlier commit, never to a part of one, and never ahead of Kafka (which commits
+first).
 """
 
 from __future__ import annotations
@@ -109,8 +112,9 @@ def sst_options() -> rocksdict.Options:
     return opts
 
 
-def write_options(sync: bool) -> rocksdict.WriteOptions:
-    """WAL on; fsync only if asked (see the module docstring)."""
+def write_options(sync: bool, wal: bool = True) -> rocksdict.WriteOptions:
+    """WAL on unless told; fsync only if asked (see the module docstring)."""
     opts = rocksdict.WriteOptions()
-    opts.sync = sync
+    opts.sync = sync and wal
+    opts.disable_wal = not wal
     return opts

@@ -56,7 +56,8 @@ class TaskStore(StoreIngest, MutableMapping[Key, Any]):
     __slots__ = ()      # the attributes' slots: store/handle.py
 
     def __init__(self, path: str | os.PathLike[str], *, sync: bool = False,
-                 reads: bool = True, memory: StoreMemory | None = None) -> None:
+                 reads: bool = True, memory: StoreMemory | None = None,
+                 wal: bool = True) -> None:
         """Open (or create) the store in directory `path`.
 
         Args:
@@ -65,6 +66,7 @@ class TaskStore(StoreIngest, MutableMapping[Key, Any]):
             reads: False for a store that is only written until `expect_reads` (a
                 changelog replica): its memtable then keeps no Bloom filter.
             memory: the memory and open-file budget (default: `StoreMemory()`'s).
+            wal: write commits through the write-ahead log (store/options.py).
 
         Raises:
             StoreLockedError: another process holds the store.
@@ -78,7 +80,7 @@ class TaskStore(StoreIngest, MutableMapping[Key, Any]):
         except Exception as exc:
             raise open_error(self._path, exc) from exc
         self._reads = reads
-        self._write_opts = write_options(sync)
+        self._write_opts = write_options(sync, wal)
         self._overlay: dict[Key, Any] = {}
         self._bases: dict[Key, bytes] = {}  # committed encodings of live values read
         self._undo: list[tuple[Key, Any]] | None = None  # None: no undo log kept

@@ -28,6 +28,10 @@ class StoreConfig(Section):
     max_open_files: int = Field(default=64, ge=16)
     """Table files each store keeps open (its table cache); LimitNOFILE is sized from it
     (docs/operations.md, "Capacity planning")."""
+    write_ahead_log: bool = True
+    """false: commits skip RocksDB's write-ahead log (fewer writes to disk). A processor
+    killed then loses its stores' commits since their last flush: the stores are
+    behind Kafka's committed offsets, never ahead, and catch-up replays the gap."""
     verify_on_open: bool = True
     """Read a store whole, with checksums verified, the first time a processor opens it:
     a store damaged on disk is moved aside and rebuilt by catch-up, never served."""

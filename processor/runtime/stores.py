@@ -67,12 +67,14 @@ class TaskStores:
             aside = move_aside(path)
             log.error("task %r: damaged store moved to %s, not served; catch-up rebuilds "
                       "its state: %s", task, aside, exc)
-            store = TaskStore(path, reads=reads, memory=self._memory)
+            store = TaskStore(path, reads=reads, memory=self._memory,
+                              wal=self._config.store.write_ahead_log)
         self._verified.add(task)
         return store
 
     def _open_verified(self, task: str, path: Path, reads: bool) -> TaskStore:
-        store = TaskStore(path, reads=reads, memory=self._memory)
+        store = TaskStore(path, reads=reads, memory=self._memory,
+                          wal=self._config.store.write_ahead_log)
         if self._config.store.verify_on_open and task not in self._verified:
             try:
                 store.verify()

@@ -1,8 +1,10 @@
 """Child processes for the store tests: run as `python _child.py COMMAND PATH [ARG]`.
 
 hold PATH          open the store, print "ready", keep it open until stdin closes
-commit-loop PATH N commit batches forever: batch i sets keys k0..k(N-1) to i with
-                   offsets {"t:0": i}, then prints i (the parent SIGKILLs it)
+commit-loop PATH N [nowal]
+                   commit batches forever: batch i sets keys k0..k(N-1) to i with
+                   offsets {"t:0": i}, then prints i (the parent SIGKILLs it);
+                   `nowal`: with RocksDB's write-ahead log off
 write-sst PATH N   write N items and offsets {"t:0": N} into an SST file, no store open
 """
 
@@ -22,10 +24,10 @@ def hold(path: str) -> None:
     store.close()
 
 
-def commit_loop(path: str, nkeys: int) -> None:
+def commit_loop(path: str, nkeys: int, wal: bool = True) -> None:
     from store import TaskStore
 
-    store = TaskStore(path)
+    store = TaskStore(path, wal=wal)
     keys = [f"k{j}" for j in range(nkeys)]
     batch = 0
     while True:
@@ -48,7 +50,7 @@ def main(argv: list[str]) -> None:
     if command == "hold":
         hold(path)
     elif command == "commit-loop":
-        commit_loop(path, int(rest[0]))
+        commit_loop(path, int(rest[0]), wal=rest[1:] != ["nowal"])
     elif command == "write-sst":
         write_sst_file(path, int(rest[0]))
     else:
