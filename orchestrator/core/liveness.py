@@ -120,6 +120,12 @@ class Liveness:
         processor.reports = {r.task: r for r in request.tasks}
         processor.disk_full = request.disk_full
 
+    def excuse(self, now: float) -> None:
+        """This coordinator could hear no one until `now` (it answered 503): no live
+        processor's silence counts before it."""
+        for processor in self.live():
+            processor.last_seen = max(processor.last_seen, now)
+
     def silent(self, now: float, timeout: float) -> list[Processor]:
         """Valid processors not heard from for `timeout` seconds."""
         return [p for p in self.live() if now - p.last_seen >= timeout]

@@ -292,6 +292,7 @@ class _Daemon:
         self.gate.leader_url = self.url
         lease_s = 0.75 * self.takeover_s
         self.gate.confirmed = lambda: self.clock.monotonic() - lead.service.last_write < lease_s
+        lead.service.answering = self.gate.confirmed
         self.metrics.set_leader(True)
         log.info("coordinator %s leads job %s", self.url, self.config.job.name)
 

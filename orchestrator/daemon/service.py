@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -80,6 +80,8 @@ class CoordinatorService:
         self._unpersisted = False
         self._decisions = 0                 # tick() calls: a registration waits for one
         self.loop_decides = False           # set by the leader once its loop decides
+        # whether the lease holds, i.e. processors can be heard (set by the leader)
+        self.answering: Callable[[], bool] = lambda: True
         self.wake = threading.Event()       # a decision is wanted (or this one is fenced)
         self.writer = StreamWriter(persist, core.clock, self.wake)
         self.growth = InputGrowth(self, self.writer, admin, inputs)
@@ -307,6 +309,10 @@ class CoordinatorService:
         """Decide (the daemon's loop), persist, then answer the waiting heartbeats."""
         with self.lock:
             self._take_inbox()
+            if not self.answering():
+                # heartbeats get 503 while the lease lapses (a broker away, a stall):
+                # a processor's silence must not count against it meanwhile
+                self.core.processors.excuse(self.core.clock.monotonic())
             placed = self.core.tick()
             self._decisions += 1
             if placed or self._unpersisted:

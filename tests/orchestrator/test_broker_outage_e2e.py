@@ -1,0 +1,55 @@
+"""The broker away for longer than `coordinator.processor_timeout_ms` under traffic: the
+coordinator cannot renew its lease, so it answers 503 and hears no heartbeat; that
+silence is its own, so no processor may be declared lost for it. Both processors keep
+their tasks, and the oracle holds once the broker is back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from orchestrator.wire.client import CoordinatorUnreachable
+from tests.conftest import Broker, wait_for
+from tests.orchestrator.test_e2e import Job, finish, start_two
+
+pytestmark = pytest.mark.integration
+
+OUTAGE_S = 12.0             # three times the tests' processor_timeout_ms (4 s)
+
+
+def answers(j: Job) -> bool:
+    try:
+        j.status()
+    except CoordinatorUnreachable:
+        return False
+    return True
+
+
+@pytest.fixture
+def broker(restartable_broker: Broker) -> Broker:
+    return restartable_broker
+
+
+def test_no_processor_is_lost_for_the_coordinators_own_deafness(
+        job: Callable[..., Job], broker: Broker) -> None:
+    j = job()
+    assert j.config.coordinator.processor_timeout_ms * 3 <= OUTAGE_S * 1000
+    feeder = start_two(j, broker)
+    wait_for(lambda: feeder.sent > 1000, 30, "some traffic")
+    held = {p: sorted(tasks) for p, tasks in j.holding().items()}
+    assert broker.local is not None
+    broker.local.stop()
+    time.sleep(OUTAGE_S)
+    broker.local.start()
+    wait_for(lambda: answers(j), 120, "the coordinator answering again")
+    time.sleep(2 * j.config.coordinator.processor_timeout_ms / 1000)
+    j.check_running()
+    status = j.status()
+    alive = {p["id"] for p in status["processors"] if p["alive"]}
+    assert alive == {"p1", "p2"}, status["processors"]
+    assert {p: sorted(t) for p, t in j.holding().items()} == held
+    assert j.coordinator is not None and "silent for" not in j.coordinator.log()
+    finish(j, feeder, broker)
