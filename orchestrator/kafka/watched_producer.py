@@ -25,16 +25,31 @@ __all__ = ["WatchedProducer"]
 _LOSS_CODES = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT})
 
 
+class _LossCounter:
+    """The producer's error callback: it holds no reference to the producer, which
+    would otherwise hold itself through its own bound method (a cycle only the garbage
+    collector's full pass frees, keeping the client's threads and sockets until then)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, err: KafkaError) -> None:
+        if err.code() in _LOSS_CODES:
+            self.count += 1
+
+
 class WatchedProducer(Producer):  # type: ignore[misc]
     """A Producer whose `broker_losses` counts the broker connections it lost."""
 
     def __init__(self, settings: Mapping[str, Any]) -> None:
-        self.broker_losses = 0
-        super().__init__({**settings, "error_cb": self._on_error})
+        self._lost = _LossCounter()
+        super().__init__({**settings, "error_cb": self._lost})
 
-    def _on_error(self, err: KafkaError) -> None:
-        if err.code() in _LOSS_CODES:
-            self.broker_losses += 1
+    @property
+    def broker_losses(self) -> int:
+        return self._lost.count
 
     def losses(self) -> int:
         """Serve pending error events, then return the loss count (compare two calls)."""
