@@ -75,7 +75,14 @@ class ReplayConsumers:
         consumer.incremental_assign(assigned)
 
     def unassign(self, partitions: Sequence[str]) -> None:
-        for consumer, mine in self._by_consumer(partitions):
+        """Stop reading `partitions`, those of them the consumers hold: a replica whose
+        assign failed (a partition another replica here reads) holds none, and
+        librdkafka refuses to unassign what is not assigned."""
+        for consumer, listed in self._by_consumer(partitions):
+            assigned = {f"{tp.topic}:{tp.partition}" for tp in consumer.assignment()}
+            mine = [p for p in listed if p in assigned]
+            if not mine:
+                continue
             # librdkafka keeps a partition's pause across incremental_unassign/assign:
             # resume first, or a later replay of the partition never fetches
             paused = [p for p in mine if p in self._paused]
