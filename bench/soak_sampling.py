@@ -29,8 +29,10 @@ from typing import Any
 __all__ = ["SETTLE_S", "Sample", "Sampler", "daemon_figures", "draw", "slope_window"]
 
 # a daemon's first seconds (imports, its clients' start, its first tasks' stores opened)
-# are its start-up, not its steady state
-SETTLE_S = 30.0
+# are its start-up, not its steady state; its memory keeps growing a while longer (the
+# allocator's arenas, the block cache filling), so the slope skips its first minute
+SETTLE_S = 10.0
+_SLOPE_SETTLE_S = 60.0
 _WARM_S = 600.0             # runs of 20 minutes or more: the slope after 10 minutes
 # a daemon doing its job: a processor holding tasks, a coordinator leading or standing by
 # (not a processor drained of its tasks and on its way out)
@@ -151,18 +153,22 @@ def _slope_mb_per_hour(samples: list[Sample]) -> float | None:
 
 def daemon_figures(samples: list[Sample], window_s: float) -> list[dict[str, Any]]:
     """Per daemon, in order of first sample: the pinned figures (see the module's
-    docstring for which samples they compare)."""
+    docstring for which samples they compare). A daemon with no sample in a steady
+    shape (one that lived a few seconds, or only while the job was moving) has nothing
+    to compare and is left out."""
     labels = list(dict.fromkeys(s.daemon for s in samples))
     out = []
     for label in labels:
         mine = [s for s in samples if s.daemon == label]
         settled = [s for s in mine if s.balanced and s.age_s >= SETTLE_S
                    and s.role in _STEADY_ROLES]
-        end = settled[-1] if settled else mine[-1]
+        if not settled:
+            continue
+        end = settled[-1]
         alike = [s for s in settled if (s.processors, s.role) == (end.processors, end.role)]
-        start = next((s for s in alike if s.t >= window_s), alike[0] if alike else mine[0])
+        start = next((s for s in alike if s.t >= window_s), alike[0])
         slope = _slope_mb_per_hour([s for s in mine if s.t >= window_s
-                                    and s.age_s >= SETTLE_S])
+                                    and s.age_s >= _SLOPE_SETTLE_S])
         out.append({"name": label,
                     "rss_mb_start": start.rss_mb, "rss_mb_end": end.rss_mb,
                     "rss_slope_mb_per_hour": None if slope is None else round(slope, 1),
@@ -180,14 +186,15 @@ def draw(samples: list[Sample], operations: list[tuple[float, str]], path: Path,
     matplotlib.use("Agg")           # no display: a file only
     import matplotlib.pyplot as plt
 
-    panels = [("rss_mb", "RSS (MB)"), ("fds", "open fds"), ("threads", "threads"),
-              ("store_files", "open store files")]
+    panels: list[tuple[Callable[[Sample], float], str]] = [
+        (lambda s: s.rss_mb, "RSS (MB)"), (lambda s: s.fds, "open fds"),
+        (lambda s: s.threads, "threads"), (lambda s: s.store_files, "open store files")]
     figure, axes = plt.subplots(len(panels), 1, figsize=(11, 11), sharex=True)
     labels = list(dict.fromkeys(s.daemon for s in samples))
-    for axis, (column, name) in zip(axes, panels, strict=True):
+    for axis, (value, name) in zip(axes, panels, strict=True):
         for label in labels:
             mine = [s for s in samples if s.daemon == label]
-            axis.plot([s.t / 60 for s in mine], [getattr(s, column) for s in mine],
+            axis.plot([s.t / 60 for s in mine], [value(s) for s in mine],
                       marker=".", linewidth=1, label=label)
         for at, _ in operations:
             axis.axvline(at / 60, color="grey", linewidth=0.5, alpha=0.5)
