@@ -120,6 +120,7 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                                 {**broker.client, "log_level": 2})
         traffic = churn.traffic
         sampler = Sampler(churn.daemons, churn.shape, out / "state", args.sample_every)
+        picture = out / "soak.png"
         try:
             churn.start()
             traffic.start()
@@ -137,12 +138,12 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             sampler.stop()
             traffic.stop()
             churn.stop()
+            # kept when an operation failed too: what the daemons held until then
+            sampler.write_csv(out / "soak.csv")
+            draw(sampler.samples, [(t - sampler.started, n) for t, n, _ in churn.done],
+                 picture, f"bench/soak.py --minutes {args.minutes:g} --broker {args.broker}")
         oracle, inputs, outputs = _oracle(broker.bootstrap)
     gaps = pause_gaps(churn.watches(), inputs, outputs, tasks)
-    sampler.write_csv(out / "soak.csv")
-    picture = out / "soak.png"
-    draw(sampler.samples, [(t - sampler.started, n) for t, n, _ in churn.done], picture,
-         f"bench/soak.py --minutes {args.minutes:g} --broker {args.broker}")
     shutil.rmtree(out / "state", ignore_errors=True)
     operations = {name: sum(1 for _, n, _ in churn.done if n == name) for name in CYCLE}
     window = slope_window(seconds)
@@ -220,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = run(args, out)
     except SoakError as exc:
-        print(f"soak failed: {exc}; the daemons' logs are in {out}", file=sys.stderr)
+        print(f"soak failed: {exc}; the daemons' logs, the samples (soak.csv) and their "
+              f"picture (soak.png) are in {out}", file=sys.stderr)
         return 1
     pinned = {k: v for k, v in summary.items() if not k.startswith("_")}
     report(pinned, args.json, _lines(args, summary))

@@ -1,5 +1,6 @@
-"""bench/soak.py's samples: what each daemon holds (RSS, open fds, threads, open store
-files) every few seconds, the CSV of them, their picture, and each daemon's figures.
+"""bench/soak.py's samples: what each daemon holds (RSS, open fds, threads, librdkafka
+clients, open store files) every few seconds, the CSV of them, their picture, and each
+daemon's figures.
 
 A daemon restarted under the same name (a processor SIGKILLed and started again, a
 coordinator after a failover) is a new process: it gets a label of its own ("p3#2" for
@@ -50,6 +51,7 @@ class Sample:
     rss_mb: float
     fds: int
     threads: int
+    kafka_clients: int      # librdkafka clients: each runs one "rdk:main" thread
     store_files: int
     balanced: bool
     processors: str         # the processors alive then, "+"-joined (the job's shape)
@@ -67,6 +69,22 @@ def _status_fields(pid: int) -> tuple[float, int] | None:
         return int(values["VmRSS"].split()[0]) / 1024, int(values["Threads"])
     except (KeyError, ValueError, IndexError):
         return None         # a zombie has no VmRSS
+
+
+def _kafka_clients(pid: int) -> int:
+    """librdkafka clients alive in a process (a thread count alone does not say whether
+    more clients or more threads per client)."""
+    count = 0
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for thread in threads:
+        try:
+            count += Path(f"/proc/{pid}/task/{thread}/comm").read_text().strip() == "rdk:main"
+        except OSError:
+            continue                # the thread ended meanwhile
+    return count
 
 
 def _fds(pid: int, state_dir: Path) -> tuple[int, int] | None:
@@ -120,7 +138,8 @@ class Sampler:
                 continue
             self.samples.append(Sample(round(now - self.started, 1), label, pid,
                                        round(now - started, 1), round(status[0], 1),
-                                       fds[0], status[1], fds[1], balanced, processors,
+                                       fds[0], status[1], _kafka_clients(pid), fds[1],
+                                       balanced, processors,
                                        roles.get(label.split("#")[0], "")))
 
     def _run(self) -> None:
@@ -179,8 +198,8 @@ def daemon_figures(samples: list[Sample], window_s: float) -> list[dict[str, Any
 
 def draw(samples: list[Sample], operations: list[tuple[float, str]], path: Path,
          title: str) -> None:
-    """Four panels over time (RSS, fds, threads, store files), a line per daemon, the
-    operations marked as vertical lines."""
+    """Five panels over time (RSS, fds, threads, librdkafka clients, store files), a line
+    per daemon, the operations marked as vertical lines."""
     import matplotlib
 
     matplotlib.use("Agg")           # no display: a file only
@@ -188,8 +207,9 @@ def draw(samples: list[Sample], operations: list[tuple[float, str]], path: Path,
 
     panels: list[tuple[Callable[[Sample], float], str]] = [
         (lambda s: s.rss_mb, "RSS (MB)"), (lambda s: s.fds, "open fds"),
-        (lambda s: s.threads, "threads"), (lambda s: s.store_files, "open store files")]
-    figure, axes = plt.subplots(len(panels), 1, figsize=(11, 11), sharex=True)
+        (lambda s: s.threads, "threads"), (lambda s: s.kafka_clients, "Kafka clients"),
+        (lambda s: s.store_files, "open store files")]
+    figure, axes = plt.subplots(len(panels), 1, figsize=(11, 13), sharex=True)
     labels = list(dict.fromkeys(s.daemon for s in samples))
     for axis, (value, name) in zip(axes, panels, strict=True):
         for label in labels:
