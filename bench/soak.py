@@ -225,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
               f"picture (soak.png) are in {out}", file=sys.stderr)
         return 1
     pinned = {k: v for k, v in summary.items() if not k.startswith("_")}
+    if args.json:               # the lines too, for the person watching (stderr)
+        for line in _lines(args, summary):
+            log(line)
     report(pinned, args.json, _lines(args, summary))
     return 0 if summary["_oracle"].ok else 1
 
