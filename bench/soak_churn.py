@@ -25,7 +25,7 @@ from orchestrator.wire.client import CoordinatorClient
 from orchestrator.wire.status import is_balanced
 from orchestrator.wire.token import read_token
 
-__all__ = ["CYCLE", "Churn", "SoakError"]
+__all__ = ["CYCLE", "Churn", "SoakError", "StatusWatch"]
 
 CYCLE = ["expand_split", "scale_out", "processor_kill", "drain", "failover",
          "broker_restart"]
@@ -47,6 +47,42 @@ def _leading(url: str, token: str) -> bool:
         return False
 
 
+class StatusWatch:
+    """Polls the job's `/status` on a thread of its own, through the demo's watcher (a
+    Watch per handoff seen in flight, for its pause), keeping the last answer and which
+    coordinator gave it; a failover or a broker restart only delays it."""
+
+    def __init__(self, urls: list[str], token: str) -> None:
+        self._client = CoordinatorClient(urls, token)
+        self._demo = Demo(None)
+        self.latest: tuple[float, dict[str, Any], str] = (0.0, {}, "")  # when, what, who
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="soak-status", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        self._client.close()
+
+    def watches(self) -> list[Watch]:
+        return list(self._demo.watches)
+
+    def _poll(self) -> None:
+        def seen(status: dict[str, Any]) -> bool:
+            self.latest = (time.monotonic(), status, self._client.url)
+            return self._stop.is_set()
+
+        while not self._stop.is_set():
+            try:
+                self._demo.wait(self._client, "the soak's end", seen, float("inf"))
+            except Exception as exc:  # noqa: BLE001 - no leader for a while: try again
+                log(f"status poll: {exc}")
+                self._stop.wait(0.5)
+
+
 class Churn:
     """The daemons of one job and the cycle's operations on them."""
 
@@ -61,10 +97,7 @@ class Churn:
         self.done: list[tuple[float, str, float]] = []   # (monotonic, operation, seconds)
         self._labels: dict[str, tuple[str, float]] = {}  # name -> (label, started)
         self._starts: dict[str, int] = {}
-        self._demo = Demo(None)
-        self._latest: tuple[float, dict[str, Any], str] = (0.0, {}, "")
-        self._stop = threading.Event()
-        self._poller = threading.Thread(target=self._poll, name="soak-status", daemon=True)
+        self._watch: StatusWatch | None = None
         self._token = ""
 
     # ---- daemons -----------------------------------------------------------------------
@@ -104,43 +137,27 @@ class Churn:
         self._coordinator(1)
         self._standing_by(1, 0)
         self._client = CoordinatorClient(self.urls, self._token)
-        self._poller.start()
+        self._watch = StatusWatch(self.urls, self._token)
+        self._watch.start()
         for name in ("p1", "p2"):
             self._processor(name)
         self._wait_balanced("start", ["p1", "p2"])
 
     def stop(self) -> None:
-        """The poller, then the processors, then the coordinators."""
-        self._stop.set()
-        self._poller.join(60)
+        """The status watch, then the processors, then the coordinators."""
+        if self._watch is not None:
+            self._watch.stop()
         for name in sorted(self.cluster.procs, key=lambda n: n.startswith("c")):
             self.cluster.stop(name, 30)
 
     # ---- the job's status --------------------------------------------------------------
-
-    def _poll(self) -> None:
-        """Poll /status (through the demo's watcher, which keeps a Watch per handoff)
-        until stopped; a failover or a broker restart only delays it."""
-        client = CoordinatorClient(self.urls, self._token)
-
-        def seen(status: dict[str, Any]) -> bool:
-            self._latest = (time.monotonic(), status, client.url)
-            return self._stop.is_set()
-
-        while not self._stop.is_set():
-            try:
-                self._demo.wait(client, "the soak's end", seen, float("inf"))
-            except Exception as exc:  # noqa: BLE001 - no leader for a while: try again
-                log(f"status poll: {exc}")
-                self._stop.wait(0.5)
-        client.close()
 
     def shape(self) -> tuple[bool, str, dict[str, str]]:
         """(balanced, the alive processors "+"-joined, each daemon's role) from a fresh
         status; not balanced when no fresh one is at hand (a failover, a broker
         restart). Roles: a processor "active" (alive, holding tasks), "idle" or "gone"; a
         coordinator "leader" (the one that answered) or "standby"."""
-        at, status, leader = self._latest
+        at, status, leader = self._watch.latest if self._watch else (0.0, {}, "")
         if time.monotonic() - at > _STATUS_FRESH_S or not status:
             return False, "", {}
         mine = {p["id"]: p for p in status.get("processors", [])}
@@ -156,7 +173,7 @@ class Churn:
         return dict(self._client.status())
 
     def watches(self) -> list[Watch]:
-        return list(self._demo.watches)
+        return self._watch.watches() if self._watch else []
 
     # ---- operations --------------------------------------------------------------------
 
