@@ -18,7 +18,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = [pytest.mark.integration, pytest.mark.soak]
+# only `soak`: no other selection (`-m integration` among them) picks this long run up
+pytestmark = pytest.mark.soak
 
 # fds a daemon may end with above its start, both sampled in the same balanced shape of
 # the job (the same processors alive, so the same tasks held: bench/soak_sampling.py).
