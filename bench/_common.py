@@ -187,6 +187,7 @@ class Traffic:
 
     def hold(self) -> None:
         """Stop sending and return once everything sent so far is flushed."""
+        self._held.clear()          # set by an earlier hold, it would say nothing now
         self._hold.set()
         while self._thread.is_alive() and not self._held.wait(0.1):
             pass
