@@ -65,6 +65,8 @@ class BenchBroker:
     pid: int | None
     client: dict[str, Any] = field(default_factory=dict)
     daemon: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # a clean stop and a start on the same port and log (bench/soak.py's broker restart)
+    restart: Callable[[], None] | None = None
 
     def settings(self) -> dict[str, Any]:
         """A plain client's librdkafka settings: the bootstrap and `client`."""
@@ -108,7 +110,7 @@ def start_broker(kind: str) -> Iterator[BenchBroker]:
                 log(f"Apache Kafka broker on {kafka.bootstrap}")
                 wait_until("the group coordinator loaded",
                            lambda: _groups_answer(kafka.bootstrap), 120, 0.5)
-                yield BenchBroker(kind, kafka.bootstrap, kafka.pid)
+                yield BenchBroker(kind, kafka.bootstrap, kafka.pid, restart=kafka.restart)
             return
         with EmbeddedBroker(Path(tmp) / "broker") as embedded:
             log(f"embedded broker on {embedded.bootstrap}")
@@ -116,7 +118,8 @@ def start_broker(kind: str) -> Iterator[BenchBroker]:
                               dict(EMBEDDED_CLIENT_SETTINGS),
                               {"kafka": dict(EMBEDDED_KAFKA_SETTINGS),
                                "processor": dict(EMBEDDED_PROCESSOR_SETTINGS),
-                               "catch_up": dict(EMBEDDED_CATCH_UP_SETTINGS)})
+                               "catch_up": dict(EMBEDDED_CATCH_UP_SETTINGS)},
+                              restart=embedded.restart)
 
 # the partition of a key: the benches' inputs spread keys by their crc32, or use one
 Partitioner = Callable[[bytes], int]
@@ -141,19 +144,30 @@ def preload(bootstrap: str, topic: str, keys: int, partition_of: Partitioner,
 
 class Traffic:
     """Steady keyed traffic over the state's keys, `rate` records a second, on a thread
-    of its own, so a new owner has work at once."""
+    of its own, so a new owner has work at once. `hold` pauses it (flushing what it
+    sent, as a producer must while its input topic grows); `release` resumes it at the
+    same rate, without a burst for the time held."""
 
     def __init__(self, bootstrap: str, topic: str, keys: int, rate: float,
-                 partition_of: Partitioner) -> None:
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+                 partition_of: Partitioner, settings: dict[str, Any] | None = None) -> None:
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                                  **(settings or {})})
         self.topic, self.keys, self.sent = topic, keys, 0
         self._rate, self._partition_of = rate, partition_of
-        self._stop = threading.Event()
+        self._stop, self._hold, self._held = threading.Event(), threading.Event(), \
+            threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         started = time.monotonic()
         while not self._stop.is_set():
+            if self._hold.is_set():
+                self.producer.flush(30)
+                self._held.set()
+                started = time.monotonic() - self.sent / self._rate
+                time.sleep(0.01)
+                continue
+            self._held.clear()
             while self.sent < int((time.monotonic() - started) * self._rate):
                 key = f"key-{self.sent * 7919 % self.keys}".encode()
                 self.producer.produce(self.topic, key=key, value=b"1",
@@ -170,6 +184,16 @@ class Traffic:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(60)
+
+    def hold(self) -> None:
+        """Stop sending and return once everything sent so far is flushed."""
+        self._held.clear()          # set by an earlier hold, it would say nothing now
+        self._hold.set()
+        while self._thread.is_alive() and not self._held.wait(0.1):
+            pass
+
+    def release(self) -> None:
+        self._hold.clear()
 
 
 def cpu_seconds(pid: int | None) -> float:
