@@ -101,6 +101,8 @@ def _render_status(status: dict[str, Any], console: Console) -> None:
         alive = "yes" if p["alive"] else f"[red]no[/] {p.get('reason', '')}"
         if p.get("draining"):
             alive += " (draining)"
+        if p.get("disk_full"):
+            alive += " (disk full: no new task)"
         table.add_row(p["id"], alive, _names(p["active"]), _names(p["warmup"]),
                       _names(p["standby"]), p.get("metrics_url") or "-")
     console.print(table)
