@@ -16,6 +16,14 @@ orchestrator/wire/lineage.py): each through a key filter (only the records whose
 the producers now send to the child) and only up to the barrier; the child's own
 partitions wait until every ancestor is read to its cap, so each key's records are
 applied in the order its owner applied them.
+
+A replay applies a partition's records only as the consumer's continuation of its
+position: once a record at or past the cap (or behind a closed gate) was left
+unapplied, the consumer has read past it, and a later record of that partition, even
+of the same poll batch after the gate opened or of a batch after the cap moved on, is
+not the next one. Applying it would skip the ones left (their effect lost from the
+state, while T2 claims them). Such a partition applies nothing more until its consumer
+is sent back to the position (`rewound`, processor/runtime/replay_consumers.py).
 """
 
 from __future__ import annotations
@@ -98,6 +106,9 @@ class Replay:
         self.caps = dict(caps)                # T1: never apply at or past these
         self.applied_total = 0
         self.dirty = False
+        # partitions whose consumer read past records left unapplied (at the cap, or
+        # held by a gate): none of their records count until it reads from `positions`
+        self.read_past: set[str] = set()
         # expansion barriers (orchestrator/wire/barrier.py), as on the active path: the
         # job whose markers count, the own partitions whose misrouted records are
         # skipped (their forwarded copies count), who hears of a marker the model has
@@ -122,6 +133,11 @@ class Replay:
     def start_offset(self, partition: str) -> int:
         """Where the replay consumer starts fetching `partition`."""
         return self.positions[partition]
+
+    def rewound(self, partitions: Iterable[str]) -> None:
+        """The consumer reads `partitions` from this replay's positions again (assigned
+        or sought there): their records count again."""
+        self.read_past.difference_update(partitions)
 
     def reported_positions(self) -> dict[str, int]:
         """The input positions the coordinator hears (T2 of the input partitions)."""
@@ -183,6 +199,7 @@ class Replica(Replay):
     def _apply(self, messages: Sequence[Message]) -> set[str]:
         capped: set[str] = set()
         positions, filters, reroutes = self.positions, self.filters, self.reroutes
+        read_past = self.read_past
         applied = 0
         try:
             for run, plain in plain_runs(messages):
@@ -191,11 +208,15 @@ class Replica(Replay):
                 if not plain or name in filters or name in reroutes:
                     applied += self._apply_each(run, capped)
                     continue
+                if name in read_past:           # not the next records (module docstring)
+                    capped.add(name)
+                    continue
                 offsets = offsets_of(run)
                 cap = self.cap(name)
                 lo, hi = window(offsets, positions.get(name, 0), cap)
                 if hi < len(run):
                     capped.add(name)
+                    read_past.add(name)
                 if lo >= hi:
                     continue
                 if lo or hi < len(run):
@@ -238,6 +259,7 @@ class Replica(Replay):
         """Apply records one at a time (markers, key filters, reroutes, error messages);
         return how many were applied, adding the partitions that reached a cap."""
         store, process, positions = self.store, self.job.process, self.positions
+        read_past = self.read_past
         state = store.state
         begin, drain, filters = store.begin_record, _drain, self.filters
         keep: KeyFilter | None = None
@@ -259,10 +281,13 @@ class Replica(Replay):
                 position, cap = positions.get(name, 0), self.cap(name)
                 keep = filters.get(name)
                 reroute = self.reroutes.get(name)
+                if name in read_past:           # not the next records (module docstring)
+                    cap = -1
             if offset < position:
                 continue
             if offset >= cap:
                 capped.add(name)
+                read_past.add(name)
                 continue
             key = msg.key()
             if key is None and skip_marker(self.job_name, msg, name, self.on_marker):

@@ -6,7 +6,10 @@ instead dropped that backlog, fetched again after.
 
 Caps: a warmup or standby never applies at or past the owner's committed offset (T1),
 so its partitions pause at the cap and resume when a refresh of the caps (the catch-up
-source's, processor/runtime/catch_up.py) moves it on.
+source's, processor/runtime/catch_up.py) moves it on. A resumed partition is sought back
+to its replica's position, and only then do its records count again: the records the
+replica left at the cap (or behind a split child's gate) were read already, and what
+the consumer returns next would skip them (processor/replica.py).
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ class ReplayConsumers:
         assigned = [topic_partition(p, replica.start_offset(p)) for p in replica.partitions]
         self._counts.before_assign(consumer, assigned)
         consumer.incremental_assign(assigned)
+        replica.rewound(replica.partitions)
 
     def unassign(self, partitions: Sequence[str]) -> None:
         """Stop reading `partitions`, those of them the consumers hold: a replica whose
@@ -140,6 +144,7 @@ class ReplayConsumers:
             consumer.resume([topic_partition(p) for p in mine])
             for p in mine:
                 consumer.seek(topic_partition(p, replica.positions[p]))
+        replica.rewound(resume)     # what it read past its position before comes again
 
     def pause_at_caps(self, capped: Iterable[str]) -> None:
         """Stop fetching partitions whose replica reached its cap (until it moves on)."""
