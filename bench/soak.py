@@ -204,9 +204,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=200.0, help="records a second")
     parser.add_argument("--keys", type=int, default=4000)
     parser.add_argument("--sample-every", type=float, default=10.0, help="seconds")
-    parser.add_argument("--processor-timeout-ms", type=int, default=60_000,
-                        help="coordinator.processor_timeout_ms (default 60000, longer than "
-                             "a broker restart: see docs/performance.md, \"Soak\")")
+    parser.add_argument("--processor-timeout-ms", type=int, default=10_000,
+                        help="coordinator.processor_timeout_ms (default: Baton's, 10000; "
+                             "a broker restart outlasts it, and must not cost a processor)")
     args = parser.parse_args(argv)
     if args.minutes <= 0 or args.rate <= 0 or args.keys <= 0 or args.sample_every <= 0:
         parser.error("--minutes, --rate, --keys and --sample-every must be positive")
