@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from orchestrator.wire.config import dump_config, parse_config
 from orchestrator.wire.protocol import HeartbeatReply, RoleListing
@@ -27,8 +27,15 @@ ROOT = Path(__file__).resolve().parents[2]
 def _committed_total(broker: Any, group: str, topic: str, partitions: int) -> int:
     consumer = Consumer(broker.settings(**{"group.id": group, "enable.auto.commit": False}))
     try:
-        found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
-        return sum(max(tp.offset, 0) for tp in found)
+        for attempt in range(3):    # a lookup may time out on a loaded machine: ask again
+            try:
+                found = consumer.committed(
+                    [TopicPartition(topic, p) for p in range(partitions)], 20)
+                return sum(max(tp.offset, 0) for tp in found)
+            except KafkaException:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
     finally:
         consumer.close()
 
