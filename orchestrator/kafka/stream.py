@@ -82,7 +82,7 @@ class CoordinatorStream:
         self.topic = stream_topic(job)
         self._producer: WatchedProducer | None = None
         self._marker_doubt = False      # a marker transaction may have committed
-        self._commit_unfinished = False
+        self._commit_unfinished = self._abort_unfinished = False
 
     def open(self) -> dict[str, Any]:
         """Fence any previous writer, then read the stream to its end.
@@ -159,11 +159,10 @@ class CoordinatorStream:
         producer = self._require_open()
         offsets: dict[str, int] = {}
         failures: list[str] = []
-        if self._commit_unfinished:     # first: the markers it holds become readable
-            try:
-                self._commit(producer)
-            except KafkaException as exc:
-                self._fail(producer, exc)
+        try:                            # first: the markers it holds become readable
+            self._finish(producer)
+        except KafkaException as exc:
+            self._fail(producer, exc)
         if self._marker_doubt:
             offsets.update(find_markers(self._settings, self.job, due, floors or {}, self._clock))
             self._marker_doubt = False
@@ -186,7 +185,7 @@ class CoordinatorStream:
                                  on_delivery=delivered)
             producer.flush(_TXN_TIMEOUT_S)
             if failures or len(offsets) != len(due) or producer.losses() != losses:
-                producer.abort_transaction(_TXN_TIMEOUT_S)
+                self._abort(producer)
                 raise StreamError(f"cannot write the barrier markers of {', '.join(due)}: "
                                   f"{'; '.join(failures) or 'the brokers went away'}; "
                                   "retrying at the next turn (no marker is visible)")
@@ -201,8 +200,7 @@ class CoordinatorStream:
 
     def _write_once(self, producer: WatchedProducer, changes: Mapping[str, Any | None]) -> None:
         try:
-            if self._commit_unfinished:
-                self._commit(producer)
+            self._finish(producer)
             producer.begin_transaction()
             for key, value in changes.items():
                 producer.produce(self.topic, key=key.encode(),
@@ -212,10 +210,9 @@ class CoordinatorStream:
             self._fail(producer, exc)
 
     def _commit(self, producer: WatchedProducer) -> None:
-        """Commit, or remember that the commit is unfinished: a commit that timed out
-        (Apache Kafka's broker restarting under it) goes on in librdkafka, which refuses
-        every other transactional call until commit_transaction is called again. The
-        batch is reported failed meanwhile and written again: its values are the same."""
+        """Commit, or remember it unfinished: one that timed out (a broker restarting
+        under it) goes on in librdkafka, which refuses other transactional calls until
+        it is called again. The batch is reported failed and written again (same values)."""
         try:
             producer.commit_transaction(_TXN_TIMEOUT_S)
             self._commit_unfinished = False
@@ -224,6 +221,23 @@ class CoordinatorStream:
             self._commit_unfinished = (err.retriable() and not err.fatal()
                                        and not err.txn_requires_abort())
             raise
+
+    def _abort(self, producer: WatchedProducer) -> None:
+        """Abort, or remember it unfinished (as `_commit`; until then every call fails
+        with "Conflicting abort_transaction API call is already in progress")."""
+        try:
+            producer.abort_transaction(_TXN_TIMEOUT_S)
+            self._abort_unfinished = False
+        except KafkaException as exc:
+            err: KafkaError = exc.args[0]
+            self._abort_unfinished = err.retriable() and not err.fatal()
+            raise
+
+    def _finish(self, producer: WatchedProducer) -> None:
+        if self._abort_unfinished:      # a timed-out call left in librdkafka's hands
+            self._abort(producer)
+        if self._commit_unfinished:
+            self._commit(producer)
 
     def _require_open(self) -> WatchedProducer:
         if self._producer is None:
@@ -246,7 +260,7 @@ class CoordinatorStream:
                 f"coordinator stops; restart it (it rebuilds from {self.topic})") from exc
         if err.txn_requires_abort():
             try:
-                producer.abort_transaction(_TXN_TIMEOUT_S)
+                self._abort(producer)
             except KafkaException as abort_exc:
                 raise StreamError(f"cannot abort a failed write to {self.topic}: "
                                   f"{abort_exc.args[0].str()}") from exc

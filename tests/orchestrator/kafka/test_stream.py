@@ -85,3 +85,49 @@ def test_admin_sees_partitions_added_after_it_started(broker, unique) -> None:
         assert admin.watermarks([f"{topic}:1"])[f"{topic}:1"].high == 0
     finally:
         admin.close()
+
+
+def test_an_abort_cut_short_by_a_broker_restart_is_finished_by_the_next_write(
+        restartable_broker, unique: Callable[[str], str]) -> None:
+    """An abort that timed out while the broker was away goes on inside librdkafka, which
+    refuses every other transactional call until abort_transaction is called again: the
+    next write must finish it, or the coordinator never writes its stream again."""
+    import time
+
+    from confluent_kafka import KafkaException
+
+    from orchestrator.kafka.stream import StreamError
+
+    broker = restartable_broker
+    job = unique("job")
+    admin = TopicAdmin(broker.settings(), f"baton.{job}")
+    admin.ensure_compacted(stream_topic(job))
+    admin.close()
+    stream = CoordinatorStream(broker.settings(), job)
+    try:
+        stream.open()
+        stream.write({"model": {"generation": 1}})
+        producer = stream._producer
+        assert producer is not None
+        producer.begin_transaction()
+        producer.produce(stream.topic, key=b"half", value=b"{}")
+        producer.flush(10)
+        broker.local.stop()
+        with pytest.raises(KafkaException):
+            stream._abort(producer)             # times out: the broker is away
+        broker.local.start()
+        deadline = time.monotonic() + 90
+        while True:                             # the coordinator's loop retries so
+            try:
+                stream.write({"model": {"generation": 2}})
+                break
+            except StreamError as exc:
+                assert time.monotonic() < deadline, exc
+                time.sleep(1)
+    finally:
+        stream.close()
+    reader = CoordinatorStream(broker.settings(), job)
+    try:
+        assert reader.open() == {"model": {"generation": 2}}
+    finally:
+        reader.close()
