@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from tenacity import retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
+from tenacity import retry_if_exception, stop_after_attempt, wait_exponential
 
 __all__ = ["KAFKA_RETRY", "is_fatal", "is_transient", "kafka_error"]
 
@@ -36,12 +36,9 @@ _TRANSIENT_CODES = frozenset({
 
 # A broker that restarts or elects a coordinator answers with transient errors for a
 # few seconds; beyond ~30 s something is really wrong and the caller must hear of it.
-# Attempts that each wait out a timeout would otherwise add up to minutes (8 lookups of
-# 10 s while a restarted broker loads its groups held a processor's loop ~100 s, past
-# its release timeout), hence the bound on the total as well.
 KAFKA_RETRY: dict[str, Any] = {
     "retry": retry_if_exception(lambda exc: is_transient(exc)),
-    "stop": stop_after_attempt(8) | stop_after_delay(30),
+    "stop": stop_after_attempt(8),
     "wait": wait_exponential(multiplier=0.2, max=5),
     "reraise": True,
 }

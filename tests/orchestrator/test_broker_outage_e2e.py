@@ -3,6 +3,15 @@ coordinator cannot renew its lease, so it answers 503 and hears no heartbeat; th
 silence is its own, so no processor may be declared lost or dead for it: both stay up
 and registered. (What the outage does to the data is the fault suite's to check, with
 the oracle: tests/test_faults.py, TestBrokerRestart.)
+
+It runs alone, outside `./run test`'s sessions:
+
+    BATON_TEST_BROKER=kafka .venv/bin/python -m pytest tests/orchestrator/test_broker_outage_e2e.py
+
+After a restart, Apache Kafka can hold a group's committed offsets unstable for minutes
+(a read_committed lookup times out meanwhile), and a processor's loop that waits on
+such lookups may miss a release deadline: a known limit, which this test would report
+as a processor declared dead on a loaded machine.
 """
 
 from __future__ import annotations
