@@ -122,13 +122,15 @@ class StoreHandle:
         except StoreError:
             raise
         except Exception as exc:
-            if "Corruption" not in str(exc):
-                raise StoreError(self._path, f"cannot read task store {self._path}: {exc}"
-                                 ) from exc
-            raise StoreCorruptError(self._path, (
-                f"task store {self._path} is corrupt: {exc}")) from exc
+            raise self._read_error(exc) from exc
         finally:
             del probe           # a live iterator keeps the database open past close()
+
+    def _read_error(self, exc: Exception) -> StoreError:
+        """The StoreError for a failed read: StoreCorruptError for a damaged block."""
+        if "Corruption" not in str(exc):
+            return StoreError(self._path, f"cannot read task store {self._path}: {exc}")
+        return StoreCorruptError(self._path, f"task store {self._path} is corrupt: {exc}")
 
     def verify(self) -> int:
         """Read every key with block checksums verified: RocksDB checks a table file's
@@ -157,11 +159,7 @@ class StoreHandle:
                 count += 1
             scan.status()
         except Exception as exc:
-            if "Corruption" not in str(exc):
-                raise StoreError(self._path, f"cannot read task store {self._path}: {exc}"
-                                 ) from exc
-            raise StoreCorruptError(self._path, (
-                f"task store {self._path} is corrupt: {exc}")) from exc
+            raise self._read_error(exc) from exc
         finally:
             # a live iterator keeps the database (and its LOCK) open past close()
             del scan, valid, step

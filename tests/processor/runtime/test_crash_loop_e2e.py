@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Feeder, wait_for
-from tests.orchestrator.test_e2e import PARTITIONS, Job, finish
+from tests.orchestrator.test_e2e import Job, finish
 
 pytestmark = pytest.mark.integration
 
@@ -29,14 +29,6 @@ SEED = 20261127
 def started(j: Job) -> int:
     """How many executions of p1 have started (its log keeps every one's lines)."""
     return j.processors["p1"].log().count("processor p1 (execution")
-
-
-@pytest.fixture
-def job(coordinated: Any, daemons: Any) -> Callable[..., Job]:
-    def make(**sections: dict[str, Any]) -> Job:
-        config, path = coordinated(PARTITIONS, **sections)
-        return Job(config, path, daemons)
-    return make
 
 
 def test_fifty_sigkills_with_the_wal_off_never_leave_a_store_ahead(

@@ -33,14 +33,6 @@ RETRY = {"coordinator": {"failure_backoff_ms": 2000}, "processor": {"min_free_di
 
 
 @pytest.fixture
-def job(coordinated: Any, daemons: Any) -> Callable[..., Job]:
-    def make(**sections: dict[str, Any]) -> Job:
-        config, path = coordinated(PARTITIONS, **sections)
-        return Job(config, path, daemons)
-    return make
-
-
-@pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 64 MiB tmpfs: room for the stores, and quick to fill."""
     disk = tmp_path / "disk"
