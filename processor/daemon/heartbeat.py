@@ -41,6 +41,9 @@ EXIT_DEAD = 3
 # while this processor is about to be activated, it asks for its orders this often:
 # the wait for the next heartbeat is part of the handoff pause
 _FAST_INTERVAL_S = 0.025
+# while the coordinator does not answer, a failed heartbeat is logged at most this often
+# (with the count since the last line); the first failure of an outage always is
+_FAILURE_LOG_EVERY_S = 30.0
 
 
 class HeartbeatMonitor(threading.Thread):
@@ -151,6 +154,7 @@ class HeartbeatMonitor(threading.Thread):
     def run(self) -> None:
         grace = Deadline.after(self.clock, self.grace_s)    # re-armed by every good reply
         outage_reported = False
+        failures = _Failures(self.clock)
         path = _REGISTER
         while not self.stopping.is_set():
             started = self.clock.monotonic()
@@ -167,8 +171,14 @@ class HeartbeatMonitor(threading.Thread):
                               "(coordinator_grace_ms): tasks keep processing, handoffs wait "
                               "for it: %s", self.url, self.grace_s, exc)
                 else:
-                    log.warning("heartbeat to %s failed: %s", self.url, exc)
+                    failures.log(self.url, exc)
+                # the regular interval, pokes or not: a handoff close at hand would
+                # otherwise knock every fast interval for as long as the outage lasts
+                self.stopping.wait(max(0.0, self.interval_s
+                                       - (self.clock.monotonic() - started)))
+                continue
             else:
+                failures.clear()
                 if reply.unknown and path != _REGISTER:
                     log.warning("coordinator %s has no record of processor %s: registering "
                                 "execution %s again", self.url, self.processor_id,
@@ -232,3 +242,26 @@ class HeartbeatMonitor(threading.Thread):
             self._post(_HEARTBEAT, self._request(leaving=True))
         except (CoordinatorError, OSError, ValueError, TokenError) as exc:
             log.warning("final heartbeat failed: %s", exc)
+
+
+class _Failures:
+    """Failed heartbeats of one outage: the first is logged, then one line at most every
+    _FAILURE_LOG_EVERY_S with how many failed since (a handoff's fast beats and a long
+    outage would otherwise write a line a beat)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.unlogged = 0
+        self.logged_at: float | None = None
+
+    def log(self, url: str, exc: Exception) -> None:
+        now = self.clock.monotonic()
+        if self.logged_at is not None and now - self.logged_at < _FAILURE_LOG_EVERY_S:
+            self.unlogged += 1
+            return
+        more = f" ({self.unlogged} more failed since the last line)" if self.unlogged else ""
+        log.warning("heartbeat to %s failed%s: %s", url, more, exc)
+        self.logged_at, self.unlogged = now, 0
+
+    def clear(self) -> None:
+        self.logged_at, self.unlogged = None, 0

@@ -4,9 +4,13 @@ and a handoff coming close is reported at once, not at the next beat."""
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
+import pytest
+
+from orchestrator.wire.client import CoordinatorError
 from orchestrator.wire.protocol import HeartbeatReply, TaskReport
 from processor.daemon.heartbeat import HeartbeatMonitor
 from tests.clocks import FakeClock
@@ -132,3 +136,33 @@ def test_a_long_poll_answered_with_news_is_followed_by_the_report_of_what_was_do
     assert hb._next_wait(request, started) == 0.0       # and the next goes at once
     quick = hb._request(path="/processors/heartbeat")
     assert hb._next_wait(quick, clock.monotonic()) == 0.025     # a poll answered at once
+
+
+def test_an_unanswered_heartbeat_is_retried_at_the_regular_interval_and_logged_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A coordinator that answers 503 while a handoff is close at hand: the monitor
+    knocks once a heartbeat_interval_ms (not every fast interval, and pokes do not cut
+    the wait short), and writes one warning for the outage, not one a beat."""
+    sent: list[float] = []
+
+    def post(path: str, request: object) -> HeartbeatReply:
+        sent.append(time.monotonic())
+        raise CoordinatorError("answered /processors/heartbeat with HTTP 503: standby", 503)
+
+    hb = HeartbeatMonitor("http://127.0.0.1:9", tmp_path / "token", "p1", "e1",
+                          interval_s=0.2, grace_s=60.0, snapshot=lambda: [report("active")])
+    hb._post = post                     # type: ignore[method-assign]
+    hb.fast = True
+    caplog.set_level(logging.WARNING, logger="baton.processor.heartbeat")
+    hb.start()
+    try:
+        for _ in range(50):             # the main loop pokes on every role change
+            hb.poke()
+            time.sleep(0.02)
+    finally:
+        hb.stopping.set()
+        hb.join(10)
+    assert 3 <= len(sent) <= 7, len(sent)       # ~1 s at 0.2 s, not ~40 at 0.025 s
+    assert min(b - a for a, b in zip(sent, sent[1:], strict=False)) >= 0.15
+    failed = [r for r in caplog.records if "failed" in r.getMessage()]
+    assert len(failed) == 1, [r.getMessage() for r in failed]
