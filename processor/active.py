@@ -56,6 +56,7 @@ from processor.transaction import (
     callback_error,
     is_fenced,
     retriable_commit,
+    written_topics,
 )
 from store import Store
 
@@ -106,8 +107,7 @@ class ActiveTask:
         self.pause_ms: float | None = None
         # told about each record process() failed on, with what on_error did (metrics)
         self.on_process_error: Callable[[str, OnError], None] = lambda task, outcome: None
-        # a fencing error was seen (its later calls then fail with a bare fatal error)
-        self.fenced = False
+        self.fenced = False     # a fencing error was seen (later calls fail bare: fatal)
         # expansion barriers (orchestrator/wire/barrier.py): the job whose markers count,
         # the parent partitions whose misrouted records go to a child, and who hears of
         # a marker the model did not name yet (it returns the new reroutes)
@@ -197,8 +197,7 @@ class ActiveTask:
         pending = self.pending
         # a poll batch comes in runs of one partition: name it once per run
         topic: str | None = None
-        number = -1
-        name = ""
+        number, name = -1, ""
         reroute: Reroute | None = None
         for msg in messages:
             offset = msg.offset()
@@ -330,7 +329,9 @@ class ActiveTask:
         self.producer.commit_transaction(TXN_TIMEOUT_S)
 
     def _verify_committed(self, offsets: dict[str, int]) -> None:
-        """The brokers went away during the commit: does the cluster hold it?"""
+        """The brokers went away during or after the commit of `offsets`: do they hold it?
+        (The settled offsets: a commit whose markers the brokers skipped stays pending,
+        processor/transaction.py `resettle`.)"""
         try:
             held: dict[str, int] | str = self._broker_committed(list(offsets))
         except KafkaException as exc:
@@ -339,9 +340,9 @@ class ActiveTask:
             return
         self.store.abort()
         self.pending = dict(self.committed)
-        raise ProducerFatal(f"task {self.name!r}: the brokers went away during the commit "
-                            f"and came back without it (committed {held}, expected "
-                            f"{offsets}); the task restarts from the committed offsets")
+        raise ProducerFatal(f"task {self.name!r}: the brokers went away and came back without "
+                            f"it, the last commit (committed {held}, expected {offsets}); "
+                            f"the task restarts from the committed offsets")
 
     def _after_failed_commit(self, exc: KafkaException | BrokerLost) -> None:
         self.in_transaction = False
@@ -352,17 +353,18 @@ class ActiveTask:
         try:
             self.producer.abort_transaction(TXN_TIMEOUT_S)
             if isinstance(exc, BrokerLost):
-                topics = [self.output_topic,
-                          *sorted(self.emitter.output_topics - {self.output_topic}),
-                          *([self.dlq_topic] if self.on_error == "dlq" else [])]
-                abort_everywhere(self.producer, topics,
-                                 None if self.changelog is None else self.changelog.target)
+                abort_everywhere(self.producer, written_topics(
+                    self.output_topic, self.emitter.output_topics,
+                    self.dlq_topic if self.on_error == "dlq" else None),
+                    None if self.changelog is None else self.changelog.target)
         except KafkaException as abort_exc:
             if is_fenced(abort_exc):
                 raise TaskFenced(f"task {self.name!r}: fenced while aborting: {abort_exc}") \
                     from abort_exc
             raise ProducerFatal(f"task {self.name!r}: abort failed ({abort_exc}); the task "
                                 f"restarts from its committed offsets") from abort_exc
+        if isinstance(exc, BrokerLost):     # and the last commit, do they hold it still?
+            self._verify_committed(dict(self.committed))
         reason = "the producer lost its brokers inside it" if isinstance(exc, BrokerLost) \
             else str(exc)
         raise TransactionAborted(f"task {self.name!r}: transaction aborted: {reason}") from exc

@@ -1,22 +1,25 @@
 """What an active task's Kafka transaction can end in, and how it is voided.
 
 The exceptions the active task (processor/active.py) raises to the runtime's loop,
-how a producer error is read (fenced, retriable), and `abort_everywhere`, the abort
-that names every partition again after the brokers lost the transaction.
+how a producer error is read (fenced, retriable), `abort_everywhere`, the abort that
+names every partition again after the brokers lost the transaction, and `resettle`,
+which closes what a transaction the brokers ended without its markers left open.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from orchestrator.kafka.offsets import to_topic_partitions
 from orchestrator.kafka.retry import is_fatal, kafka_error
 from processor.changelog import ChangelogTarget
 
 __all__ = ["FENCED_CODES", "TXN_TIMEOUT_S", "BrokerLost", "ProducerFatal", "TaskFailed",
            "TaskFenced", "TransactionAborted", "abort_everywhere", "callback_error",
-           "is_fenced", "retriable_commit"]
+           "is_fenced", "resettle", "retriable_commit", "written_topics"]
 
 # librdkafka retries inside each call up to this; a broker that does not finish a
 # transaction within it is treated as having lost it (see ActiveTask._after_failed_commit)
@@ -91,3 +94,31 @@ def abort_everywhere(producer: Producer, topics: Sequence[str],
         producer.produce(changelog.topic, b"", None, changelog.number, headers=_VOID)
     producer.flush(TXN_TIMEOUT_S)
     producer.abort_transaction(TXN_TIMEOUT_S)
+
+
+def written_topics(output: str, outputs: Iterable[str], dlq: str | None) -> list[str]:
+    """Every topic a task's transactions may write: `output`, the job's other
+    `outputs`, and the dead-letter topic `dlq` when on_error sends records there."""
+    return [output, *sorted(set(outputs) - {output}), *([dlq] if dlq else [])]
+
+
+def resettle(producer: Producer, topics: Sequence[str], changelog: ChangelogTarget | None,
+             offsets: Mapping[str, int], group_metadata: Any) -> None:
+    """Close what a transaction ended without its markers left open, with the task's
+    freshly fenced `producer`.
+
+    Apache Kafka can complete a transaction (its coordinator records the commit) while
+    skipping its markers: it skips a partition whose leader it cannot find, as during a
+    single broker's controlled shutdown. The transaction's records then stay open in
+    each partition, holding back read_committed readers, and its offset commit stays
+    pending, so a stable lookup of the group's offsets waits on it for good. Both fall
+    to this producer's next markers: an abort over every partition the task writes
+    (`abort_everywhere`) turns the open records aborted, and a commit of `offsets` (the
+    settled ones, read past the pending commit) for every partition puts them in its
+    place. The task then goes on from `offsets`; its store must not be ahead of them.
+    """
+    abort_everywhere(producer, topics, changelog)
+    producer.begin_transaction()
+    producer.send_offsets_to_transaction(to_topic_partitions(offsets), group_metadata,
+                                         TXN_TIMEOUT_S)
+    producer.commit_transaction(TXN_TIMEOUT_S)

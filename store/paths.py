@@ -102,9 +102,9 @@ def _refuse_orphaned_data(path: Path) -> None:
             "rebuild the task's state by catch-up, or restore it from a checkpoint"))
 
 
-def move_aside(path: Path, now: float | None = None) -> Path:
-    """Rename the damaged store `path` next to itself, named with the UTC time
-    (`<task>+corrupt-20260101T120000Z`), and return the new path: it is kept for the
+def move_aside(path: Path, now: float | None = None, label: str = "corrupt") -> Path:
+    """Rename the damaged store `path` next to itself, named with `label` and the UTC
+    time (`<task>+corrupt-20260101T120000Z`), and return the new path: it is kept for the
     operator, never deleted, and `path` is free for a store rebuilt by catch-up. The
     `+` keeps the name out of the task names' safe set (see `safe_dir_name`).
 
@@ -112,13 +112,13 @@ def move_aside(path: Path, now: float | None = None) -> Path:
         StoreError: the rename failed (the store stays where it was).
     """
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
-    aside = path.with_name(f"{path.name}+corrupt-{stamp}")
+    aside = path.with_name(f"{path.name}+{label}-{stamp}")
     serial = 1
     while aside.exists():       # damaged twice within a second
         serial += 1
-        aside = path.with_name(f"{path.name}+corrupt-{stamp}-{serial}")
+        aside = path.with_name(f"{path.name}+{label}-{stamp}-{serial}")
     try:
         path.rename(aside)
     except OSError as exc:
-        raise StoreError(path, f"cannot move damaged task store {path} aside: {exc}") from exc
+        raise StoreError(path, f"cannot move task store {path} aside: {exc}") from exc
     return aside

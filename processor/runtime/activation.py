@@ -14,6 +14,13 @@ Three steps, each started by the runtime's loop:
    its committed end (final now: the previous owner is fenced).
 3. *go active* (`go_active`): once caught up, the replica's store and the fenced
    producer become an `ActiveTask` that processes with output from T1.
+
+*Void commits.* Once the fence is up, no transaction of the task can still be ending,
+so T1 is stable at once, unless the brokers completed an earlier transaction without
+writing its markers (processor/transaction.py, `resettle`): its offset commit then
+stays pending and a stable lookup never answers. After `_STABLE_T1_WAIT_S` the task
+takes the settled offsets as T1, aborts that transaction's open records and commits T1
+in its place; a store that had applied the void transaction is moved aside and rebuilt.
 """
 
 from __future__ import annotations
@@ -25,21 +32,24 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from metrics import ProcessorMetrics
 from orchestrator.kafka.logs import client_logging
+from orchestrator.kafka.retry import kafka_error
 from orchestrator.kafka.settings import producer_settings
 from orchestrator.kafka.watched_producer import WatchedProducer
-from orchestrator.wire.clock import Clock
+from orchestrator.wire.clock import Clock, Deadline
 from orchestrator.wire.config import Config
 from processor.active import ActiveTask
-from processor.changelog import ChangelogWriter
+from processor.changelog import ChangelogTarget, ChangelogWriter
 from processor.replica import Replay, ReplicaRole
 from processor.runtime.consumers import Consumers
 from processor.runtime.dead_letters import dlq_topic
 from processor.runtime.jobs import TaskJobs
 from processor.runtime.preflight import DEFAULT_TRANSACTION_TIMEOUT_MS, fence_refused
+from processor.runtime.stores import TaskStores
+from processor.transaction import resettle, written_topics
 from store import Store
 
 __all__ = ["Activation", "Activations", "ReplayStep", "StoreAheadError"]
@@ -47,6 +57,12 @@ __all__ = ["Activation", "Activations", "ReplayStep", "StoreAheadError"]
 log = logging.getLogger("baton.processor.runtime")
 
 _INIT_TXN_TIMEOUT_S = 30.0
+# init_transactions answers that ask for the same call again a little later
+_FENCE_AGAIN = {KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.CONCURRENT_TRANSACTIONS,
+                KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE}
+# how long a stable T1 lookup may wait after the fence before the task takes its
+# pending offset commit for one the brokers ended without markers (see the module doc)
+_STABLE_T1_WAIT_S = 10.0
 # A new owner's init_transactions often meets the old owner's just-finished transaction
 # (CONCURRENT_TRANSACTIONS) and retries; librdkafka's default back-off (100 ms, growing)
 # made that retry ~450 ms of every pause. A transaction left open by an owner that died
@@ -80,6 +96,7 @@ class Activation:
     committed: dict[str, int] = field(default_factory=dict)
     steps: deque[ReplayStep] = field(default_factory=deque)   # the replays still to run
     last: Replay | None = None          # the latest replay: caught up, it goes active
+    resettled: bool = False             # T1 was settled past a void commit (module doc)
 
 
 @dataclass(frozen=True)
@@ -99,16 +116,18 @@ class Activations:
         group: the job's consumer group; a task's transactional id is `<group>.<task>`.
         jobs: the tasks' job instances (the new active task runs its own).
         consumers: the runtime's consumers (committed offsets, group metadata).
+        stores: the task stores (a store ahead of a resettled T1 is replaced).
         metrics: where the new active task counts the records process() failed on.
         clock: stamps when an activation began (the start of the handoff pause).
     """
 
     def __init__(self, config: Config, group: str, jobs: TaskJobs, consumers: Consumers,
-                 metrics: ProcessorMetrics, clock: Clock) -> None:
+                 stores: TaskStores, metrics: ProcessorMetrics, clock: Clock) -> None:
         self._config = config
         self._group = group
         self._jobs = jobs
         self._consumers = consumers
+        self._stores = stores
         self._metrics = metrics
         self._clock = clock
         self._producer_settings = {k: v for k, v in producer_settings(config.kafka_settings())
@@ -123,8 +142,23 @@ class Activations:
     def begin(self, task: str, store: Store) -> None:
         """Start fencing the previous owner of `task` (on a worker thread)."""
         producer = self._standby_producers.pop(task, None) or self._producer(task)
-        fenced = self._fencer.submit(producer.init_transactions, _INIT_TXN_TIMEOUT_S)
+        fenced = self._fencer.submit(self._fence, producer)
         self.pending[task] = Activation(store, producer, self._clock.monotonic(), fenced)
+
+    def _fence(self, producer: WatchedProducer) -> None:
+        """init_transactions, again while the brokers answer that they cannot yet (a
+        transaction coordinator loading its log after a restart, or still completing
+        the previous owner's transaction), within `_INIT_TXN_TIMEOUT_S` in all."""
+        deadline = Deadline.after(self._clock, _INIT_TXN_TIMEOUT_S)
+        while True:
+            try:
+                producer.init_transactions(max(1.0, deadline.remaining()))
+                return
+            except KafkaException as exc:
+                err = kafka_error(exc)
+                if err is None or err.code() not in _FENCE_AGAIN or deadline.expired():
+                    raise
+            self._clock.sleep(0.1)
 
     def _producer(self, task: str) -> WatchedProducer:
         return WatchedProducer({**_PRODUCER_DEFAULTS, **self._producer_settings,
@@ -151,9 +185,11 @@ class Activations:
             if not activation.replaying and activation.fenced.done():
                 yield task
 
-    def verify_fenced(self, task: str, partitions: Sequence[str]
+    def verify_fenced(self, task: str, partitions: Sequence[str],
+                      changelog: ChangelogTarget | None = None
                       ) -> tuple[dict[str, int], dict[str, int]]:
-        """After the fence: the committed offsets (T1) and the store's applied ones (T2).
+        """After the fence: the committed offsets (T1) and the store's applied ones (T2);
+        `changelog`: the task's changelog partition, if it writes one.
 
         Raises:
             StoreAheadError: the store has applied records past T1.
@@ -171,11 +207,15 @@ class Activations:
             raise
         log.debug("task %r: fenced in %.0f ms", task,
                   (self._clock.monotonic() - activation.started) * 1000)
-        store = activation.store
-        committed = self._consumers.lookups.committed(partitions)
-        applied = store.applied_offsets()
+        committed = self._stable_t1(task, activation, partitions, changelog)
+        applied = activation.store.applied_offsets()
         ahead = {p: (applied[p], committed[p]) for p in partitions
                  if applied.get(p, -1) > committed[p]}
+        if ahead and activation.resettled:
+            activation.store = self._stores.replace(
+                task, activation.store, f"it had applied a void commit (store, T1): {ahead}")
+            applied, ahead = {}, {}
+        store = activation.store
         if ahead:
             raise StoreAheadError(
                 f"task {task!r}: store {store.path} has applied offsets past the committed "
@@ -183,6 +223,29 @@ class Activations:
                 f"Move the store away to rebuild it from the input")
         activation.committed = dict(committed)
         return committed, applied
+
+    def _stable_t1(self, task: str, activation: Activation, partitions: Sequence[str],
+                   changelog: ChangelogTarget | None) -> dict[str, int]:
+        """T1, stable; past a void commit, settled and committed again (module doc)."""
+        lookups = self._consumers.lookups
+        try:
+            return lookups.committed_once(partitions, _STABLE_T1_WAIT_S)
+        except KafkaException as exc:
+            err = kafka_error(exc)
+            if err is None or err.code() != KafkaError._TIMED_OUT:
+                return lookups.committed(partitions)        # retried, as any lookup
+        settled = lookups.settled(partitions)
+        log.error("task %r: the group's offsets stayed pending %.0f s after the fence: the "
+                  "brokers ended a transaction of this task without writing its markers; "
+                  "aborting its records and committing the settled offsets %s",
+                  task, _STABLE_T1_WAIT_S, settled)
+        config = self._config
+        dlq = dlq_topic(config.job.name) if config.processor.on_error == "dlq" else None
+        resettle(activation.producer, written_topics(config.job.output, config.job.outputs,
+                                                     dlq), changelog, settled,
+                 self._consumers.active.consumer.consumer_group_metadata())
+        activation.resettled = True
+        return settled
 
     def committed(self, task: str, partitions: Sequence[str]) -> dict[str, int]:
         """T1 of `partitions` for `task`'s activation: what `verify_fenced` read (final:
@@ -230,7 +293,7 @@ class Activations:
                             config.processor.on_error,
                             self._consumers.active.consumer.consumer_group_metadata,
                             {p: replay.caps[p] for p in partitions},
-                            self._consumers.lookups.committed, clock=self._clock,
+                            self._consumers.lookups.settled, clock=self._clock,
                             changelog=changelog, outputs=config.job.outputs)
         active.activated_at = activation.started
         active.on_process_error = self._metrics.record_process_error

@@ -88,6 +88,10 @@ class CatchUp(ABC):
         """What the active task writes its state changes to (None: nothing)."""
         return None
 
+    def changelog_of(self, task: str) -> ChangelogTarget | None:
+        """The changelog partition `task`'s transactions write (None: none)."""
+        return None
+
     @abstractmethod
     def refresh_caps(self, replicas: Sequence[Replay]) -> Sequence[Replay]:
         """New caps for the warmups and standbys `replicas`; returns those whose caps
@@ -297,6 +301,9 @@ class ChangelogCatchUp(CatchUp):
         """
         target = self.target(task)
         return ChangelogWriter(target, snapshot_due=target.name not in store.applied_offsets())
+
+    def changelog_of(self, task: str) -> ChangelogTarget:
+        return self.target(task)
 
     def refresh_caps(self, replicas: Sequence[Replay]) -> Sequence[Replay]:
         """A changelog replica is never capped (all it reads has committed): its cap is

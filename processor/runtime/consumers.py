@@ -58,7 +58,9 @@ class Consumers:
         replays = {**settings, "auto.offset.reset": "error"}
         replay = Consumer({**replays, **client_logging("processor.replay")})
         activation = Consumer({**replays, **client_logging("processor.activation")})
-        self.lookups = Lookups(Consumer({**settings, **client_logging("processor.lookup")}))
+        lookup = {**settings, **client_logging("processor.lookup")}
+        self.lookups = Lookups(Consumer(lookup), lambda: Consumer(
+            {**lookup, "isolation.level": "read_uncommitted"}))
         self.active = ActiveConsumer(active, self.lookups, idle_backoff_s, clock)
         self.replays = ReplayConsumers(replay, activation, clock)
 
@@ -66,7 +68,7 @@ class Consumers:
         self.active.consumer.close()
         self.replays.replay.close()
         self.replays.activation.close()
-        self.lookups.consumer.close()
+        self.lookups.close()
 
 
 def log_error(msg: Message) -> None:

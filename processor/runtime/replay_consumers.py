@@ -45,6 +45,10 @@ class ReplayConsumers:
         self.activation = activation
         self._paused: set[str] = set()
         self._activating: set[str] = set()       # partitions on the activation consumer
+        # which replica reads each assigned partition: two replays here may need one
+        # partition (a split child's activation reads its parent's), and the second
+        # assign is refused; its cleanup must leave the first one's partitions be
+        self._holders: dict[str, Replay] = {}
         self._caps_due = Deadline.after(clock, 0.0)
         self._counts = PartitionCounts()
 
@@ -69,19 +73,22 @@ class ReplayConsumers:
     def assign(self, replica: Replay) -> None:
         """Start reading a replica's partitions: an activation's on the activation
         consumer, any other's on the replay consumer."""
-        consumer = self.replay
-        if replica.role == "activating":
-            consumer = self.activation
-            self._activating.update(replica.partitions)
+        consumer = self.activation if replica.role == "activating" else self.replay
         assigned = [topic_partition(p, replica.start_offset(p)) for p in replica.partitions]
         self._counts.before_assign(consumer, assigned)
-        consumer.incremental_assign(assigned)
+        consumer.incremental_assign(assigned)   # raises (_CONFLICT) before holding any
+        if consumer is self.activation:
+            self._activating.update(replica.partitions)
+        self._holders.update(dict.fromkeys(replica.partitions, replica))
         replica.rewound(replica.partitions)
 
-    def unassign(self, partitions: Sequence[str]) -> None:
-        """Stop reading `partitions`, those of them the consumers hold: a replica whose
-        assign failed (a partition another replica here reads) holds none, and
-        librdkafka refuses to unassign what is not assigned."""
+    def unassign(self, replica: Replay) -> None:
+        """Stop reading `replica`'s partitions, those it holds: a replica whose assign
+        was refused holds none (the partition another replica here reads stays with
+        it), and librdkafka refuses to unassign what is not assigned."""
+        partitions = [p for p in replica.partitions if self._holders.get(p) is replica]
+        for p in partitions:
+            del self._holders[p]
         for consumer, listed in self._by_consumer(partitions):
             assigned = {f"{tp.topic}:{tp.partition}" for tp in consumer.assignment()}
             mine = [p for p in listed if p in assigned]

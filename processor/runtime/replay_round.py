@@ -125,5 +125,5 @@ class ReplayRound:
         self._consumers.pause_at_caps(capped)
         if replica.role == "activating" and replica.caught_up():
             del replicas[task]
-            self._consumers.unassign(replica.partitions)
+            self._consumers.unassign(replica)
             self._caught_up(replica)

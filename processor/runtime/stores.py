@@ -59,8 +59,7 @@ class TaskStores:
                 or a damaged one cannot be moved aside.
         """
         self.close_released()
-        path = Path(task_store_path(self._config.state_dir, self._config.job.name, task,
-                                    self._processor_id))
+        path = self._path(task)
         try:
             store = self._open_verified(task, path, reads)
         except StoreCorruptError as exc:
@@ -71,6 +70,25 @@ class TaskStores:
                               wal=self._config.store.write_ahead_log)
         self._verified.add(task)
         return store
+
+    def replace(self, task: str, store: Store, why: str) -> Store:
+        """Close `task`'s `store`, move it aside (kept, never served again) and return an
+        empty one in its place: its catch-up rebuilds the state; `why` is logged.
+
+        Raises:
+            StoreError: the store cannot be moved aside or the new one opened.
+        """
+        store.close()
+        path = self._path(task)
+        aside = move_aside(path, label="void")
+        log.error("task %r: store moved to %s, not served; catch-up rebuilds its state: %s",
+                  task, aside, why)
+        return TaskStore(path, reads=True, memory=self._memory,
+                         wal=self._config.store.write_ahead_log)
+
+    def _path(self, task: str) -> Path:
+        return Path(task_store_path(self._config.state_dir, self._config.job.name, task,
+                                    self._processor_id))
 
     def _open_verified(self, task: str, path: Path, reads: bool) -> TaskStore:
         store = TaskStore(path, reads=reads, memory=self._memory,

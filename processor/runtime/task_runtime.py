@@ -101,15 +101,15 @@ class TaskRuntime:
         self.children = SplitChildren(config.job.partitioner)
         self.tasks = TaskPartitions(config.job.partitioner, self.consumers.active.barriers,
                                     self.children)
+        self.stores = TaskStores(config, processor_id)
         self.activations = Activations(config, self.group, self.jobs, self.consumers,
-                                       self.metrics, self.clock)
+                                       self.stores, self.metrics, self.clock)
         self.bulk = BulkPath(config, self.metrics)
         self.source = catch_up_source(config, self.tasks, self.consumers.lookups,
                                       self.consumers.replays.read_through, self.jobs,
                                       self.barrier_book, self.activations, self.clock)
         self.commits = Commits(config.processor.commit_interval_ms / 1000, self.metrics,
                                self.clock)
-        self.stores = TaskStores(config, processor_id)
         self.active_round = ActiveRound(self.active, self.consumers.active, self.children,
                                         self.commits, self.metrics, self._stop_active,
                                         self._restart)
@@ -171,7 +171,7 @@ class TaskRuntime:
                 self.active.pop(task).store.close()
             replica = self.replicas.pop(task, None)
             if replica is not None:
-                self.consumers.replays.unassign(replica.partitions)
+                self.consumers.replays.unassign(replica)
                 replica.store.close()
             activation = self.activations.pending.pop(task, None)
             if activation is not None and replica is None:
@@ -189,13 +189,14 @@ class TaskRuntime:
         processor/runtime/activation.py)."""
         replica = self.replicas.pop(task, None)
         if replica is not None:
-            self.consumers.replays.unassign(replica.partitions)
+            self.consumers.replays.unassign(replica)
         store = replica.store if replica else self.stores.open(task)
         store.expect_reads()        # a changelog replica's store was only written so far
         self.activations.begin(task, store)
 
     def _after_fence(self, task: str) -> None:
-        self.activations.verify_fenced(task, self.tasks.of(task))
+        self.activations.verify_fenced(task, self.tasks.of(task),
+                                       self.source.changelog_of(task))
         self.released.pop(task, None)
         self._replay_or_go_active(
             task, self.activations.replay(task, self.source.activation_steps(task)))
@@ -264,7 +265,7 @@ class TaskRuntime:
         replica = self.replicas.pop(task, None)
         if replica is None:
             return
-        self.consumers.replays.unassign(replica.partitions)
+        self.consumers.replays.unassign(replica)
         replica.commit()
         replica.store.close()
         self.jobs.close(task)
