@@ -1,0 +1,88 @@
+"""An activation whose committed offsets never settle (Apache Kafka only).
+
+After a broker's controlled shutdown Apache Kafka can record a transaction as committed
+while it skipped its markers (processor/transaction.py, `resettle`): the transaction's
+offset commit then stays pending, and a stable lookup of the group's offsets (T1) never
+answers. Before, such a task never went active: every activation failed on "Failed to
+get committed offsets: Local: Timed out". Here an offset commit that never ends is made
+on purpose, by a transaction of another producer left open (it ends only when the
+broker times it out, long after the test): the task goes active from the settled
+offsets, not from the pending ones, and the output stays exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from orchestrator.wire.config import parse_config
+from processor.runtime.stores import TaskStores
+from tests.conftest import oracle_check, wait_for
+from tests.processor.runtime.test_broker_restart import _feed
+from tests.processor.runtime.test_runtime import _consumed, _model, _reply, _runtime
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+
+TASK = "Partition 0"
+
+
+def test_an_offset_commit_that_never_settles_does_not_hold_an_activation(
+        broker, job_config, tmp_path, caplog) -> None:
+    raw = job_config(partitions=1)
+    config = parse_config(raw)
+    topic = config.job.inputs[0]
+    _feed(broker, topic, 0, 300)
+    group = Consumer(broker.settings(**{"group.id": f"baton.{config.job.name}"}))
+    stuck = Producer(broker.settings(**{"transactional.id": f"stuck-{uuid.uuid4()}",
+                                        "transaction.timeout.ms": 600_000}))
+    try:
+        stuck.init_transactions(30)
+        stuck.begin_transaction()
+        stuck.send_offsets_to_transaction([TopicPartition(topic, 0, 1_000_000)],
+                                          group.consumer_group_metadata(), 30)
+        runtime = _runtime(raw, tmp_path, "p1")
+        started = time.monotonic()
+        with caplog.at_level(logging.ERROR, logger="baton.processor.runtime"):
+            runtime.apply(_reply(_model(topic, 1), active=[TASK]))
+            wait_for(lambda: TASK in runtime.active, 90, "the task to go active",
+                     lambda: runtime.poll(0.05))
+        assert time.monotonic() - started < 60
+        assert "stayed pending" in caplog.text
+        # from the settled offsets (none: the start), not the pending 1,000,000
+        assert runtime.active[TASK].committed == {f"{topic}:0": 0}
+        _feed(broker, topic, 300, 200)
+        try:
+            wait_for(lambda: _consumed([runtime], 500), 90, "all 500 records committed",
+                     lambda: runtime.poll(0.05))
+        finally:
+            runtime.close(commit=True)
+    finally:
+        stuck.abort_transaction(30)
+        group.close()
+    result = oracle_check(broker, config)
+    assert result.records_in == 500
+    assert result.ok, result
+
+
+def test_a_store_that_applied_a_void_commit_is_moved_aside_and_replaced(
+        job_config, tmp_path) -> None:
+    raw = job_config(partitions=1)
+    raw = {**raw, "processor": {**raw["processor"], "state_dir": str(tmp_path / "state")}}
+    stores = TaskStores(parse_config(raw), "p1")
+    store = stores.open(TASK)
+    store.state.put("k", "v")
+    store.commit({"events:0": 42})
+    fresh = stores.replace(TASK, store, "it had applied a void commit")
+    try:
+        assert fresh.applied_offsets() == {}
+        assert fresh.state.get("k") is None
+        aside = [p for p in Path(fresh.path).parent.iterdir() if "+void-" in p.name]
+        assert len(aside) == 1
+    finally:
+        fresh.close()
+        stores.close()
