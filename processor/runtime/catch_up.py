@@ -221,7 +221,7 @@ class ChangelogCatchUp(CatchUp):
         self.generation: int | None = None
         # deletes a store away too long may have missed (processor/runtime/tombstones.py)
         self._horizon = TombstoneHorizon(config.kafka_settings(),
-                                         changelog_topic(config.job.name))
+                                         changelog_topic(config.job.name), clock)
 
     def update(self, mapping: Mapping[str, int], generation: int | None) -> None:
         self.mapping, self.generation = dict(mapping), generation
