@@ -237,9 +237,10 @@ def _paced(deadline: Deadline, floor_s: float, spacing: float, work: Callable[[]
     work took when longer. Returns the seconds it took.
 
     What it took is this thread's CPU time: the spacing bounds the loop's share of a
-    core, and waiting on the broker costs none. (Wall time counted a decision's
-    persist, 20-60 ms of waiting on the stream's transaction; three times that spaced
-    the next decision, so a reported release waited 100-190 ms for its activation.)"""
+    core, and waiting on the broker costs none. (Wall time counted a decision's wait
+    on the stream's transaction, and `spacing` times that delayed the next decision,
+    so a reported release waited for its activation: docs/performance.md,
+    "Measurements behind the code".)"""
     started = time.thread_time()
     _guard(work)
     took = time.thread_time() - started

@@ -42,10 +42,11 @@ def replay_bite(active_took: int | None, activation_next: bool, input_replays: b
         activation_next: an activation here is running, or a warmup has caught up.
         input_replays: a replica here replays the input through process().
 
-    Then an input replay takes small bites: a full one held the loop ~100 ms, and the
-    activation waited for it, inside the handoff pause. A changelog apply keeps its
-    bite: a full one takes ~5 ms (about a million records/s), and small ones only added
-    rounds to the other tasks' catch-up in a join.
+    Then an input replay takes small bites: a full one, through process(), holds the
+    loop long enough to show inside the handoff pause, where the activation waits for
+    it. A changelog apply keeps its bite: a full one is short, and small ones only
+    added rounds to the other tasks' catch-up in a join (docs/performance.md,
+    "Measurements behind the code").
     """
     bite = BATCH if active_took is None else max(_REPLAY_BATCH_BESIDE_ACTIVE,
                                                  BATCH - active_took)
