@@ -41,7 +41,7 @@ class Decisions:
                 # a processor's silence must not count against it meanwhile
                 core.processors.excuse(core.clock.monotonic())
             placed = core.tick()
-            guard.decisions += 1
+            guard.count_decision()
             if placed or guard.unpersisted:
                 try:
                     guard.commit()

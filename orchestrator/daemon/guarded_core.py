@@ -39,7 +39,7 @@ class GuardedCore:
         self.lock = threading.RLock()
         self._decided = threading.Condition(self.lock)
         self._unpersisted = False
-        self.decisions = 0                  # the loop's decisions: a registration waits for one
+        self._decisions = 0                 # the loop's decisions: a registration waits for one
         self.wake = threading.Event()       # a decision is wanted (or this one is fenced)
         self.writer = StreamWriter(persist, core.clock, self.wake)
         # published as a lock holder that may change a decision lets go
@@ -103,6 +103,15 @@ class GuardedCore:
         """Wake the daemon's loop if the reports taken in carry news a decision waits for."""
         if self.core.turn_wanted:
             self.wake.set()
+
+    @property
+    def decisions(self) -> int:
+        """How many decisions the loop made (a registration waits for the next)."""
+        return self._decisions
+
+    def count_decision(self) -> None:
+        """Caller holds the lock: the loop decided once more."""
+        self._decisions += 1
 
     def notify(self) -> None:
         """A decision was made (or found nothing to change): rouse the waiting heartbeats."""
