@@ -102,7 +102,6 @@ class ActiveTask:
         self.in_transaction = False
         self.processed = 0                    # records in the open transaction
         self.records_total = 0
-        self.skipped_total = 0
         self.activated_at: float | None = None
         self.pause_ms: float | None = None
         # told about each record process() failed on, with what on_error did (metrics)
@@ -271,7 +270,6 @@ class ActiveTask:
             self.abort()
             raise TaskFailed(f"task {self.name!r}: process() raised at {where}: {exc!r}; "
                              f"the task stopped at its committed offsets (on_error=fail)") from exc
-        self.skipped_total += 1
         if self.on_error == "skip":
             log.warning("task %r: skipped the record at %s: process() raised %r (on_error=skip)",
                         self.name, where, exc)

@@ -80,7 +80,9 @@ class Emitter:
                     value = value.encode()
                 elif value is not None and value.__class__ is not bytes:
                     value = encode_output(value)
-                # positional: ~2x cheaper than keywords; confluent-kafka's order is
+                # positional: the C extension parses them cheaper than keywords, and
+                # this runs per record (docs/performance.md, "Measurements behind the
+                # code"); confluent-kafka's order is
                 # (topic, value, key, partition, on_delivery, callback, timestamp)
                 try:
                     produce(output_topic, value, key, -1, None, None, timestamp)

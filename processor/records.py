@@ -48,12 +48,12 @@ def _record_factories() -> tuple[
         Callable[[int, Columns], list[Record]]]:
     """Constructors of `Record` for the hot loops: one record, and many from columns.
 
-    A frozen dataclass's __init__ fills each field through object.__setattr__ (~0.7 us);
-    these fill the slots through their descriptors instead and return the same objects
-    (same type, equality, hash, repr, still frozen): one record at a time in ~0.45 us,
-    a batch's a field at a time (`map` over each slot's setter, no Python step per
-    record) in ~0.33 us a record. Should Record ever gain a field, a __post_init__ or
-    lose its slots, Record itself is used.
+    A frozen dataclass's __init__ fills each field through object.__setattr__, a call
+    per field; these fill the slots through their descriptors instead and return the
+    same objects (same type, equality, hash, repr, still frozen): one record at a time,
+    or a batch's a field at a time (`map` over each slot's setter, no Python step per
+    record), the cheapest (docs/performance.md, "Measurements behind the code"). Should
+    Record ever gain a field, a __post_init__ or lose its slots, Record itself is used.
     """
     if (tuple(Record.__dataclass_fields__) != _RECORD_FIELDS
             or getattr(Record, "__slots__", None) != _RECORD_FIELDS

@@ -18,7 +18,8 @@ An entry is one of:
 
 Encoded values are copied into exact-size objects: orjson returns a bytes that it
 over-allocated and shrank, and keeping thousands of those alive until commit
-fragments the heap (measured at ~2 us per write on a VM with slow page faults).
+fragments the heap, which every write then pays for (docs/performance.md,
+"Measurements behind the code").
 """
 
 from __future__ import annotations
@@ -94,13 +95,13 @@ def overlay_changes(overlay: dict[Key, Any]) -> Changes:
     keeps code point order, and the tag is the same for all), and values all bytes
     (containers) or all 64-bit ints encode through `map`. An int goes through
     `b"%d"`, the bytes orjson writes for it, because orjson's own result is an
-    over-allocated buffer shrunk in place: keeping thousands of them alive until the
-    commit measured ~1.5 us each against ~0.06 us, 6,000 of them (`freeze`
-    copies containers for the same reason). Anything else takes the per-entry loop.
+    over-allocated buffer shrunk in place, and thousands of them kept alive until the
+    commit cost far more each (`freeze` copies containers for the same reason).
+    Anything else takes the per-entry loop.
 
-    Kept apart from `add_to_batch` on purpose: a commit without a changelog building
-    these lists and then putting them measured 25% slower (`bench/store_write.py`:
-    overlay/raw 0.74 -> 0.55).
+    Kept apart from `add_to_batch` on purpose: a commit without a changelog has no use
+    for these lists, and building them before putting them made it slower
+    (`bench/store_write.py`; docs/performance.md, "Measurements behind the code").
     """
     key_types = set(map(type, overlay))
     if len(key_types) != 1:

@@ -28,7 +28,7 @@ __all__ = ["READ_OPTIONS", "StoreMemory", "db_options", "sst_options", "write_op
 BLOOM_BITS_PER_KEY = 10
 # Bloom filter over the memtable, as a fraction of its size: most reads of a replay or
 # of new keys miss, and a miss otherwise searches the memtable's skiplist and every L0
-# file (2.2 us -> 0.5 us a miss, measured at 250,000 keys).
+# file (docs/performance.md, "Measurements behind the code").
 MEMTABLE_BLOOM_RATIO = 0.1
 # Background flush + compaction jobs per store: the host has few cores and many stores.
 MAX_BACKGROUND_JOBS = 2
@@ -79,7 +79,7 @@ def db_options(create: bool, reads: bool = True,
                memory: StoreMemory | None = None) -> rocksdict.Options:
     """Options of a task store; `create` allows creating a new, empty one. Without
     `reads` the memtable has no Bloom filter: a store that is only written (a changelog
-    replica) inserts ~10% cheaper without one (measured on the changelog apply).
+    replica) inserts cheaper without one, and never reads what it would filter.
     `memory`: the budget (default: the `[store]` defaults, one cache for all)."""
     memory = memory or _DEFAULT_MEMORY
     opts = rocksdict.Options(raw_mode=True)

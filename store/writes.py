@@ -113,8 +113,9 @@ class StoreWrites(StoreHandle):
         wrote and then overwrote or deleted inside the transaction is not in it.
 
         In key order: RocksDB's memtable inserts keys in order cheaper than in a random
-        order (1.07 against 1.50 us a key into a memtable of 500,000 keys, measured),
-        for this store's commit and for every replica applying the changelog."""
+        order (it keeps where its last insert went, so the next one searches little:
+        docs/performance.md, "Measurements behind the code"), for this store's
+        commit and for every replica applying the changelog."""
         self._settle()
         return overlay_changes(self._overlay)
 

@@ -1,8 +1,10 @@
-"""The coordinator process: main loop, leadership and its gate, the service (with its
-stream writer and its replies in force), input growth, HTTP API and heartbeat route,
-request limits, credentials, TLS, partition monitor."""
+"""The coordinator process: main loop, leadership and its gate, the service's objects
+(the guarded core with its stream writer and its replies in force, heartbeats,
+operations, the loop's decisions and metric views), input growth, HTTP API and
+heartbeat route, request limits, credentials, TLS, partition monitor."""
 
 __all__ = [
-    "api", "credentials", "gate", "growth", "heartbeat_route", "leader", "limits", "main",
-    "monitor", "replies_in_force", "service", "stream_writer", "tls",
+    "api", "credentials", "decisions", "gate", "growth", "guarded_core", "heartbeat_route",
+    "heartbeats", "leader", "limits", "main", "monitor", "operations", "replies_in_force",
+    "service", "stream_writer", "tls",
 ]

@@ -47,7 +47,8 @@ from orchestrator.daemon.heartbeat_route import (
     HeartbeatRoute,
     validation_reply,
 )
-from orchestrator.daemon.service import CoordinatorService, InvalidReport
+from orchestrator.daemon.heartbeats import InvalidReport
+from orchestrator.daemon.service import CoordinatorService
 from orchestrator.daemon.tls import peer_name
 from orchestrator.kafka.stream import StreamError
 from orchestrator.kafka.topics import TopicsError
@@ -130,7 +131,7 @@ def create_app(service: CoordinatorService, credentials: Credentials,
             raise HTTPException(403, f"processor id {request.processor_id!r} does not match "
                                 f"the client certificate's common name "
                                 f"{peer_name(http.scope)!r}")
-        service.check_reports(request)
+        service.heartbeats.check_reports(request)
 
     _add_error_handlers(app)
 
@@ -139,7 +140,7 @@ def create_app(service: CoordinatorService, credentials: Credentials,
             executionContainerId: Annotated[str, Query(min_length=1, max_length=200)],  # noqa: N803
     ) -> AliveReply:
         """Pinned: is this execution its processor's valid one?"""
-        return AliveReply(alive=service.alive(executionContainerId))
+        return AliveReply(alive=service.heartbeats.alive(executionContainerId))
 
     @app.post("/processors/register", response_model=HeartbeatReply,
               dependencies=processor_auth,
@@ -147,7 +148,7 @@ def create_app(service: CoordinatorService, credentials: Credentials,
     def register(request: HeartbeatRequest, http: Request) -> Response:
         """A processor execution starts; it becomes its id's one valid execution."""
         admit(request, http)
-        return _json(service.register(request))
+        return _json(service.heartbeats.register(request))
 
     @app.post(HEARTBEAT_PATH, response_model=HeartbeatReply,
               dependencies=processor_auth,
@@ -157,32 +158,33 @@ def create_app(service: CoordinatorService, credentials: Credentials,
         long poll answered as soon as the processor's assignment changes. (Served by
         `HeartbeatRoute`; this route gives the schema.)"""
         admit(request, http)
-        return _json(service.heartbeat(request, min(request.wait_ms or 0, MAX_WAIT_MS) / 1000))
+        wait_s = min(request.wait_ms or 0, MAX_WAIT_MS) / 1000
+        return _json(service.heartbeats.heartbeat(request, wait_s))
 
     @app.get("/status", dependencies=auth, tags=["operators"])
     def status() -> dict[str, Any]:
         """The job model, processors, tasks with lag, handoffs in flight."""
-        return service.status()
+        return service.operations.status()
 
     @app.post("/plan", dependencies=auth, tags=["operators"])
     def plan(request: PlanRequest) -> dict[str, Any]:
         """Dry run of adding/removing processors: moves, S2 sizes, catch-up estimate."""
-        return service.plan(request.add, request.remove)
+        return service.operations.plan(request.add, request.remove)
 
     @app.post("/drain", dependencies=auth, tags=["operators"])
     def drain(request: DrainRequest) -> dict[str, Any]:
         """Scale in: move the processor's tasks away, then tell it to exit."""
-        return service.drain(request.processor)
+        return service.operations.drain(request.processor)
 
     @app.post("/expand", dependencies=auth, tags=["operators"])
     def expand(request: ExpandRequest) -> dict[str, Any]:
         """Grow an input topic and apply the fixed-task expansion (barriers recorded)."""
-        return service.expand(request.topic, request.partitions)
+        return service.operations.expand(request.topic, request.partitions)
 
     @app.post("/split", dependencies=auth, tags=["operators"])
     def split(request: SplitRequest) -> dict[str, Any]:
         """Split every task that can split after an expansion (dry run: plan only)."""
-        return service.split(request.dry_run)
+        return service.operations.split(request.dry_run)
 
     @app.get("/metrics", response_class=Response, tags=["metrics"])
     def metrics() -> Response:
@@ -194,7 +196,7 @@ def create_app(service: CoordinatorService, credentials: Credentials,
     def service_discovery() -> list[dict[str, Any]]:
         """Prometheus HTTP service discovery (`http_sd_configs`): one target group per
         live processor, so scrape configs follow scale-out and in without editing."""
-        return sd_targets(service.status(), service.core.config.job)
+        return sd_targets(service.operations.status(), service.guard.core.config.job)
 
     @app.get("/openapi.json", dependencies=auth, include_in_schema=False)
     def openapi() -> dict[str, Any]:
@@ -203,7 +205,7 @@ def create_app(service: CoordinatorService, credentials: Credentials,
                                              description=__doc__, routes=app.routes)
         return app.openapi_schema
 
-    return HeartbeatRoute(app, service, credentials, bind_ids)
+    return HeartbeatRoute(app, service.heartbeats, credentials, bind_ids)
 
 
 def sd_targets(status: dict[str, Any], job: str) -> list[dict[str, Any]]:

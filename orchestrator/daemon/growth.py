@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from orchestrator.core.coordinator import Coordinator
 from orchestrator.core.grouping import GroupingError
+from orchestrator.daemon.guarded_core import GuardedCore
 from orchestrator.daemon.stream_writer import StreamWriter
 from orchestrator.kafka.topics import Watermarks
 from orchestrator.wire.changelog import changelog_partition
 
-__all__ = ["Admin", "ExpansionError", "InputGrowth", "LockedCore", "WriteMarkers"]
+__all__ = ["Admin", "ExpansionError", "InputGrowth", "WriteMarkers"]
 
 # writes barrier markers (parent partition -> children) and, in the same transaction,
 # the records `changes_for(offsets)` gives for the markers' offsets; returns the offsets
@@ -29,7 +28,7 @@ WriteMarkers = Callable[[Mapping[str, Sequence[str]], Mapping[str, int],
 
 
 class Admin(Protocol):
-    """The admin I/O the service needs (orchestrator.kafka.topics.TopicAdmin; fakes in tests)."""
+    """The admin I/O input growth needs (orchestrator.kafka.topics.TopicAdmin; fakes in tests)."""
 
     def partition_counts(self, topics: Sequence[str]) -> dict[str, int]: ...
 
@@ -44,31 +43,20 @@ class ExpansionError(ValueError):
     """An expansion request Baton refuses (not an input, a shrink, not a multiple)."""
 
 
-class LockedCore(Protocol):
-    """The core behind the service's lock (orchestrator/daemon/service.py)."""
-
-    core: Coordinator
-    lock: threading.RLock
-
-    def deciding(self) -> AbstractContextManager[None]: ...
-
-    def commit(self) -> None: ...
-
-
 class InputGrowth:
     """Grows the job model when an input topic grows, settles the barriers that leaves,
     and reads the offsets lags are measured with.
 
     Args:
-        service: the core behind its lock.
+        guard: the core behind its lock.
         writer: the coordinator stream's writer (markers commit with the model).
         admin: admin I/O for offsets and expansion.
         inputs: the job's input topics, in order (`job.inputs`).
     """
 
-    def __init__(self, service: LockedCore, writer: StreamWriter, admin: Admin,
+    def __init__(self, guard: GuardedCore, writer: StreamWriter, admin: Admin,
                  inputs: Sequence[str]) -> None:
-        self._service = service
+        self._guard = guard
         self._writer = writer
         self._admin = admin
         self._inputs = list(inputs)
@@ -85,14 +73,14 @@ class InputGrowth:
         Raises:
             ExpansionError: not an input, a shrink, or not a multiple.
         """
-        service = self._service
+        guard = self._guard
         with self._expand_lock:
             if topic not in self._inputs:
                 raise ExpansionError(f"{topic!r} is not an input of job "
-                                     f"{service.core.config.job!r} (inputs: "
+                                     f"{guard.core.config.job!r} (inputs: "
                                      f"{', '.join(self._inputs)})")
-            with service.lock:
-                model = service.core.model
+            with guard.lock:
+                model = guard.core.model
             counts = model.counts()
             try:
                 model.plan_expansion([(t, partitions if t == topic else counts.get(t, n))
@@ -101,11 +89,11 @@ class InputGrowth:
                 raise ExpansionError(str(exc)) from exc
             self._admin.create_partitions(topic, partitions)
             self._sync_locked(self._admin.partition_counts(self._inputs))
-            with service.lock:
+            with guard.lock:
                 return {"topic": topic, "partitions": partitions,
-                        "generation": service.core.model.generation,
+                        "generation": guard.core.model.generation,
                         "barriers": {c: {"parent": p, "offset": o}
-                                     for c, (p, o) in service.core.model.barriers.items()
+                                     for c, (p, o) in guard.core.model.barriers.items()
                                      if c.startswith(topic + ":")}}
 
     def sync_partitions(self, counts: Mapping[str, int]) -> None:
@@ -122,9 +110,9 @@ class InputGrowth:
             self._expand_lock.release()
 
     def _sync_locked(self, counts: Mapping[str, int]) -> None:
-        service = self._service
-        with service.lock:
-            model = service.core.model
+        guard = self._guard
+        with guard.lock:
+            model = guard.core.model
         if any(t not in counts for t in self._inputs):
             return  # a partial answer must never look like a removed input
         inputs = [(t, counts[t]) for t in self._inputs]
@@ -133,17 +121,17 @@ class InputGrowth:
         try:
             grouping, parents = model.plan_expansion(inputs)
         except GroupingError as exc:
-            with service.deciding():
-                service.core.refuse_expansion(str(exc))
-                service.commit()
+            with guard.deciding():
+                guard.core.refuse_expansion(str(exc))
+                guard.commit()
             return
         marks = self._admin.watermarks(sorted(set(parents.values())))
         ends = {p: m.high for p, m in marks.items()}
-        with service.deciding():
-            if service.core.model is model:
-                due = service.core.clock.time() + service.core.config.expansion_grace_s
-                service.core.apply_expansion(model.expanded(grouping, parents, ends, due))
-                service.commit()
+        with guard.deciding():
+            if guard.core.model is model:
+                due = guard.core.clock.time() + guard.core.config.expansion_grace_s
+                guard.core.apply_expansion(model.expanded(grouping, parents, ends, due))
+                guard.commit()
 
     def settle_barriers(self, write: WriteMarkers) -> bool:
         """Settle the expansion barriers that are due (orchestrator/wire/barrier.py):
@@ -155,10 +143,10 @@ class InputGrowth:
             FencedError, StreamError: the write failed; nothing changed (the markers
                 of an aborted transaction are invisible), the next turn tries again.
         """
-        core = self._service.core
+        core = self._guard.core
         if not core.model.unsettled or not core.model.due(core.clock.time()):
             return False        # the common case: no lock taken, no reply cache dropped
-        with self._service.deciding():
+        with self._guard.deciding():
             model = core.model
             due = model.due(core.clock.time())
             if not due:
@@ -186,13 +174,13 @@ class InputGrowth:
         """Watermarks and committed offsets of every input partition, for lags, and the
         watermarks of the changelog partitions the tasks have (`baton plan` sizes a
         changelog catch-up with them)."""
-        service = self._service
-        with service.lock:
-            partitions = service.core.model.partitions
-            changelog = sorted({changelog_partition(service.core.config.job, n)
-                                for n in service.core.model.changelog.values()})
+        guard = self._guard
+        with guard.lock:
+            partitions = guard.core.model.partitions
+            changelog = sorted({changelog_partition(guard.core.config.job, n)
+                                for n in guard.core.model.changelog.values()})
         marks = self._admin.watermarks([*partitions, *changelog])
         committed = self._admin.committed(partitions)
-        with service.lock:
-            service.core.observe_offsets({p: m.low for p, m in marks.items()},
+        with guard.lock:
+            guard.core.observe_offsets({p: m.low for p, m in marks.items()},
                                          {p: m.high for p, m in marks.items()}, committed)

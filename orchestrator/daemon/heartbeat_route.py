@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from orchestrator.core.coordinator import UnknownProcessor
 from orchestrator.daemon.credentials import Credentials, Refused
-from orchestrator.daemon.service import CoordinatorService, InvalidReport
+from orchestrator.daemon.heartbeats import Heartbeats, InvalidReport
 from orchestrator.daemon.tls import peer_name
 from orchestrator.kafka.stream import StreamError
 from orchestrator.wire.protocol import HeartbeatRequest
@@ -55,9 +55,9 @@ class _Answer(Exception):
 class HeartbeatRoute:
     """ASGI: heartbeats here, everything else to `app` (the FastAPI application)."""
 
-    def __init__(self, app: _App, service: CoordinatorService, credentials: Credentials,
+    def __init__(self, app: _App, heartbeats: Heartbeats, credentials: Credentials,
                  bind_ids: bool) -> None:
-        self.app, self._service, self._credentials = app, service, credentials
+        self.app, self._heartbeats, self._credentials = app, heartbeats, credentials
         self._bind_ids = bind_ids
 
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
@@ -82,7 +82,7 @@ class HeartbeatRoute:
                                           f"{peer_name(scope)!r}"})
         wait_s = min(request.wait_ms or 0, MAX_WAIT_MS) / 1000
         try:
-            self._service.check_reports(request)
+            self._heartbeats.check_reports(request)
             if wait_s <= 0 and not request.leaving:
                 reply = await self._plain(request)
                 if reply is not None:
@@ -103,10 +103,10 @@ class HeartbeatRoute:
         None: it needs the thread path (a write waits to be retried)."""
         delay, waited = _RETRY_FIRST_S, 0.0
         while waited < _RETRY_FOR_S:
-            reply = self._service.try_heartbeat(request)
+            reply = self._heartbeats.try_heartbeat(request)
             if reply is not None:
                 return reply.model_dump_json().encode()
-            if self._service.unpersisted:
+            if self._heartbeats.unpersisted:
                 return None
             await anyio.sleep(delay)
             waited += delay
@@ -114,7 +114,7 @@ class HeartbeatRoute:
         return None
 
     def _heartbeat(self, request: HeartbeatRequest, wait_s: float) -> bytes:
-        return self._service.heartbeat(request, wait_s).model_dump_json().encode()
+        return self._heartbeats.heartbeat(request, wait_s).model_dump_json().encode()
 
     def _authorize(self, scope: _Scope) -> None:
         given = None

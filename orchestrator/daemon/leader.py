@@ -44,7 +44,7 @@ log = logging.getLogger("baton.coordinator")
 
 # Watermarks and committed offsets feed lags and plans; once a second is plenty.
 _OFFSETS_S = 1.0
-# Decisions run when a report brings news (the service's `wake`) and at least this
+# Decisions run when a report brings news (the guarded core's `wake`) and at least this
 # often for timeouts; the cost of one grows with processors and tasks, the number of
 # heartbeats does not add to it.
 _DECIDE_S = 0.5
@@ -93,13 +93,13 @@ class Leadership:
                 {"coordinator": {"url": url, "metrics_url": f"{url}/metrics",
                                  "listen": config.coordinator.listen, "leader": True}},
                 waits=clock)
-            self.service.commit()
-            self.service.keepalive(self.identity())
+            self.service.guard.commit()
+            self.service.guard.keepalive(self.identity())
         except BaseException:
             self.stream.close()
             raise
-        self.service.loop_decides = True     # registrations share the loop's decisions
-        self.monitor = PartitionMonitor(admin, self.service, config.job.inputs,
+        self.service.heartbeats.loop_decides = True     # registrations share the loop's decisions
+        self.monitor = PartitionMonitor(admin, self.service.growth, config.job.inputs,
                                         config.coordinator.monitor_interval_ms / 1000, clock)
         self._offsets = Deadline(clock)
         self._decide, self._views = Deadline(clock), Deadline(clock)
@@ -116,10 +116,10 @@ class Leadership:
 
     def _keep(self) -> None:
         """Write the "leader" record every `keepalive_s` until stopped or fenced (a
-        fenced write is recorded in the service, and the next turn raises it)."""
+        fenced write is recorded in the guarded core, and the next turn raises it)."""
         while not self._keeper_stop.wait(self._keepalive_s):
             try:
-                _guard(lambda: self.service.keepalive(self.identity()))
+                _guard(lambda: self.service.guard.keepalive(self.identity()))
             except FencedError:
                 return
             except Exception:  # noqa: BLE001 - the loop owns the daemon; keep the lease
@@ -153,33 +153,33 @@ class Leadership:
         Raises:
             FencedError: another coordinator took over: this one must step down.
         """
-        news = self.service.wake.is_set() and self._news.expired()
+        news = self.service.guard.wake.is_set() and self._news.expired()
         if news or self._decide.expired():
-            self.service.wake.clear()
-            took = _paced(self._decide, _DECIDE_S, _DECIDE_SPACING, self.service.tick)
+            self.service.guard.wake.clear()
+            took = _paced(self._decide, _DECIDE_S, _DECIDE_SPACING, self.service.decisions.tick)
             self._news.arm(_NEWS_SPACING * took)
         if self._views.expired():
-            _paced(self._views, _VIEWS_S, _REFRESH_SPACING, self.service.refresh_views)
+            _paced(self._views, _VIEWS_S, _REFRESH_SPACING, self.service.views.refresh)
         if self._offsets.expired():
-            _paced(self._offsets, _OFFSETS_S, _REFRESH_SPACING, self.service.refresh_offsets)
+            _paced(self._offsets, _OFFSETS_S, _REFRESH_SPACING, self.service.growth.refresh_offsets)
         _guard(self.monitor.poll_if_due)
-        _guard(lambda: self.service.settle_barriers(self.stream.write_markers))
-        if self.service.fenced is not None:
-            raise self.service.fenced
+        _guard(lambda: self.service.growth.settle_barriers(self.stream.write_markers))
+        if self.service.guard.fenced is not None:
+            raise self.service.guard.fenced
 
     def wait(self, seconds: float) -> None:
         """Sleep until the next turn, waking early when a heartbeat wants a decision or
         an HTTP write was fenced (news that came too soon after a decision waits out
         its spacing)."""
-        if self.service.wake.is_set():
+        if self.service.guard.wake.is_set():
             self.clock.sleep(min(seconds, self._news.remaining()))
             return
-        self.service.wake.wait(seconds)
+        self.service.guard.wake.wait(seconds)
 
     def resign(self) -> None:
         """A clean stop: tell standbys to take over now instead of after the silence."""
         self._stop_keeper()
-        _guard(lambda: self.service.keepalive(None))
+        _guard(lambda: self.service.guard.keepalive(None))
 
     def identity(self) -> dict[str, Any]:
         return {"url": self.url, "pid": os.getpid(), "host": socket.gethostname(),
@@ -237,9 +237,10 @@ def _paced(deadline: Deadline, floor_s: float, spacing: float, work: Callable[[]
     work took when longer. Returns the seconds it took.
 
     What it took is this thread's CPU time: the spacing bounds the loop's share of a
-    core, and waiting on the broker costs none. (Wall time counted a decision's
-    persist, 20-60 ms of waiting on the stream's transaction; three times that spaced
-    the next decision, so a reported release waited 100-190 ms for its activation.)"""
+    core, and waiting on the broker costs none. (Wall time counted a decision's wait
+    on the stream's transaction, and `spacing` times that delayed the next decision,
+    so a reported release waited for its activation: docs/performance.md,
+    "Measurements behind the code".)"""
     started = time.thread_time()
     _guard(work)
     took = time.thread_time() - started

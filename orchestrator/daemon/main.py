@@ -291,8 +291,9 @@ class _Daemon:
                                    bind_ids=bool(self.config.coordinator.tls_client_ca_file))
         self.gate.leader_url = self.url
         lease_s = 0.75 * self.takeover_s
-        self.gate.confirmed = lambda: self.clock.monotonic() - lead.service.last_write < lease_s
-        lead.service.answering = self.gate.confirmed
+        guard = lead.service.guard
+        self.gate.confirmed = lambda: self.clock.monotonic() - guard.last_write < lease_s
+        lead.service.decisions.answering = self.gate.confirmed
         self.metrics.set_leader(True)
         log.info("coordinator %s leads job %s", self.url, self.config.job.name)
 

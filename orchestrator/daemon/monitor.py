@@ -1,7 +1,7 @@
 """The partition monitor: polls the inputs' partition counts and reports growth.
 
 Owned by the daemon's main loop (it never runs on its own thread): `poll_if_due()` is
-cheap when the interval has not passed. A count that changed goes to the service,
+cheap when the interval has not passed. A count that changed goes to input growth,
 which applies the fixed-task expansion or refuses it with an error naming the topic
 and both counts (kept in /status until a later poll sees an acceptable count).
 Admin errors are logged and retried at the next interval: the job keeps running on
@@ -15,8 +15,7 @@ from collections.abc import Sequence
 
 from confluent_kafka import KafkaException
 
-from orchestrator.daemon.growth import Admin
-from orchestrator.daemon.service import CoordinatorService
+from orchestrator.daemon.growth import Admin, InputGrowth
 from orchestrator.kafka.topics import TopicsError
 from orchestrator.wire.clock import Clock, Deadline
 
@@ -32,10 +31,10 @@ class PartitionMonitor:
     """Polls `inputs` every `interval_s` seconds on `clock` (less often when one poll
     costs more than a hundredth of that)."""
 
-    def __init__(self, admin: Admin, service: CoordinatorService, inputs: Sequence[str],
+    def __init__(self, admin: Admin, growth: InputGrowth, inputs: Sequence[str],
                  interval_s: float, clock: Clock) -> None:
         self._admin = admin
-        self._service = service
+        self._growth = growth
         self._inputs = list(inputs)
         self._interval_s = interval_s
         self._clock = clock
@@ -57,5 +56,5 @@ class PartitionMonitor:
         # a large job's metadata holds the GIL long enough to stall every heartbeat in
         # flight: such a job is polled less often than `interval_s`
         self._due.arm(max(self._interval_s, _SPACING * (self._clock.monotonic() - started)))
-        self._service.sync_partitions(counts)
+        self._growth.sync_partitions(counts)
         return True

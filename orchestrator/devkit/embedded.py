@@ -53,8 +53,8 @@ EMBEDDED_CLIENT_SETTINGS: dict[str, Any] = {"receive.message.max.bytes": 1_000_0
 # once, a spin of the consumer and the broker beside the catch-up (bench/
 # join_catchup.py; docs/performance.md, "Catch-up inside a join"). Apache Kafka sends a partition at
 # most max.partition.fetch.bytes a fetch and parks an empty one: no spin there, though
-# a replay alone ran ~2x faster with this setting on Kafka too, in 5 runs of 6 (bench/
-# join_catchup.py --alone-only --broker kafka --kafka queued.min.messages=1).
+# a replay alone ran faster with this setting on Kafka too (docs/performance.md,
+# "Measurements behind the code").
 EMBEDDED_KAFKA_SETTINGS: dict[str, Any] = {**EMBEDDED_CLIENT_SETTINGS, "queued.min.messages": 1}
 # the [catch_up] settings noida-db needs: a read_committed fetch must not start past an
 # aborted transaction (see the module docstring); measured in tests/processor/runtime/

@@ -5,6 +5,7 @@ One module per concept, behind this surface:
 - `task_runtime`: `TaskRuntime`, the book of tasks, the coordinator's API and the loop;
 - `reconciliation`: a heartbeat reply -> what to release, drop, start, activate;
 - `catch_up`: the catch-up source (input replay or changelog apply) and what differs;
+  `tombstones`: whether a store away too long may have missed a changelog's deletes;
 - `activation`: fence the previous owner, run the silent replays, go active;
 - `active_round`, `replay_round`: a round's active batch and replay batch;
 - `commits`: when and how the active tasks commit, side by side;
@@ -15,7 +16,9 @@ One module per concept, behind this surface:
   in their parents; `barriers`: the expansion barriers' view;
 - `bulk_path`: the Spark bulk catch-up of a fresh replica's backlog;
 - `stores`: the task stores, closed off the loop; `jobs`: one job instance per task;
-- `dead_letters`: the dead-letter topic; `reports`: the task reports, store sizes.
+- `dead_letters`: the dead-letter topic; `reports`: the task reports, store sizes;
+- `preflight`: what the broker is asked before any task starts (transaction timeout,
+  ACLs), so a refusal it would keep giving is named at once.
 """
 
 from __future__ import annotations

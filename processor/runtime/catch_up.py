@@ -14,8 +14,10 @@ One concept, two implementations, each owning what differs between them:
 
 What differs: the replica a warmup or standby runs, whether its store is read, the
 bulk plan of a fresh store (processor/runtime/bulk_path.py), the replays of an
-activation in their order, how the caps (and so the lag) follow the owner, the
-active task's changelog writer. The runtime asks; it does not branch on the source.
+activation in their order, how the caps (and so the lag) follow the owner, whether
+replays take small bites before an activation, what a fetch below the broker's first
+offset means, the active task's changelog writer. The runtime asks; it does not branch
+on the source.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import functools
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from confluent_kafka import KafkaException
 
@@ -33,7 +35,7 @@ from orchestrator.wire.config import Config
 from processor.changelog import ChangelogTarget, ChangelogWriter
 from processor.changelog_replica import ChangelogError, ChangelogReplica
 from processor.replica import Replay, Replica, ReplicaRole
-from processor.retention import check_retained
+from processor.retention import InputTrimmedError, OffsetOutOfRange, check_retained
 from processor.runtime.activation import Activations, ReplayStep
 from processor.runtime.barriers import BarrierBook
 from processor.runtime.bulk_path import BulkPlan, changelog_bulk_plan, input_bulk_plan
@@ -100,6 +102,17 @@ class CatchUp(ABC):
     def settler(self, replicas: Sequence[Replay]) -> Settle:
         """Before a replay batch is applied: what settles each replica after it."""
         return _settle_nothing
+
+    @abstractmethod
+    def replays_input(self, replicas: Collection[Replay]) -> bool:
+        """Whether some of `replicas` replay the input through process(): then a
+        replay batch beside an activation takes small bites (replay_round.replay_bite)."""
+
+    @abstractmethod
+    def out_of_range(self, task: str, replica: Replay,
+                     exc: OffsetOutOfRange) -> Exception:
+        """The error `task`'s `replica` fails with when its fetch fell outside what the
+        broker holds."""
 
 
 class InputCatchUp(CatchUp):
@@ -182,6 +195,19 @@ class InputCatchUp(CatchUp):
             replica.caps = {p: min(caps[p], ends.get(p, caps[p])) for p in replica.partitions}
         return following
 
+    def replays_input(self, replicas: Collection[Replay]) -> bool:
+        """Every replica of this source replays the input."""
+        return bool(replicas)
+
+    def out_of_range(self, task: str, replica: Replay,
+                     exc: OffsetOutOfRange) -> Exception:
+        """Below the broker's first offset: retention trimmed input the replay still
+        needed (InputTrimmedError names it); past it, the fetch's own error."""
+        first = self._lookups.low_watermark(exc.partition)
+        if first > exc.offset:
+            return InputTrimmedError(exc.partition, exc.offset, first, task)
+        return exc
+
 
 def _announce_input_replay(task: str, lag: int) -> None:
     log.info("task %r: replaying %d records before going active", task, lag)
@@ -225,7 +251,7 @@ class ChangelogCatchUp(CatchUp):
         self.generation: int | None = None
         # deletes a store away too long may have missed (processor/runtime/tombstones.py)
         self._horizon = TombstoneHorizon(config.kafka_settings(),
-                                         changelog_topic(config.job.name))
+                                         changelog_topic(config.job.name), clock)
 
     def update(self, mapping: Mapping[str, int], generation: int | None) -> None:
         self.mapping, self.generation = dict(mapping), generation
@@ -320,6 +346,18 @@ class ChangelogCatchUp(CatchUp):
         for replica in following:
             replica.caps = {p: ends[p] for p in replica.partitions}
         return []
+
+    def replays_input(self, replicas: Collection[Replay]) -> bool:
+        """Only an activation's input replay after the changelog does."""
+        return any(r.source == "input" for r in replicas)
+
+    def out_of_range(self, task: str, replica: Replay,
+                     exc: OffsetOutOfRange) -> Exception:
+        """A changelog apply's fetch fails with its own error; an activation's input
+        replay after the changelog as the input source says."""
+        if replica.source == "input":
+            return self._inputs.out_of_range(task, replica, exc)
+        return exc
 
     def settler(self, replicas: Sequence[Replay]) -> Settle:
         """A changelog replica's position moves past the transaction markers and aborted

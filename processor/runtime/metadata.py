@@ -2,10 +2,10 @@
 
 librdkafka keeps each topic's partition count from its last metadata answer. A partition
 assigned at or beyond that count is parked until the client's own refresh, which a 1 s
-timer drives: after an expansion, a consumer that read the topic before waits up to ~1 s
-before its first fetch of a new partition (measured on noida-db: 1.05 s minus the
-assign's phase in the timer's second; ~11 ms to the first record when a metadata request
-for the topic goes first, itself ~1 ms on 127.0.0.1). That wait would sit inside a split
+timer drives: after an expansion, a consumer that read the topic before waits up to the
+timer's period before its first fetch of a new partition, where a metadata request for
+the topic first brings the first record within milliseconds (docs/performance.md,
+"Measurements behind the code"). That wait would sit inside a split
 child's first handoff pause (its activation replays the child's partition on a consumer
 that cached the old count), an embedded child's start and a child's warmup.
 

@@ -17,7 +17,7 @@ from confluent_kafka import KafkaError, Message
 
 from metrics import ProcessorMetrics
 from processor.replica import Replay
-from processor.retention import InputTrimmedError, OffsetOutOfRange
+from processor.retention import OffsetOutOfRange
 from processor.runtime.batches import replay_by_task
 from processor.runtime.catch_up import CatchUp, Settle
 from processor.runtime.consumers import log_error
@@ -42,10 +42,11 @@ def replay_bite(active_took: int | None, activation_next: bool, input_replays: b
         activation_next: an activation here is running, or a warmup has caught up.
         input_replays: a replica here replays the input through process().
 
-    Then an input replay takes small bites: a full one held the loop ~100 ms, and the
-    activation waited for it, inside the handoff pause. A changelog apply keeps its
-    bite: a full one takes ~5 ms (about a million records/s), and small ones only added
-    rounds to the other tasks' catch-up in a join.
+    Then an input replay takes small bites: a full one, through process(), holds the
+    loop long enough to show inside the handoff pause, where the activation waits for
+    it. A changelog apply keeps its bite: a full one is short, and small ones only
+    added rounds to the other tasks' catch-up in a join (docs/performance.md,
+    "Measurements behind the code").
     """
     bite = BATCH if active_took is None else max(_REPLAY_BATCH_BESIDE_ACTIVE,
                                                  BATCH - active_took)
@@ -68,18 +69,14 @@ class ReplayRound:
 
     Args:
         consumers: the replay and activation consumers.
-        source: the catch-up source (caps, settling).
+        source: the catch-up source (caps, settling, fetches out of range).
         metrics: counts the records each replica applied.
         guard: runs a task's change, failing only that task if it raises.
         caught_up: takes an activating replay that has caught up (off the consumers).
-        low_watermark: a partition's first offset, for the error of a replay whose
-            fetch fell below it (processor/retention.py).
     """
 
     def __init__(self, consumers: ReplayConsumers, source: CatchUp, metrics: ProcessorMetrics,
-                 guard: Guard, caught_up: Callable[[Replay], None],
-                 low_watermark: Callable[[str], int]) -> None:
-        self._low_watermark = low_watermark
+                 guard: Guard, caught_up: Callable[[Replay], None]) -> None:
         self._consumers = consumers
         self._source = source
         self._metrics = metrics
@@ -113,10 +110,10 @@ class ReplayRound:
         try:
             capped = replica.apply(messages)
         except OffsetOutOfRange as exc:
-            first = self._low_watermark(exc.partition)
-            if replica.source == "input" and first > exc.offset:
-                raise InputTrimmedError(exc.partition, exc.offset, first, task) from exc
-            raise
+            error = self._source.out_of_range(task, replica, exc)
+            if error is exc:
+                raise
+            raise error from exc
         if replica.applied_total > before:
             self._metrics.record_catch_up(task, "consumer", replica.applied_total - before,
                                           replica.source)

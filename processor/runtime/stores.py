@@ -1,9 +1,10 @@
 """The task stores this processor opens, and closes off the main loop.
 
-Closing a store flushes its memtable (100-200 ms at 250,000 keys under load) with the
-GIL released: a released task's store is closed on a thread at the next round, after
-the release is reported, so the new owner's activation (and the handoff pause) does not
-wait for it, and the tasks still active here go on meanwhile.
+Closing a store flushes its memtable (long for a large store: docs/performance.md,
+"Measurements behind the code") with the GIL released: a released task's store is
+closed on a thread at the next round, after the release is reported, so the new owner's
+activation (and the handoff pause) does not wait for it, and the tasks still active
+here go on meanwhile.
 
 A store is a cache of its task's state: the first time this processor opens it, it is
 read whole with checksums verified (`[store] verify_on_open`), as RocksDB checks a table

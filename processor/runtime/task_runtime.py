@@ -115,8 +115,7 @@ class TaskRuntime:
                                         self._restart)
         self.child_releases = ChildReleases(self)
         self.replay_round = ReplayRound(self.consumers.replays, self.source, self.metrics,
-                                        self.guard, self._replay_done,
-                                        self.consumers.lookups.low_watermark)
+                                        self.guard, self._replay_done)
 
     @property
     def active_consumer(self) -> Consumer:
@@ -319,7 +318,7 @@ class TaskRuntime:
             handled += took
         if self.replicas:
             room = replay_bite(took, self._activation_next(),
-                               any(r.source == "input" for r in self.replicas.values()))
+                               self.source.replays_input(self.replicas.values()))
             handled += self._poll_replicas(split, room)
         if not self.active and not self.replicas:
             self.clock.sleep(min(timeout, _IDLE_WHILE_ACTIVATING_S)

@@ -20,13 +20,13 @@ taken for younger than it is, clock skew between hosts aside.
 from __future__ import annotations
 
 import logging
-import time
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from orchestrator.kafka.logs import client_logging
 from orchestrator.kafka.settings import producer_settings
+from orchestrator.wire.clock import Clock
 from orchestrator.wire.partitions import split_partition
 
 __all__ = ["DEFAULT_DELETE_RETENTION_MS", "TombstoneHorizon"]
@@ -43,11 +43,13 @@ class TombstoneHorizon:
     Args:
         settings: librdkafka settings of the cluster.
         topic: the job's changelog topic.
+        clock: its wall time is the "now" the retention counts back from.
     """
 
-    def __init__(self, settings: dict[str, object], topic: str) -> None:
+    def __init__(self, settings: dict[str, object], topic: str, clock: Clock) -> None:
         self._settings = settings
         self._topic = topic
+        self._clock = clock
         self._retention_ms: int | None = None
 
     def retention_ms(self) -> int:
@@ -80,7 +82,7 @@ class TombstoneHorizon:
         """
         if position >= end:
             return False
-        since = int(time.time() * 1000) - self.retention_ms()
+        since = int(self._clock.time() * 1000) - self.retention_ms()
         topic, number = split_partition(partition)
         found = consumer.offsets_for_times([TopicPartition(topic, number, since)],
                                            timeout=_TIMEOUT_S)[0]

@@ -33,10 +33,11 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from orchestrator.wire.clock import Clock, Deadline, SystemClock
 
 __all__ = [
     "EXECUTOR_WAIT_S", "JAVA_MIN_MAJOR", "MASTER_CONNECT_TIMEOUT_S",
@@ -90,13 +91,16 @@ class SparkUnavailableError(SparkError):
 
 
 def spark_session(master: str, app_name: str = "baton",
-                  conf: Mapping[str, str | int | float | bool] | None = None) -> Any:
+                  conf: Mapping[str, str | int | float | bool] | None = None,
+                  clock: Clock | None = None) -> Any:
     """The process's SparkSession for `master`, started on first use.
 
     Args:
         master: `local[*]`, `local[N]` or a cluster URL such as `spark://host:7077`.
         app_name: the application name the master shows.
         conf: Spark properties (`[spark] conf`), set as given over Baton's defaults.
+        clock: times the start and bounds the wait for an executor (the system clock
+            by default).
 
     Returns:
         A `pyspark.sql.SparkSession` (typed Any: pyspark ships no stubs).
@@ -109,7 +113,8 @@ def spark_session(master: str, app_name: str = "baton",
     with _lock:
         if _session is not None and master == _master:
             return _session
-        started = time.monotonic()
+        clock = clock or SystemClock()
+        started = clock.monotonic()
         _check_java()
         _check_master(master)
         if _session is not None:
@@ -117,9 +122,9 @@ def spark_session(master: str, app_name: str = "baton",
                 f"a SparkSession for {_master} already runs in this process; cannot start "
                 f"one for {master} (one SparkContext per JVM): stop_spark() first")
         session = _build(master, app_name, dict(conf or {}))
-        _wait_for_executors(session, master)
+        _wait_for_executors(session, master, clock)
         _session, _master = session, master
-        _startup_s = time.monotonic() - started
+        _startup_s = clock.monotonic() - started
         return session
 
 
@@ -256,19 +261,19 @@ def _build(master: str, app_name: str, conf: dict[str, str | int | float | bool]
     return session
 
 
-def _wait_for_executors(session: Any, master: str) -> None:
+def _wait_for_executors(session: Any, master: str, clock: Clock) -> None:
     """On a cluster, wait until an executor registers: a job would otherwise hang."""
     if _LOCAL.match(master):
         return
-    deadline = time.monotonic() + EXECUTOR_WAIT_S
+    deadline = Deadline.after(clock, EXECUTOR_WAIT_S)
     status = session.sparkContext._jsc.sc().getExecutorMemoryStatus()
     while status.size() <= 1:  # the driver counts as one
-        if time.monotonic() > deadline:
+        if deadline.expired():
             session.stop()
             raise SparkUnavailableError(
                 f"Spark master {master} granted no executor in {EXECUTOR_WAIT_S:.0f}s; "
                 "check that its workers are alive and have free cores and memory")
-        time.sleep(0.2)
+        clock.sleep(0.2)
         status = session.sparkContext._jsc.sc().getExecutorMemoryStatus()
 
 

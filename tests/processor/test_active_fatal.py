@@ -155,9 +155,11 @@ def test_a_declared_output_topic_takes_outputs(tmp_path) -> None:
 def test_an_undeclared_topic_goes_through_on_error_with_no_output_produced(
         tmp_path, on_error) -> None:
     task, producer = _recording_task(tmp_path, _OutputsOnly(), on_error)
+    outcomes: list[str] = []
+    task.on_process_error = lambda name, outcome: outcomes.append(outcome)
     task.process([Msg(0)])
     assert task.store.get("seen") == 1      # its writes stand, as on replicas (no outputs)
-    assert task.skipped_total == 1
+    assert outcomes == [on_error]
     task.store.close()
     sent_to = [sent[0] for sent in producer.sent]
     assert sent_to == ([] if on_error == "skip" else ["dlq"])

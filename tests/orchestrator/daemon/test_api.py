@@ -88,7 +88,7 @@ def make_service() -> tuple[CoordinatorService, CollectorRegistry, dict[str, Any
 
     service = CoordinatorService(core, persist, FakeAdmin({"in": 2}), ["in"],
                                  {"coordinator": {"url": "http://x", "metrics_url": "http://x/metrics"}})
-    service.commit()
+    service.guard.commit()
     return service, registry, written
 
 

@@ -26,36 +26,36 @@ def active(tasks: list[str], generation: int = 1) -> dict[str, Any]:
 
 def test_a_heartbeat_does_not_decide_the_loop_does() -> None:
     service, _, _ = make_service()
-    first = service.register(request())
+    first = service.heartbeats.register(request())
     assert sorted(first.assignment.active) == ["Partition 0", "Partition 1"]
-    service.heartbeat(request(**active(["Partition 0", "Partition 1"])))
-    service.wake.clear()
-    service.register(request("p2", "e2"))               # a newcomer: decided at once
-    reply = service.heartbeat(request(**active(["Partition 0", "Partition 1"])))
+    service.heartbeats.heartbeat(request(**active(["Partition 0", "Partition 1"])))
+    service.guard.wake.clear()
+    service.heartbeats.register(request("p2", "e2"))               # a newcomer: decided at once
+    reply = service.heartbeats.heartbeat(request(**active(["Partition 0", "Partition 1"])))
     moving = set(first.assignment.active) - set(reply.assignment.active)
     assert reply.assignment.active == first.assignment.active or moving
-    before = service.core.pending_changes()
-    service.heartbeat(request("p2", "e2", generation=1))
-    assert service.wake.is_set(), "p2's first report is news a decision waits for"
-    assert service.core.pending_changes() == before, "a heartbeat changed the decision"
-    service.tick()
-    assert service.core.handoffs or service.core.roles.peek("p2").active
+    before = service.guard.core.pending_changes()
+    service.heartbeats.heartbeat(request("p2", "e2", generation=1))
+    assert service.guard.wake.is_set(), "p2's first report is news a decision waits for"
+    assert service.guard.core.pending_changes() == before, "a heartbeat changed the decision"
+    service.decisions.tick()
+    assert service.guard.core.handoffs or service.guard.core.roles.peek("p2").active
 
 
 def test_quiet_heartbeats_do_not_wake_the_loop() -> None:
     service, _, _ = make_service()
-    service.register(request())
-    service.heartbeat(request(**active(["Partition 0", "Partition 1"])))
-    service.tick()
-    service.wake.clear()
+    service.heartbeats.register(request())
+    service.heartbeats.heartbeat(request(**active(["Partition 0", "Partition 1"])))
+    service.decisions.tick()
+    service.guard.wake.clear()
     for _ in range(3):
-        service.heartbeat(request(**active(["Partition 0", "Partition 1"])))
-    assert not service.wake.is_set()
+        service.heartbeats.heartbeat(request(**active(["Partition 0", "Partition 1"])))
+    assert not service.guard.wake.is_set()
 
 
 def wait_in_thread(service: Any, req: HeartbeatRequest) -> tuple[list[Any], threading.Thread]:
     answers: list[Any] = []
-    waiter = threading.Thread(target=lambda: answers.append(service.heartbeat(req, 5.0)))
+    waiter = threading.Thread(target=lambda: answers.append(service.heartbeats.heartbeat(req, 5.0)))
     waiter.start()
     time.sleep(0.3)
     assert not answers, "in line with its listing: it waits"
@@ -70,15 +70,15 @@ def reports(role: str, tasks: dict[str, int], generation: int = 1) -> dict[str, 
 
 def test_a_long_poll_is_answered_when_a_decision_changes_its_listing() -> None:
     service, _, _ = make_service()
-    service.register(request())
+    service.heartbeats.register(request())
     both = {"Partition 0": 100, "Partition 1": 100}
-    service.heartbeat(request(**reports("active", both)))
-    warm = service.register(request("p2", "e2")).assignment.warmup
+    service.heartbeats.heartbeat(request(**reports("active", both)))
+    warm = service.heartbeats.register(request("p2", "e2")).assignment.warmup
     assert len(warm) == 1
     answers, waiter = wait_in_thread(service, request(**reports("active", both)))
     started = time.monotonic()
-    service.heartbeat(request("p2", "e2", **reports("warmup", {warm[0]: 100})))
-    service.tick()          # caught up: the decision releases it from p1
+    service.heartbeats.heartbeat(request("p2", "e2", **reports("warmup", {warm[0]: 100})))
+    service.decisions.tick()          # caught up: the decision releases it from p1
     waiter.join(5)
     assert answers and time.monotonic() - started < 2.0
     assert answers[0].assignment.active == [t for t in both if t != warm[0]]
@@ -86,30 +86,30 @@ def test_a_long_poll_is_answered_when_a_decision_changes_its_listing() -> None:
 
 def test_a_long_poll_is_answered_when_the_model_changes() -> None:
     service, _, _ = make_service()
-    service.register(request())
+    service.heartbeats.register(request())
     both = {"Partition 0": 100, "Partition 1": 100}
-    service.heartbeat(request(**reports("active", both)))
-    service.tick()
+    service.heartbeats.heartbeat(request(**reports("active", both)))
+    service.decisions.tick()
     answers, waiter = wait_in_thread(service, request(**reports("active", both)))
-    service.expand("in", 4)
+    service.operations.expand("in", 4)
     waiter.join(5)
     assert answers and answers[0].generation == 2 and answers[0].barriers
 
 
 def test_a_long_poll_without_news_ends_at_its_bound_and_out_of_line_never_waits() -> None:
     service, _, _ = make_service()
-    service.register(request())
-    service.heartbeat(request(**active(["Partition 0", "Partition 1"])))
-    service.tick()
+    service.heartbeats.register(request())
+    service.heartbeats.heartbeat(request(**active(["Partition 0", "Partition 1"])))
+    service.decisions.tick()
     started = time.monotonic()
-    service.heartbeat(request(**active(["Partition 0", "Partition 1"])), wait_s=0.3)
+    service.heartbeats.heartbeat(request(**active(["Partition 0", "Partition 1"])), wait_s=0.3)
     assert 0.25 <= time.monotonic() - started < 2.0
     started = time.monotonic()
-    reply = service.heartbeat(request(**active(["Partition 0"])), wait_s=5.0)
+    reply = service.heartbeats.heartbeat(request(**active(["Partition 0"])), wait_s=5.0)
     assert time.monotonic() - started < 1.0, "a listed task it does not run: answer at once"
     assert sorted(reply.assignment.active) == ["Partition 0", "Partition 1"]
     started = time.monotonic()
-    service.heartbeat(request(**active(["Partition 0", "Partition 1"], generation=0)),
+    service.heartbeats.heartbeat(request(**active(["Partition 0", "Partition 1"], generation=0)),
                       wait_s=5.0)
     assert time.monotonic() - started < 1.0, "a stale model: answer at once"
 
@@ -123,7 +123,7 @@ def test_a_scrape_does_not_wait_for_the_core_lock() -> None:
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with service.lock:
+        with service.guard.lock:
             held.set()
             release.wait(10)
 
@@ -141,16 +141,16 @@ def test_a_scrape_does_not_wait_for_the_core_lock() -> None:
 
 def test_a_burst_of_registrations_shares_the_loops_decisions() -> None:
     service, _, written = make_service()
-    service.loop_decides = True
+    service.heartbeats.loop_decides = True
     stop = threading.Event()
     ticks = [0]
 
     def loop() -> None:
         while not stop.is_set():
-            service.wake.wait(0.5)
-            service.wake.clear()
+            service.guard.wake.wait(0.5)
+            service.guard.wake.clear()
             time.sleep(0.05)            # a burst arrives while the loop turns
-            service.tick()
+            service.decisions.tick()
             ticks[0] += 1
 
     ticker = threading.Thread(target=loop)
@@ -159,7 +159,7 @@ def test_a_burst_of_registrations_shares_the_loops_decisions() -> None:
     unpersisted: list[str] = []
 
     def register(i: int) -> None:
-        replies[f"p{i}"] = service.register(request(f"p{i}", f"e{i}"))
+        replies[f"p{i}"] = service.heartbeats.register(request(f"p{i}", f"e{i}"))
         if f"processor/p{i}" not in written:
             unpersisted.append(f"p{i}")
 
@@ -184,7 +184,7 @@ def hold_lock(service: Any) -> tuple[threading.Event, threading.Thread]:
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with service.deciding():
+        with service.guard.deciding():
             held.set()
             release.wait(10)
 
@@ -196,60 +196,61 @@ def hold_lock(service: Any) -> tuple[threading.Event, threading.Thread]:
 
 def test_a_plain_heartbeat_during_a_decision_gets_the_decision_in_force() -> None:
     service, _, _ = make_service()
-    service.register(request())
+    service.heartbeats.register(request())
     both = {"Partition 0": 100, "Partition 1": 100}
-    before = service.try_heartbeat(request(**reports("active", both)))
+    before = service.heartbeats.try_heartbeat(request(**reports("active", both)))
     assert before is not None and before.same_model
     release, holder = hold_lock(service)
     try:
-        during = service.try_heartbeat(request(**reports("active", {"Partition 0": 250})))
+        during = service.heartbeats.try_heartbeat(
+            request(**reports("active", {"Partition 0": 250})))
         assert during == before, "answered at once with the reply it last got"
-        other = service.try_heartbeat(request("p2", "e2"))
+        other = service.heartbeats.try_heartbeat(request("p2", "e2"))
         assert other is None, "no reply of its own to repeat: it waits for the lock"
-        stale = service.try_heartbeat(request(**reports("active", both, generation=0)))
+        stale = service.heartbeats.try_heartbeat(request(**reports("active", both, generation=0)))
         assert stale is None, "a stale model is never answered from the cache"
     finally:
         release.set()
         holder.join()
-    assert service.core.processors.get("p1").reports["Partition 0"].positions == {"in:0": 100}
-    service.tick()      # the next holder of the lock takes the waiting report in
-    assert service.core.processors.get("p1").reports["Partition 0"].positions == {"in:0": 250}
-    assert "Partition 1" not in service.core.processors.get("p1").reports
+    assert service.guard.core.processors.get("p1").reports["Partition 0"].positions == {"in:0": 100}
+    service.decisions.tick()      # the next holder of the lock takes the waiting report in
+    assert service.guard.core.processors.get("p1").reports["Partition 0"].positions == {"in:0": 250}
+    assert "Partition 1" not in service.guard.core.processors.get("p1").reports
 
 
 def test_a_reply_cached_before_a_decision_is_never_repeated_after_it() -> None:
     service, _, _ = make_service()
-    service.register(request())
+    service.heartbeats.register(request())
     both = {"Partition 0": 100, "Partition 1": 100}
-    assert service.try_heartbeat(request(**reports("active", both))) is not None
-    service.drain("p1")                     # a decision that changes what p1 is told
+    assert service.heartbeats.try_heartbeat(request(**reports("active", both))) is not None
+    service.operations.drain("p1")                     # a decision that changes what p1 is told
     release, holder = hold_lock(service)
     try:
-        assert service.try_heartbeat(request(**reports("active", both))) is None
+        assert service.heartbeats.try_heartbeat(request(**reports("active", both))) is None
     finally:
         release.set()
         holder.join()
-    after = service.try_heartbeat(request(**reports("active", both)))
+    after = service.heartbeats.try_heartbeat(request(**reports("active", both)))
     assert after is not None and after.generation == 1
 
 
 def test_a_reply_still_in_force_is_not_built_again_and_a_decision_renews_it() -> None:
     service, _, _ = make_service()
-    service.register(request())
+    service.heartbeats.register(request())
     both = {"Partition 0": 100, "Partition 1": 100}
-    first = service.try_heartbeat(request(**reports("active", both)))
-    again = service.try_heartbeat(request(**reports("active", both)))
+    first = service.heartbeats.try_heartbeat(request(**reports("active", both)))
+    again = service.heartbeats.try_heartbeat(request(**reports("active", both)))
     assert again is first
-    service.register(request("p2", "e2"))           # a decision: p1 loses a task to p2
-    service.tick()
-    after = service.try_heartbeat(request(**reports("active", both)))
+    service.heartbeats.register(request("p2", "e2"))           # a decision: p1 loses a task to p2
+    service.decisions.tick()
+    after = service.heartbeats.try_heartbeat(request(**reports("active", both)))
     assert after is not first and after is not None
 
 
 def test_barriers_are_settled_after_the_grace_with_their_markers_in_one_write() -> None:
     service, _, written = make_service()     # CoreConfig's default grace: 300 s
-    service.expand("in", 4)
-    due = service.core.clock.time() + 300.0
+    service.operations.expand("in", 4)
+    due = service.guard.core.clock.time() + 300.0
     assert written["model"]["unsettled"] == {"in:2": due, "in:3": due}
     calls: list[Any] = []
 
@@ -259,16 +260,16 @@ def test_barriers_are_settled_after_the_grace_with_their_markers_in_one_write() 
         written.update(changes_for(offsets))
         return offsets
 
-    assert not service.settle_barriers(write)                  # within the grace
-    lag_before = service.core.model.waits_for_settlement(["in:2"])
-    service.core.clock.advance(300.0)
-    assert service.settle_barriers(write)
+    assert not service.growth.settle_barriers(write)                  # within the grace
+    lag_before = service.guard.core.model.waits_for_settlement(["in:2"])
+    service.guard.core.clock.advance(300.0)
+    assert service.growth.settle_barriers(write)
     assert calls == [({"in:0": ["in:2"], "in:1": ["in:3"]}, {"in": 4},
                       {"in:0": 100, "in:1": 101})]      # the parents' ends at expansion
-    assert lag_before and not service.core.model.waits_for_settlement(["in:2"])
+    assert lag_before and not service.guard.core.model.waits_for_settlement(["in:2"])
     assert written["model"]["barriers"] == {"in:2": {"parent": "in:0", "offset": 140},
                                             "in:3": {"parent": "in:1", "offset": 141}}
     assert "unsettled" not in written["model"]
-    assert not service.settle_barriers(write) and len(calls) == 1
-    status = service.status()["barriers"]
+    assert not service.growth.settle_barriers(write) and len(calls) == 1
+    status = service.operations.status()["barriers"]
     assert status["in:2"]["settled"] and not status["in:2"]["reached"]

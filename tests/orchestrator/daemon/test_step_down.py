@@ -49,7 +49,7 @@ def test_a_deposed_leader_names_the_new_one(leading: _Daemon) -> None:
     lead = leading.lead
     assert lead is not None
     with pytest.raises(FencedError):
-        lead.service.keepalive(lead.identity())
+        lead.service.guard.keepalive(lead.identity())
     leading._step_down()
     assert leading.lead is None and leading.gate.app is None
     assert leading.gate.leader_url == NEW_LEADER

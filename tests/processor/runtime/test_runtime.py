@@ -35,11 +35,6 @@ def _runtime(raw: dict[str, Any], tmp_path: Path, name: str, **extra: Any) -> Ta
     return TaskRuntime(parse_config(raw), name, **extra)
 
 
-def _input_end(broker: Any, topic: str, partitions: int) -> int:
-    return sum(len([m for m in broker.read_all(topic) if m.partition() == p])
-               for p in range(partitions))
-
-
 def _consumed(runtimes: list[TaskRuntime], total: int) -> bool:
     done = sum(sum(a.committed.values()) for r in runtimes for a in r.active.values())
     return done >= total

@@ -1,0 +1,82 @@
+"""What the coordinator daemon's loop does with the core: decide, and copy its views.
+
+Decisions (liveness, handoffs, placement) run in `Decisions.tick()` on the daemon's
+loop, which the guarded core's `wake` rouses when a report carries news a decision
+waits for; heartbeats never decide (orchestrator/daemon/heartbeats.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from orchestrator.daemon.guarded_core import GuardedCore
+
+__all__ = ["Decisions", "MetricViews"]
+
+# processors whose lag samples MetricViews.refresh copies per hold of the core's lock
+_VIEW_CHUNK = 50
+
+
+class Decisions:
+    """Runs the core's decisions for the daemon's loop, persisted before anyone is told.
+
+    Args:
+        guard: the core behind its lock.
+    """
+
+    def __init__(self, guard: GuardedCore) -> None:
+        self._guard = guard
+        # whether the lease holds, i.e. processors can be heard (set by the leader)
+        self.answering: Callable[[], bool] = lambda: True
+
+    def tick(self) -> None:
+        """Decide (the daemon's loop), persist, then answer the waiting heartbeats."""
+        guard, core = self._guard, self._guard.core
+        with guard.lock:
+            guard.take_inbox()
+            if not self.answering():
+                # heartbeats get 503 while the lease lapses (a broker away, a stall):
+                # a processor's silence must not count against it meanwhile
+                core.processors.excuse(core.clock.monotonic())
+            placed = core.tick()
+            guard.count_decision()
+            if placed or guard.unpersisted:
+                try:
+                    guard.commit()
+                finally:
+                    guard.replies.publish()
+            else:   # nothing changed: no records to diff, the replies in force stay so
+                guard.notify()
+
+
+class MetricViews:
+    """Copies what /metrics shows of the core, so a scrape never waits on the lock.
+
+    Args:
+        guard: the core behind its lock (its metrics, if any, read these copies).
+    """
+
+    def __init__(self, guard: GuardedCore) -> None:
+        self._guard = guard
+        self._views: tuple[list[Any], list[Any]] = ([], [])
+        metrics = guard.core.metrics
+        if metrics is not None:
+            metrics.set_views(lag_view=lambda: self._views[0],
+                              handoff_view=lambda: self._views[1])
+
+    def refresh(self) -> None:
+        """Copy the samples a few processors per hold of the lock, because a large
+        job's samples taken at once would hold it long enough to delay every heartbeat."""
+        guard = self._guard
+        with guard.lock:
+            live = list(guard.core.processors.live())
+            handoffs = guard.core.handoff_samples()
+        lags: list[Any] = []
+        for start in range(0, len(live), _VIEW_CHUNK):
+            time.sleep(0)   # hand the GIL over: the event loop answering heartbeats waits
+            with guard.lock:
+                lags += guard.core.lag_samples(p for p in live[start:start + _VIEW_CHUNK]
+                                               if p.valid)
+        self._views = (lags, handoffs)

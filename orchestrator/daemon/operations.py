@@ -1,0 +1,73 @@
+"""The operators' requests to the coordinator: status, plan, drain, expand, split."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from orchestrator.core import views
+from orchestrator.core.split import SplitError
+from orchestrator.daemon.growth import InputGrowth
+from orchestrator.daemon.guarded_core import GuardedCore
+
+__all__ = ["Operations"]
+
+
+class Operations:
+    """Answers the operators' HTTP requests over the guarded core.
+
+    Args:
+        guard: the core behind its lock.
+        growth: input growth (POST /expand).
+        info: extra keys for /status (the coordinator's own URLs).
+    """
+
+    def __init__(self, guard: GuardedCore, growth: InputGrowth,
+                 info: Mapping[str, Any] | None = None) -> None:
+        self._guard = guard
+        self._growth = growth
+        self._info = dict(info or {})
+
+    def status(self) -> dict[str, Any]:
+        with self._guard.lock:
+            return {**views.status(self._guard.core), **self._info}
+
+    def plan(self, add: Sequence[str], remove: Sequence[str]) -> dict[str, Any]:
+        with self._guard.lock:
+            return views.plan(self._guard.core, add, remove)
+
+    def drain(self, processor: str) -> dict[str, Any]:
+        with self._guard.deciding():
+            result = self._guard.core.drain(processor)
+            self._guard.commit()
+            return result
+
+    def expand(self, topic: str, partitions: int) -> dict[str, Any]:
+        """Grow an input topic and apply the expansion at once (POST /expand)."""
+        return self._growth.expand(topic, partitions)
+
+    def split(self, dry_run: bool) -> dict[str, Any]:
+        """Split every task that can split (POST /split); record it unless `dry_run`.
+
+        Idempotent: a second call finds nothing new to split and changes nothing.
+
+        Raises:
+            SplitError: the grouping cannot split (``single``).
+        """
+        core = self._guard.core
+        if core.config.catch_up_source != "input":
+            raise SplitError(
+                f"catch_up.source = {core.config.catch_up_source!r}: a split child's "
+                "state is in its parent's changelog partition, mixed with the keys the "
+                "parent keeps, and Baton does not rebuild a child from it (yet); split "
+                "with catch_up.source = \"input\" (the default: the child replays its "
+                "parent's input through process()), then switch back: the children get "
+                "changelog partitions of their own at the next coordinator start")
+        with self._guard.lock:
+            model, splits = core.model.plan_split()
+            if splits and not dry_run:
+                self._guard.replies.publish()
+                core.apply_split(model, splits)
+                self._guard.commit()
+            return {"splits": [s.to_json() for s in splits], "tasks": len(model.tasks),
+                    "generation": model.generation, "recorded": bool(splits) and not dry_run}
