@@ -66,8 +66,8 @@ from store.options import db_options
 
 __all__ = ["main", "measure"]
 
-TARGET = 0.8                 # issue 12: active with changelog writes >= 0.8 x without
-APPLY_TARGET = 0.6           # issue 12: changelog apply >= 0.6 x raw consume of it
+TARGET = 0.8                 # active with changelog writes >= 0.8 x without
+APPLY_TARGET = 0.6           # changelog apply >= 0.6 x raw consume of it
 
 
 def run_raw(bench: Bench, job: str, write_to: Path | None = None,

@@ -15,7 +15,7 @@ p1 has processed it all, then
   keys while its handoff was in flight (old owner's last output -> new owner's first),
   read back from the output topic.
 
-Targets (issue 5): p99 <= 500 ms, and the 1M-key p99 within 1.5x of the 10k-key p99.
+Targets: p99 <= 500 ms, and the 1M-key p99 within 1.5x of the 10k-key p99.
 
     .venv/bin/python bench/handoff_pause.py [--keys 10000 1000000] [--handoffs 20] [--json]
         [--broker kafka|embedded]

@@ -1,4 +1,4 @@
-"""Catch-up inside a real join against the same catch-up alone (issue 12): a script.
+"""Catch-up inside a real join against the same catch-up alone: a script.
 
 For each --source (input, changelog), in one run, on one kind of broker (`--broker`:
 Apache Kafka by default, or the embedded noida-db; a fresh one for each phase):

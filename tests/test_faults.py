@@ -1,4 +1,4 @@
-"""The fault-injection suite (issue 5): live traffic, a scale-out, one fault each.
+"""The fault-injection suite: live traffic, a scale-out, one fault each.
 
 Every case checks the running-sum oracle over the output topic (per key, exactly the
 running sums of its inputs: nothing lost, nothing duplicated) and convergence
@@ -242,7 +242,7 @@ def test_drain_under_traffic(job, broker) -> None:
 
 
 class TestSplitFaults:
-    """Faults while split children move (issue 11): 4 -> 8 partitions under traffic, p3
+    """Faults while split children move: 4 -> 8 partitions under traffic, p3
     joins, p3 is frozen, `baton split`: the children's moves to p3 wait for it (planned
     or catching_up), and the fault strikes then."""
 
@@ -311,7 +311,7 @@ CHILDREN = {f"Partition {n}" for n in range(PARTITIONS, 2 * PARTITIONS)}
 
 
 def test_processors_outlive_a_coordinator_outage(job, broker) -> None:
-    """Issue 13: the coordinator SIGKILLed for 45 s under traffic (past the processors'
+    """The coordinator SIGKILLed for 45 s under traffic (past the processors'
     coordinator_grace_ms): no processor exits, outputs keep committing; the coordinator
     comes back, a third processor joins and gets tasks; the oracle holds."""
     import time
