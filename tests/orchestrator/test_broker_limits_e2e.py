@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from orchestrator.wire.config import parse_config
-from tests.conftest import wait_for
 from tests.processor.runtime.test_runtime import _model, _reply, _runtime
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 

@@ -21,8 +21,11 @@ from confluent_kafka.admin import AclOperation, ResourceType
 
 from orchestrator.devkit.kafka_secure import SecureKafkaBroker
 from orchestrator.wire.changelog import changelog_topic
-from tests.conftest import Broker, Feeder, wait_for, wait_for_coordinator
+from tests.brokers import Broker
+from tests.daemon_support import wait_for_coordinator
+from tests.feeder import Feeder
 from tests.orchestrator.test_e2e import Job, finish, processor_config
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 ROOT = Path(__file__).resolve().parents[2]

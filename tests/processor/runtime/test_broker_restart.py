@@ -20,8 +20,10 @@ from confluent_kafka import Message
 
 from orchestrator.wire.config import parse_config
 from processor.runtime import TaskRuntime
-from tests.conftest import Broker, oracle_check, wait_for
+from tests.brokers import Broker
+from tests.oracle_report import oracle_check
 from tests.processor.runtime.test_runtime import _consumed, _model, _reply, _runtime
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.smoke]
 

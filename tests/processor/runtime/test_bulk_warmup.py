@@ -10,8 +10,10 @@ from prometheus_client import CollectorRegistry
 
 from metrics import ProcessorMetrics
 from orchestrator.wire.config import parse_config
-from tests.conftest import Feeder, oracle_check, wait_for
+from tests.feeder import Feeder
+from tests.oracle_report import oracle_check
 from tests.processor.runtime.test_runtime import _consumed, _model, _reply, _runtime
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

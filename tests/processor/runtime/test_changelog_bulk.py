@@ -23,8 +23,8 @@ from orchestrator.wire.config import parse_config
 from orchestrator.wire.protocol import HeartbeatReply, RoleListing
 from processor.runtime import TaskRuntime
 from store.codec import META_PREFIX, OFFSET_PREFIX
-from tests.conftest import wait_for
 from tests.processor.spark.test_bulk import _raw
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -15,7 +15,9 @@ from orchestrator.wire.config import parse_config
 from orchestrator.wire.partitions import format_partition
 from orchestrator.wire.protocol import HeartbeatReply, RoleListing
 from processor.runtime import TaskRuntime
-from tests.conftest import Feeder, oracle_check, wait_for
+from tests.feeder import Feeder
+from tests.oracle_report import oracle_check
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ from orchestrator.wire.partitioners import home_partition
 from orchestrator.wire.protocol import Barrier, HeartbeatReply, RoleListing
 from processor.runtime import TaskRuntime
 from store.codec import META_PREFIX
-from tests.conftest import wait_for
 from tests.processor.spark.test_bulk import _raw
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -19,8 +19,9 @@ from orchestrator.wire.config import parse_config
 from orchestrator.wire.partitions import format_partition
 from processor.retention import InputTrimmedError
 from processor.runtime.task_runtime import TaskRuntime
-from tests.conftest import Broker, wait_for
+from tests.brokers import Broker
 from tests.processor.runtime.test_runtime import _model, _reply, _runtime
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
