@@ -28,7 +28,7 @@ floor      the raw consumer again, putting each batch's records as they are into
 Timed from apply() until every task's committed offsets reach the input's end (active
 phases) or every warmup's lag is 0 (apply). Target: changelog >= 0.8 x input. Each
 phase starts once the embedded broker's save of what the previous one wrote is done
-(handoff_pause.wait_broker_quiet: it rewrites everything it holds after writes, up to a
+(_common.wait_broker_quiet: it rewrites everything it holds after writes, up to a
 CPU-second at these sizes), and the best rate of each phase over the rounds is taken.
 
 The runtimes are driven as the processor daemon drives them: poll() rounds of
@@ -49,7 +49,6 @@ import json
 import sys
 import tempfile
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -58,99 +57,17 @@ from typing import Any
 
 import rocksdict
 from _common import broker_name, broker_option, start_broker, wait_broker_quiet
+from _phases import ADMIN_TIMEOUT_S, Bench, prepared, run_active_source, run_apply
 from confluent_kafka import Consumer, Message, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-from processor_rates import Bench, drive, prepared
 
 from orchestrator.wire.changelog import changelog_topic
-from orchestrator.wire.config import parse_config
-from orchestrator.wire.protocol import HeartbeatReply, RoleListing
 from processor.daemon import ROUND_S
-from processor.runtime import TaskRuntime
 from store.options import db_options
 
 __all__ = ["main", "measure"]
 
-TARGET = 0.8                 # issue 12: active with changelog writes >= 0.8 x without
-APPLY_TARGET = 0.6           # issue 12: changelog apply >= 0.6 x raw consume of it
-_ADMIN_TIMEOUT_S = 30.0
-
-
-def _runtime(bench: Bench, job: str, job_class: str, source: str,
-             catch_up: dict[str, Any], processor_id: str = "bench") -> TaskRuntime:
-    """A runtime of `job`; its stores are `processor_id`'s (a fresh id: empty stores)."""
-    raw = {"job": {"name": job, "class": job_class, "inputs": [bench.topic],
-                   "output": bench.output},
-           "kafka": {"bootstrap_servers": bench.bootstrap, **bench.extra},
-           "processor": {"state_dir": str(bench.state_root / job)},
-           "coordinator": {"token_file": str(bench.state_root / "coordinator.token")},
-           "catch_up": {"source": source, **catch_up}}
-    return TaskRuntime(parse_config(raw), processor_id)
-
-
-def _reply(bench: Bench, role: str) -> HeartbeatReply:
-    model = bench.model()
-    return HeartbeatReply(alive=True, tasks=model, changelog={t: n for n, t in enumerate(model)},
-                          assignment=RoleListing(**{role: list(model)}))
-
-
-def run_active(bench: Bench, records: int, job_class: str, source: str,
-               catch_up: dict[str, Any], loop_s: float = ROUND_S) -> tuple[float, str, int]:
-    """Seconds for active tasks to process the topic exactly once; the job's name and
-    the changelog records written (0 for the input source)."""
-    job = f"bench-{source}-{uuid.uuid4().hex[:8]}"
-    if source == "changelog":
-        admin = AdminClient({"bootstrap.servers": bench.bootstrap})
-        topic = changelog_topic(job)
-        admin.create_topics([NewTopic(topic, bench.partitions, 1,
-                                      config={"cleanup.policy": "compact"})]
-                            )[topic].result(_ADMIN_TIMEOUT_S)
-    runtime = _runtime(bench, job, job_class, source, catch_up)
-    ends = bench.ends_by_name()
-
-    def done() -> bool:
-        return len(runtime.active) == bench.partitions and all(
-            a.committed.get(p, 0) >= ends[p]
-            for a in runtime.active.values() for p in a.partitions)
-
-    try:
-        started = time.perf_counter()
-        runtime.apply(_reply(bench, "active"))
-        drive(runtime, done, f"active processing ({source})", loop_s)
-        seconds = time.perf_counter() - started
-        processed = sum(a.records_total for a in runtime.active.values())
-        written = sum(a.changelog.records_total for a in runtime.active.values()
-                      if a.changelog is not None)
-    finally:
-        runtime.close(commit=True)
-    if processed != records:
-        raise RuntimeError(f"active tasks processed {processed} records of {records}")
-    return seconds, job, written
-
-
-def run_apply(bench: Bench, job: str, job_class: str, catch_up: dict[str, Any],
-              loop_s: float = ROUND_S) -> tuple[float, int]:
-    """Seconds for warmups of every task to apply `job`'s changelog to its end."""
-    # fresh stores each round: the stores' directory is the processor id's, so the
-    # warmups apply the whole changelog from wherever catch_up.changelog_read_from
-    # starts (the active tasks' own stores are at its end)
-    runtime = _runtime(bench, job, job_class, "changelog", catch_up,
-                       f"bench-warmup-{uuid.uuid4().hex[:8]}")
-    model = bench.model()
-
-    def done() -> bool:
-        return len(runtime.replicas) == len(model) and all(
-            r.lag() == 0 and r.applied_total > 0 for r in runtime.replicas.values())
-
-    try:
-        started = time.perf_counter()
-        runtime.apply(_reply(bench, "warmup"))
-        drive(runtime, done, "changelog apply", loop_s)
-        seconds = time.perf_counter() - started
-        applied = sum(r.applied_total for r in runtime.replicas.values())
-    finally:
-        runtime.close(commit=True)
-    return seconds, applied
+TARGET = 0.8                 # active with changelog writes >= 0.8 x without
+APPLY_TARGET = 0.6           # changelog apply >= 0.6 x raw consume of it
 
 
 def run_raw(bench: Bench, job: str, write_to: Path | None = None,
@@ -173,7 +90,7 @@ def run_raw(bench: Bench, job: str, write_to: Path | None = None,
               for p in range(bench.partitions)} if write_to is not None else {}
     try:
         parts = [TopicPartition(topic, p, 0) for p in range(bench.partitions)]
-        ends = [consumer.get_watermark_offsets(tp, timeout=_ADMIN_TIMEOUT_S)[1]
+        ends = [consumer.get_watermark_offsets(tp, timeout=ADMIN_TIMEOUT_S)[1]
                 for tp in parts]
         consumer.assign(parts)
         count = 0
@@ -229,8 +146,8 @@ def measure(records: int, keys: int, partitions: int, rounds: int, job_class: st
         applied_bench.create_topics()
         applied_bench.produce(apply_keys, apply_keys)
         quiet()
-        seconds, apply_job, apply_records = run_active(applied_bench, apply_keys, job_class,
-                                                       "changelog", catch_up, loop_s)
+        seconds, apply_job, apply_records = run_active_source(
+            applied_bench, apply_keys, job_class, "changelog", catch_up, loop_s)
         report(f"the apply's changelog: {apply_records:,} records written by active tasks "
                f"processing {apply_keys:,} keys in {seconds:.2f}s")
         best: dict[str, float] = {}     # phase -> best rate (records/s) over the rounds
@@ -238,8 +155,8 @@ def measure(records: int, keys: int, partitions: int, rounds: int, job_class: st
         for r in range(rounds):
             for source in ("input", "changelog"):
                 quiet()
-                seconds, _, count = run_active(bench, records, job_class, source, catch_up,
-                                               loop_s)
+                seconds, _, count = run_active_source(bench, records, job_class, source,
+                                                      catch_up, loop_s)
                 report(f"round {r + 1}: active, {source:<9} {seconds:7.2f}s "
                        f"{records / seconds:>10,.0f} records/s"
                        + (f" ({count:,} changelog records)" if count else ""))

@@ -13,7 +13,7 @@ Per N: heartbeats sent and answered, latency p50/p99, replies that carried the j
 model (only when the generation was stale), the coordinator's CPU (utime+stime from
 /proc) per heartbeat and in cores, and the load generator's own CPU.
 
-Targets (issue 13): 1,000 processors at 1 Hz over 10,000 tasks, every heartbeat
+Targets: 1,000 processors at 1 Hz over 10,000 tasks, every heartbeat
 answered, p99 <= 100 ms, coordinator <= 0.5 core.
 
     PYTHONPATH=. .venv/bin/python bench/coordinator_load.py [--processors 100 1000]

@@ -1,4 +1,4 @@
-"""Catch-up inside a real join against the same catch-up alone (issue 12): a script.
+"""Catch-up inside a real join against the same catch-up alone: a script.
 
 For each --source (input, changelog), in one run, on one kind of broker (`--broker`:
 Apache Kafka by default, or the embedded noida-db; a fresh one for each phase):
@@ -28,7 +28,7 @@ on Kafka measures the embedded profile's setting there (docs/performance.md,
 "Embedded-only settings, measured on Apache Kafka").
 
 Each of them starts once the embedded broker's saves of what was written before are
-done (handoff_pause.wait_broker_quiet): it rewrites everything it holds after writes,
+done (wait_broker_quiet, bench/_common.py): it rewrites everything it holds after writes,
 seconds of CPU at these sizes, and that must not land in one measure and not the other.
 
 Target: join >= 0.5 x alone, for both sources; the time to balanced is reported too.
@@ -51,10 +51,9 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-import changelog_cost  # sibling benches: the same phases, reused
-import handoff_pause
-import processor_rates
 from _common import broker_option, start_broker, wait_broker_quiet
+from _handoffs import run_size
+from _phases import Bench, run_active_source, run_apply, run_warmup
 
 from processor.daemon import ROUND_S  # noqa: E402
 
@@ -69,20 +68,19 @@ def alone(source: str, keys: int, beside_idle: bool = False, kind: str = "kafka"
     process (what p1, idle in the join, costs on this broker); `kafka`: [kafka]
     settings on top of the broker's profile."""
     with tempfile.TemporaryDirectory(prefix="baton-join-") as tmp, start_broker(kind) as broker:
-        bench = processor_rates.Bench(broker.bootstrap,
-                                      {**broker.daemon.get("kafka", {}), **(kafka or {})}, 4,
-                                      Path(tmp) / "state")
+        bench = Bench(broker.bootstrap, {**broker.daemon.get("kafka", {}), **(kafka or {})}, 4,
+                      Path(tmp) / "state")
         bench.create_topics()
         bench.produce(keys, keys)
         catch_up = dict(broker.daemon.get("catch_up", {}))
         job = ""
         if source == "changelog":
-            _, job, _ = changelog_cost.run_active(bench, keys, JOB, "changelog", catch_up)
+            _, job, _ = run_active_source(bench, keys, JOB, "changelog", catch_up)
         wait_broker_quiet(broker.pid)    # as before the join
         with _idle_consumer(broker.bootstrap, bench.topic) if beside_idle else nullcontext():
             if source == "input":
-                return keys / processor_rates.run_warmup(bench, keys, ROUND_S)
-            seconds, applied = changelog_cost.run_apply(bench, job, JOB, catch_up)
+                return keys / run_warmup(bench, keys, ROUND_S)
+            seconds, applied = run_apply(bench, job, JOB, catch_up)
             return applied / seconds
 
 
@@ -125,8 +123,7 @@ def main() -> int:
             continue
         rate_beside = alone(source, args.keys, beside_idle=True, kind=args.broker, kafka=kafka)
         log(f"{source}: alone beside an idle consumer {rate_beside:,.0f} records/s")
-        joined = handoff_pause.run_size(args.keys, 0, log, source=source, kind=args.broker,
-                                        kafka=kafka)
+        joined = run_size(args.keys, 0, log, source=source, kind=args.broker, kafka=kafka)
         rate_join = joined["catch_up_records_per_s"]
         window = joined["catching_up_s"]
         rate_window = joined["catch_up_records"] / window if window else 0.0

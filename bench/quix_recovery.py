@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from processor_rates import Bench
+    from _phases import Bench
 
 # Only the standard library at module level: the same file runs as the quixstreams
 # child under --quix-python, where neither Baton nor its dependencies are installed.
@@ -240,7 +240,7 @@ def measure(records: int, keys: int, partitions: int, rounds: int, guarantee: st
     """Best restore and raw times over `rounds` rounds on one changelog, on a broker of
     `kind` unless `bootstrap` is given."""
     from _common import start_broker
-    from processor_rates import prepared  # the sibling bench's input
+    from _phases import prepared  # the same input as bench/processor_rates.py
 
     with ExitStack() as stack:
         broker = None if bootstrap else stack.enter_context(start_broker(kind))

@@ -1,4 +1,4 @@
-"""Failover with and without a hot standby (issue 12): a script, not a test.
+"""Failover with and without a hot standby: a script, not a test.
 
 For each state size in --keys, on a fresh broker (`--broker`: Apache Kafka by default,
 or the embedded noida-db; the ratio compares sizes on that one): one task (one input
@@ -11,7 +11,7 @@ on the task, read from the output topic (`read_committed`). With a standby that 
 heartbeat timeout plus a short apply; without one, p2 rebuilds the whole store from
 the changelog first, so it grows with the state.
 
-Target (issue 12): with a standby, 1,000,000 keys within 1.5x of 10,000 keys.
+Target: with a standby, 1,000,000 keys within 1.5x of 10,000 keys.
 
     PYTHONPATH=. .venv/bin/python bench/standby_failover.py [--keys 10000 1000000]
         [--broker kafka|embedded] [--json]

@@ -1,4 +1,4 @@
-"""Baton side by side with Kafka Streams (issue 32): a script, not a test.
+"""Baton side by side with Kafka Streams: a script, not a test.
 
 One Apache Kafka broker (orchestrator.devkit.kafka.KafkaBroker) serves every run. For each
 state size in --keys and each system in turn (Baton; Kafka Streams with its default

@@ -37,7 +37,7 @@ from orchestrator.wire.changelog import changelog_topic
 from orchestrator.wire.partitions import format_partition
 from store import Change, Changes, Store, changelog_offset_record
 
-__all__ = ["ChangelogTarget", "ChangelogWriter", "transaction_records"]
+__all__ = ["ChangelogTarget", "ChangelogWriter", "produce_run", "transaction_records"]
 
 
 @dataclass(frozen=True)
@@ -107,8 +107,8 @@ class ChangelogWriter:
         topic, number = self.target.topic, self.target.number
         done, last = 0, len(keys) - 1
         while done < last:                  # all but the last, as the queue takes them
-            done += _produce_run(producer.produce, topic, number, keys[done:last],
-                                 values[done:last])
+            done += produce_run(producer.produce, topic, number, keys[done:last],
+                                values[done:last])
             if done < last:
                 producer.poll(0.05)         # local queue full: let deliveries drain
         while True:                         # the last, whose delivery gives the position
@@ -139,8 +139,8 @@ _KEY = operator.itemgetter(0)
 _VALUE = operator.itemgetter(1)
 
 
-def _produce_run(produce: Callable[..., None], topic: str, partition: int,
-                 keys: Sequence[bytes], values: Sequence[bytes | None]) -> int:
+def produce_run(produce: Callable[..., None], topic: str, partition: int,
+                keys: Sequence[bytes], values: Sequence[bytes | None]) -> int:
     """Produce records in order until the producer's local queue is full; how many it
     took. Without a Python step per record (a changelog record per changed key is the
     changelog's cost to active tasks): `map` drives `produce`, and when the queue

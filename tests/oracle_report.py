@@ -1,5 +1,7 @@
-"""What a failed running-sum oracle check shows: the first wrong sums of a few keys with
-the input and output records around each, and a file with every record of both topics.
+"""The oracles run over a job's input and output topics (`oracle_check`, running sums;
+`identified_check`, IdentifiedSum's), and what a failed running-sum check shows: the
+first wrong sums of a few keys with the input and output records around each, and a
+file with every record of both topics.
 
 Only the topics tell what went wrong once the daemons are gone, so the report names
 each record by partition@offset (and the origin of a forwarded copy), and keeps the
@@ -12,11 +14,15 @@ import json
 import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from orchestrator.wire.barrier import FORWARDED_HEADER
+from orchestrator.wire.barrier import FORWARDED_HEADER, input_records
+from processor.oracle import check_identified_sums, check_running_sums
 
-__all__ = ["Checked", "report"]
+if TYPE_CHECKING:
+    from tests.brokers import Broker
+
+__all__ = ["Checked", "identified_check", "oracle_check", "report"]
 
 
 @dataclass(frozen=True)
@@ -72,3 +78,20 @@ def report(inputs: list[Any], outputs: list[Any], keys: int = 4, around: int = 4
                    "outputs": {k.decode(): v for k, v in got.items()}}, dump)
     lines.append(f"{wrong} keys wrong; every record of both topics in {dump.name}")
     return "\n".join(lines)
+
+
+def oracle_check(broker: Broker, config: Any) -> Any:
+    """Read input and output topics and run the running-sum oracle."""
+    inputs = [m for topic in config.job.inputs for m in input_records(broker.read_all(topic))]
+    outputs = broker.read_all(config.job.output)
+    result = check_running_sums([(m.key(), m.value()) for m in inputs],
+                                [(m.key(), m.value()) for m in outputs])
+    return Checked(result, "" if result.ok else report(inputs, outputs))
+
+
+def identified_check(broker: Broker, config: Any) -> Any:
+    """Read input and output topics and run IdentifiedSum's oracle (one id per key)."""
+    inputs = [(m.key(), m.value()) for topic in config.job.inputs
+              for m in input_records(broker.read_all(topic))]
+    outputs = [(m.key(), m.value()) for m in broker.read_all(config.job.output)]
+    return check_identified_sums(inputs, outputs)

@@ -8,7 +8,8 @@
 - `processor` in layers: its root (the per-task pieces), `spark`, `runtime`, `daemon`.
 - `store` and `metrics` import no orchestrator or processor code.
 - no import cycles between Baton's modules, nor between its folders.
-- no private name (`_x`) is imported from another module: what modules share is public.
+- no private name (`_x`) is imported from another module: what modules share is public
+  (tests included).
 """
 
 from __future__ import annotations
@@ -232,3 +233,12 @@ def test_the_private_name_check_catches_one(tmp_path: Path) -> None:
     module = tmp_path / "bad_import.txt"
     module.write_text("from orchestrator.core.model import _hidden, Visible\n")
     assert list(_private_imports(module)) == ["orchestrator.core.model._hidden"]
+
+
+def test_no_test_imports_a_private_name() -> None:
+    """Tests use what modules share, by public names: support modules such as
+    tests/brokers.py or tests/processor/spark/bulk_support.py, not another module's `_x`."""
+    found = {str(path.relative_to(ROOT)): sorted(_private_imports(path))
+             for path in (ROOT / "tests").rglob("*.py")}
+    wrong = {name: names for name, names in found.items() if names}
+    assert not wrong, f"private names imported by tests: {wrong}"

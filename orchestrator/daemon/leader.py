@@ -38,7 +38,7 @@ from orchestrator.wire.changelog import changelog_topic
 from orchestrator.wire.clock import Clock, Deadline
 from orchestrator.wire.config import Config
 
-__all__ = ["ChangelogTopicError", "Leadership"]
+__all__ = ["ChangelogTopicError", "Leadership", "paced"]
 
 log = logging.getLogger("baton.coordinator")
 
@@ -156,12 +156,12 @@ class Leadership:
         news = self.service.guard.wake.is_set() and self._news.expired()
         if news or self._decide.expired():
             self.service.guard.wake.clear()
-            took = _paced(self._decide, _DECIDE_S, _DECIDE_SPACING, self.service.decisions.tick)
+            took = paced(self._decide, _DECIDE_S, _DECIDE_SPACING, self.service.decisions.tick)
             self._news.arm(_NEWS_SPACING * took)
         if self._views.expired():
-            _paced(self._views, _VIEWS_S, _REFRESH_SPACING, self.service.views.refresh)
+            paced(self._views, _VIEWS_S, _REFRESH_SPACING, self.service.views.refresh)
         if self._offsets.expired():
-            _paced(self._offsets, _OFFSETS_S, _REFRESH_SPACING, self.service.growth.refresh_offsets)
+            paced(self._offsets, _OFFSETS_S, _REFRESH_SPACING, self.service.growth.refresh_offsets)
         _guard(self.monitor.poll_if_due)
         _guard(lambda: self.service.growth.settle_barriers(self.stream.write_markers))
         if self.service.guard.fenced is not None:
@@ -232,7 +232,7 @@ def _guard(step: Callable[[], Any]) -> None:
         log.warning("%s failed (will retry): %s", getattr(step, "__name__", "step"), exc)
 
 
-def _paced(deadline: Deadline, floor_s: float, spacing: float, work: Callable[[], None]) -> float:
+def paced(deadline: Deadline, floor_s: float, spacing: float, work: Callable[[], None]) -> float:
     """Run `work` (guarded); re-arm `deadline` for `floor_s`, or `spacing` times what the
     work took when longer. Returns the seconds it took.
 

@@ -52,7 +52,7 @@ from orchestrator.wire.config import Config
 from orchestrator.wire.tls import TlsSettings
 from orchestrator.wire.token import TokenError
 
-__all__ = ["StartupError", "own_url", "run_coordinator"]
+__all__ = ["CoordinatorDaemon", "StartupError", "own_url", "run_coordinator"]
 
 log = logging.getLogger("baton.coordinator")
 
@@ -82,7 +82,7 @@ def run_coordinator(config: Config, clock: Clock | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        daemon = _Daemon(config, clock, stop)
+        daemon = CoordinatorDaemon(config, clock, stop)
     except StartupError as exc:
         log.error("%s", exc)
         return exc.exit_code
@@ -143,7 +143,7 @@ def _bind(listen: str) -> socket.socket:
     return sock
 
 
-class _Daemon:
+class CoordinatorDaemon:
     """Everything the daemon owns, built in start-up order (see the module docstring)."""
 
     def __init__(self, config: Config, clock: Clock, stop: threading.Event) -> None:

@@ -31,7 +31,8 @@ from confluent_kafka.admin import AdminClient
 
 from orchestrator.devkit.embedded import free_port
 
-__all__ = ["KAFKA_BROKER_SETTINGS", "KafkaBroker", "KafkaBrokerError", "kafka_libs"]
+__all__ = ["KAFKA_BROKER_SETTINGS", "KafkaBroker", "KafkaBrokerError", "kafka_libs",
+           "new_cluster_id"]
 
 # What a one-node cluster needs: the internal topics default to replication factor 3
 # (and a transaction log min.isr of 2), which one broker can never satisfy, so groups
@@ -89,7 +90,7 @@ def kafka_libs() -> Path:
     return libs
 
 
-def _cluster_id() -> str:
+def new_cluster_id() -> str:
     """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding, not starting
     with "-" (StorageTool's argument parser would take it for an option, as Kafka's own
     Uuid.randomUuid avoids)."""
@@ -162,7 +163,7 @@ class KafkaBroker:
         """Format the log directory once; a restart keeps what is there."""
         if (self.data_dir / "log" / "meta.properties").exists():
             return
-        cmd = self._java("kafka.tools.StorageTool", "format", "-t", _cluster_id(),
+        cmd = self._java("kafka.tools.StorageTool", "format", "-t", new_cluster_id(),
                          "-c", str(properties), "--standalone")
         done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True,
                               timeout=_START_TIMEOUT_S, check=False)

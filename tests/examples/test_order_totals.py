@@ -13,7 +13,8 @@ import pytest
 from orchestrator.wire.config import dump_config, load_config
 from processor.job import load_job
 from processor.testing import JobHarness, run_job
-from tests.conftest import wait_for, wait_for_coordinator
+from tests.daemon_support import wait_for_coordinator
+from tests.waiting import wait_for
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "order_totals"
 

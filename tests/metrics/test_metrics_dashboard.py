@@ -15,7 +15,8 @@ from promql_names import metric_names
 
 from metrics import METRIC_NAMES
 
-# The panels issue 6 asks for, each by a family its PromQL must read.
+# The panels an operator needs (docs/operations.md, "Metrics"), each by a family its
+# PromQL must read.
 REQUIRED = {
     "baton_catchup_remaining_records", "baton_catchup_eta_seconds", "baton_task_lag_records",
     "baton_handoff_pause_seconds_bucket", "baton_handoff_phase_seconds_bucket",

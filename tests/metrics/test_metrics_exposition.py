@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import metrics
 from metrics import METRIC_NAMES, ProcessorMetrics, render, serve_metrics
 
-PINNED = {  # DESIGN/issue 6: these names are relied on outside the project
+PINNED = {  # pinned in the design: dashboards and alerts outside the project read them
     "baton_task_lag_records", "baton_catchup_remaining_records", "baton_catchup_eta_seconds",
     "baton_catchup_records_total", "baton_handoff_phase_seconds",
     "baton_handoff_pause_seconds", "baton_handoffs_total", "baton_invalid_heartbeats_total",

@@ -36,8 +36,9 @@ import pytest
 from orchestrator.wire.config import load_config
 from processor.examples import RunningSum
 from processor.job import Output, Record, State
-from tests.conftest import Daemon, wait_for
+from tests.daemon_support import Daemon
 from tests.orchestrator.test_e2e import PARTITIONS, Job, finish, processor_config, start_two
+from tests.waiting import wait_for
 
 if TYPE_CHECKING:
     from prometheus_harness import PrometheusServer

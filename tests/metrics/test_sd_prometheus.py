@@ -13,8 +13,8 @@ import pytest
 
 from metrics import baton_version
 from orchestrator.devkit.embedded import free_port
-from tests.conftest import wait_for
 from tests.orchestrator.test_e2e import Job
+from tests.waiting import wait_for
 
 if TYPE_CHECKING:
     from prometheus_harness import PrometheusServer

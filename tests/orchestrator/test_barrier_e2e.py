@@ -12,9 +12,10 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.wire.partitioners import home_partition
-from tests.conftest import Feeder, wait_for
+from tests.feeder import Feeder
 from tests.orchestrator.test_e2e import Job, finish
 from tests.orchestrator.test_split_e2e import FAST_METADATA, expand_under_pause
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from orchestrator.wire.config import parse_config
-from tests.conftest import wait_for
-from tests.processor.runtime.test_runtime import _model, _reply, _runtime
+from tests.processor.runtime.runtime_support import assignment_reply, new_runtime, task_model
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
@@ -33,9 +33,9 @@ def test_an_activation_refused_for_it_names_both_values(job_config: Any,
                                                         tmp_path: Path) -> None:
     raw = job_config(partitions=1, kafka=TOO_LONG)
     config = parse_config(raw)
-    runtime = _runtime(raw, tmp_path, "p1")
+    runtime = new_runtime(raw, tmp_path, "p1")
     try:
-        runtime.apply(_reply(_model(config.job.inputs[0], 1), active=["Partition 0"]))
+        runtime.apply(assignment_reply(task_model(config.job.inputs[0], 1), active=["Partition 0"]))
         wait_for(lambda: "Partition 0" in runtime.failed, 60, "the activation to fail",
                  lambda: runtime.poll(0.05))
         error = runtime.failed["Partition 0"]

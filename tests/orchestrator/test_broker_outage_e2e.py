@@ -22,8 +22,9 @@ from collections.abc import Callable
 import pytest
 
 from orchestrator.wire.client import CoordinatorUnreachable
-from tests.conftest import Broker, wait_for
+from tests.brokers import Broker
 from tests.orchestrator.test_e2e import Job, start_two
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

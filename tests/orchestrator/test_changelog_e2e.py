@@ -32,8 +32,11 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, Resourc
 
 from orchestrator.wire.changelog import changelog_topic
 from store import changelog_offset_record, encode_changelog
-from tests.conftest import Daemon, Feeder, identified_check, wait_for
+from tests.daemon_support import Daemon
+from tests.feeder import Feeder
+from tests.oracle_report import identified_check
 from tests.orchestrator.test_e2e import PARTITIONS, ROOT, Job
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -27,7 +27,10 @@ from typing import Any
 import pytest
 
 from orchestrator.wire.config import load_config
-from tests.conftest import Daemon, Feeder, oracle_check, wait_for, wait_for_coordinator
+from tests.daemon_support import Daemon, wait_for_coordinator
+from tests.feeder import Feeder
+from tests.oracle_report import oracle_check
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

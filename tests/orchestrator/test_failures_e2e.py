@@ -21,8 +21,9 @@ import pytest
 
 from orchestrator.core.assignment import AssignmentConfig, ProcessorSnapshot, TaskInfo, assign
 from store.paths import task_store_path
-from tests.conftest import Feeder, wait_for
+from tests.feeder import Feeder
 from tests.orchestrator.test_e2e import ROOT, finish
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 ALERTS = ROOT / "metrics" / "alerts.yml"

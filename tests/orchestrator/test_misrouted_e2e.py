@@ -20,9 +20,11 @@ import pytest
 
 from orchestrator.wire.barrier import FORWARDED_HEADER
 from orchestrator.wire.partitioners import home_partition
-from tests.conftest import Feeder, oracle_check, wait_for
+from tests.feeder import Feeder
+from tests.oracle_report import oracle_check
 from tests.orchestrator.test_e2e import Job, finish
 from tests.orchestrator.test_split_e2e import baton, split
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

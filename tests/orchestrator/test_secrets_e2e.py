@@ -20,8 +20,10 @@ import pytest
 
 from orchestrator.devkit.embedded import free_port
 from orchestrator.wire.secrets import REDACTED
-from tests.conftest import Feeder, wait_for, wait_for_coordinator
+from tests.daemon_support import wait_for_coordinator
+from tests.feeder import Feeder
 from tests.orchestrator.test_e2e import finish, processor_config
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

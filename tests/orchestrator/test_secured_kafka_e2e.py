@@ -21,8 +21,11 @@ from confluent_kafka.admin import AclOperation, ResourceType
 
 from orchestrator.devkit.kafka_secure import SecureKafkaBroker
 from orchestrator.wire.changelog import changelog_topic
-from tests.conftest import Broker, Feeder, wait_for, wait_for_coordinator
+from tests.brokers import Broker
+from tests.daemon_support import wait_for_coordinator
+from tests.feeder import Feeder
 from tests.orchestrator.test_e2e import Job, finish, processor_config
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 ROOT = Path(__file__).resolve().parents[2]
@@ -120,7 +123,7 @@ def test_an_activation_denied_its_transactional_id_names_it(secure, broker, job_
     """WRITE on the task's transactional id is only asked for when the task activates
     (a probe would fence its owner): the task fails there, naming the id and the ACL."""
     from orchestrator.wire.config import parse_config
-    from tests.processor.runtime.test_runtime import _model, _reply, _runtime
+    from tests.processor.runtime.runtime_support import assignment_reply, new_runtime, task_model
 
     user, password = _user(secure, tmp_path)
     raw = job_config(partitions=1, kafka={**_kafka(secure, user), "sasl.password": password})
@@ -128,9 +131,9 @@ def test_an_activation_denied_its_transactional_id_names_it(secure, broker, job_
     transactional_id = f"baton.{config.job.name}.Partition 0"
     secure.acl(user, ResourceType.TRANSACTIONAL_ID, transactional_id, AclOperation.WRITE,
                allow=False)
-    runtime = _runtime(raw, tmp_path, "p1")
+    runtime = new_runtime(raw, tmp_path, "p1")
     try:
-        runtime.apply(_reply(_model(config.job.inputs[0], 1), active=["Partition 0"]))
+        runtime.apply(assignment_reply(task_model(config.job.inputs[0], 1), active=["Partition 0"]))
         wait_for(lambda: "Partition 0" in runtime.failed, 60, "the activation to fail",
                  lambda: runtime.poll(0.05))
         error = runtime.failed["Partition 0"]

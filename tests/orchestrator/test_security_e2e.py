@@ -25,8 +25,9 @@ from cryptography.x509.oid import NameOID
 
 from orchestrator.wire.client import CoordinatorClient, CoordinatorError
 from orchestrator.wire.config import dump_config, load_config
-from tests.conftest import coordinator_client, wait_for
+from tests.daemon_support import coordinator_client
 from tests.orchestrator.test_e2e import ROOT, Job
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Feeder, wait_for
+from tests.feeder import Feeder
 from tests.orchestrator.test_e2e import ROOT, Job, finish
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,10 @@ import pytest
 
 from orchestrator.wire.config import load_config
 from store.paths import task_store_path
-from tests.conftest import Feeder, oracle_check, wait_for
+from tests.feeder import Feeder
+from tests.oracle_report import oracle_check
 from tests.orchestrator.test_e2e import processor_config
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -98,7 +98,9 @@ class Cluster:
     pids: list[int]
 
 
-def _spark_class() -> Path:
+def spark_class_path() -> Path:
+    """The pyspark wheel's `spark-class` launcher, which starts a standalone master or
+    worker (here, and in tests/processor/spark/test_remote_driver.py)."""
     import pyspark
 
     return Path(pyspark.__file__).parent / "bin" / "spark-class"
@@ -106,7 +108,7 @@ def _spark_class() -> Path:
 
 def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
-        return subprocess.Popen([str(_spark_class()), *args], env=env, stdout=out,
+        return subprocess.Popen([str(spark_class_path()), *args], env=env, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from processor.changelog import ChangelogTarget, ChangelogWriter, _produce_run, transaction_records
+from processor.changelog import ChangelogTarget, ChangelogWriter, produce_run, transaction_records
 from processor.transaction import callback_error as _callback_error
 from store import changelog_offset, changelog_offset_record
 
@@ -141,6 +141,6 @@ def test_a_run_stops_where_the_queue_refuses_and_says_how_far(room: int) -> None
     keys = [b"k%d" % i for i in range(5)]
     values = [b"v%d" % i for i in range(4)] + [None]
     queue = _Queue(room)
-    took = _produce_run(queue.produce, "t", 2, keys, values)
+    took = produce_run(queue.produce, "t", 2, keys, values)
     assert took == min(room, 5)
     assert queue.taken == [("t", v, k, 2) for k, v in zip(keys, values, strict=True)][:took]

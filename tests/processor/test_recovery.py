@@ -18,7 +18,9 @@ from orchestrator.wire.config import dump_config, parse_config
 from orchestrator.wire.protocol import HeartbeatReply, RoleListing
 from processor.job import Job, Output, Record, State
 from processor.runtime import TaskRuntime
-from tests.conftest import Feeder, oracle_check, wait_for
+from tests.feeder import Feeder
+from tests.oracle_report import oracle_check
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,7 +26,7 @@ from store import (
 )
 from store.codec import rare_keys
 from store.options import MEMTABLE_BLOOM_RATIO
-from tests.conftest import memtable_bloom_ratio
+from tests.rocksdb_options import memtable_bloom_ratio
 
 StoreFactory = Callable[..., TaskStore]
 

@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator.devkit.embedded import free_port
 from orchestrator.wire.config import ConfigError, dump_config, parse_config
-from tests.conftest import wait_for_coordinator
+from tests.daemon_support import wait_for_coordinator
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]

@@ -19,14 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FAULT_RESULTS, oracle_check, wait_for
-from tests.test_faults import (
+from tests.faults_support import (
+    FAULT_RESULTS,
     PATIENT,
-    _backlog_scale_out,
-    _in_phase,
-    _start_standby,
-    _with_standby_url,
+    backlog_scale_out,
+    in_phase,
+    start_standby,
+    with_standby_url,
 )
+from tests.oracle_report import oracle_check
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]
@@ -45,11 +47,11 @@ def _baton(path: Path, *args: str) -> subprocess.Popen[str]:
 def test_wait_and_status_ride_out_a_leader_sigkill_during_a_scale_out(job, broker) -> None:
     j = job(catch_up={"acceptable_lag": 10},
             coordinator={**PATIENT["coordinator"], "takeover_ms": TAKEOVER_MS})
-    listen = _with_standby_url(j)
+    listen = with_standby_url(j)
     leader_url, standby_url = j.config.coordinator.urls[0], f"http://{listen}"
-    feeder = _backlog_scale_out(j, broker)        # p3 frozen: its handoffs wait in flight
-    standby = _start_standby(j, listen)
-    assert _in_phase(j, "catching_up"), j.status()["handoffs"]
+    feeder = backlog_scale_out(j, broker)        # p3 frozen: its handoffs wait in flight
+    standby = start_standby(j, listen)
+    assert in_phase(j, "catching_up"), j.status()["handoffs"]
     assert j.coordinator is not None
     j.coordinator.kill()
     killed = time.monotonic()

@@ -17,7 +17,8 @@ import pytest
 
 from orchestrator.devkit.embedded import free_port
 from orchestrator.wire.token import read_token
-from tests.conftest import wait_for, wait_for_coordinator
+from tests.daemon_support import wait_for_coordinator
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]

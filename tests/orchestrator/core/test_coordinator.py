@@ -56,7 +56,7 @@ def test_unknown_execution_is_not_alive() -> None:
     stranger = FakeProcessor(h, "p9")
     reply = stranger.beat()
     assert not reply.alive
-    assert reply.unknown        # no record of p9 at all: it registers again (issue 13)
+    assert reply.unknown        # no record of p9 at all: it registers again
     assert h.metric("baton_invalid_heartbeats_total") == 1
     stranger.register()
     FakeProcessor(h, "p9", "p9-exec-2").register()
@@ -350,7 +350,7 @@ def test_expansion_bumps_generation_and_sets_barriers() -> None:
 
 
 def test_a_handoff_is_counted_when_it_ends_not_when_its_pause_is_known() -> None:
-    """Issue 14: a task without traffic reports no pause; the counter must not wait."""
+    """A task without traffic reports no pause; the counter must not wait for one."""
     h = Harness()
     p1, p2 = start_two(h)
     p2.pause_ms = None

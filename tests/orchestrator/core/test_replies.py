@@ -10,8 +10,9 @@ from tests.orchestrator.core.coordinator_harness import (
 
 
 def test_the_model_is_sent_only_to_a_processor_whose_generation_is_stale() -> None:
-    """Issue 13: a heartbeat naming the current generation gets no model back; one
-    naming none (an older processor) or an older one gets it whole."""
+    """A heartbeat naming the current generation gets no model back (the reply stays
+    small at scale); one naming none (an older processor) or an older one gets it
+    whole."""
     h = Harness()
     p1 = FakeProcessor(h, "p1")
     full = p1.register()

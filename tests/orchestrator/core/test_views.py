@@ -49,7 +49,7 @@ def test_plan_sizes_a_changelog_catch_up_by_the_changelog_partition() -> None:
 
 
 def test_a_newcomer_without_tasks_keeps_the_job_unbalanced() -> None:
-    """Issue 14: with tasks enough for everyone, a processor holding nothing yet (here
+    """With tasks enough for everyone, a processor holding nothing yet (here
     p3: both warm-up slots are taken by p2's moves) is a pending reason, not balance."""
     h = Harness()
     p1, p2 = start_two(h)

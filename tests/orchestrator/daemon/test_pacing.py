@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from orchestrator.daemon.leader import _paced
+from orchestrator.daemon.leader import paced
 from orchestrator.wire.clock import Deadline
 from tests.clocks import FakeClock
 
@@ -13,7 +13,7 @@ from tests.clocks import FakeClock
 def test_waiting_does_not_space_the_next_turn() -> None:
     clock = FakeClock()
     deadline = Deadline.after(clock, 0.0)
-    took = _paced(deadline, 0.5, 3.0, lambda: time.sleep(0.3))     # waits, no CPU
+    took = paced(deadline, 0.5, 3.0, lambda: time.sleep(0.3))     # waits, no CPU
     assert took < 0.05
     assert deadline.remaining() == 0.5                               # the floor
 
@@ -27,6 +27,6 @@ def test_cpu_spent_spaces_the_next_turn() -> None:
         while time.thread_time() < ends:
             pass
 
-    took = _paced(deadline, 0.5, 3.0, burn)
+    took = paced(deadline, 0.5, 3.0, burn)
     assert took >= 0.3
     assert deadline.remaining() >= 0.9

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.daemon.main import _Daemon
+from orchestrator.daemon.main import CoordinatorDaemon
 from orchestrator.kafka.stream import CoordinatorStream, FencedError
 from orchestrator.wire.clock import SystemClock
 
@@ -19,9 +19,9 @@ NEW_LEADER = "http://127.0.0.1:9"
 
 
 @pytest.fixture
-def leading(coordinated: Callable[..., tuple[Any, Any]]) -> Iterator[_Daemon]:
+def leading(coordinated: Callable[..., tuple[Any, Any]]) -> Iterator[CoordinatorDaemon]:
     config, _ = coordinated()
-    daemon = _Daemon(config, SystemClock(), threading.Event())
+    daemon = CoordinatorDaemon(config, SystemClock(), threading.Event())
     try:
         daemon._first_turn()
         assert daemon.lead is not None, "a fresh job's first coordinator leads"
@@ -30,7 +30,7 @@ def leading(coordinated: Callable[..., tuple[Any, Any]]) -> Iterator[_Daemon]:
         daemon.close()
 
 
-def _depose(daemon: _Daemon) -> None:
+def _depose(daemon: CoordinatorDaemon) -> None:
     """Another coordinator takes the stream over and names itself."""
     usurper = CoordinatorStream(daemon.config.kafka_settings(), daemon.config.job.name)
     try:
@@ -44,7 +44,7 @@ def _fail_on_close() -> None:
     raise RuntimeError("close failed")
 
 
-def test_a_deposed_leader_names_the_new_one(leading: _Daemon) -> None:
+def test_a_deposed_leader_names_the_new_one(leading: CoordinatorDaemon) -> None:
     _depose(leading)
     lead = leading.lead
     assert lead is not None
@@ -58,7 +58,7 @@ def test_a_deposed_leader_names_the_new_one(leading: _Daemon) -> None:
 
 
 def test_a_leadership_that_fails_to_close_still_stands_by(
-        leading: _Daemon, monkeypatch: pytest.MonkeyPatch,
+        leading: CoordinatorDaemon, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
     _depose(leading)
     assert leading.lead is not None
@@ -69,7 +69,7 @@ def test_a_leadership_that_fails_to_close_still_stands_by(
 
 
 def test_a_stopping_leader_refuses_requests_before_it_closes_its_stream(
-        leading: _Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+        leading: CoordinatorDaemon, monkeypatch: pytest.MonkeyPatch) -> None:
     """A processor's goodbye that came in while the stream closed failed with "write
     before open()" (an ERROR in the coordinator's log, a 503 naming nothing the operator
     could act on): the gate refuses from the stop's first step instead."""

@@ -42,7 +42,7 @@ def test_clean_restart_keeps_data(tmp_path) -> None:
     second = EmbeddedBroker(tmp_path, port)
     second.start()
     try:
-        from tests.conftest import Broker
+        from tests.brokers import Broker
         values = [m.value() for m in Broker(second.bootstrap, second.client_settings(), None)
                   .read_all("kept")]
         assert values == [str(i).encode() for i in range(10)]
@@ -69,7 +69,7 @@ def test_autosave_runs_only_on_idle_cpu_and_data_survives_a_restart(tmp_path) ->
             schedulers = _schedulers(embedded.pid)
             assert schedulers.pop("autosave") == {os.SCHED_IDLE}
             assert schedulers and all(os.SCHED_IDLE not in s for s in schedulers.values())
-            from tests.conftest import Broker
+            from tests.brokers import Broker
             broker = Broker(embedded.bootstrap, embedded.client_settings(), None)
             topic = broker.create_topic(f"idle-{embedded.pid}", 1)
             producer = broker.producer()
@@ -125,7 +125,7 @@ def test_clean_stop_under_transactions_loses_nothing_acknowledged(tmp_path) -> N
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from tests.conftest import Broker
+    from tests.brokers import Broker
 
     broker = EmbeddedBroker(tmp_path, free_port())
     broker.start()

@@ -65,7 +65,7 @@ def test_missing_jars_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 
 def test_cluster_ids_never_look_like_an_option() -> None:
-    from orchestrator.devkit.kafka import _cluster_id
+    from orchestrator.devkit.kafka import new_cluster_id
 
-    ids = [_cluster_id() for _ in range(2000)]       # ~1 in 64 would start with "-"
+    ids = [new_cluster_id() for _ in range(2000)]       # ~1 in 64 would start with "-"
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)

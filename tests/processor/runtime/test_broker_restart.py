@@ -20,8 +20,15 @@ from confluent_kafka import Message
 
 from orchestrator.wire.config import parse_config
 from processor.runtime import TaskRuntime
-from tests.conftest import Broker, oracle_check, wait_for
-from tests.processor.runtime.test_runtime import _consumed, _model, _reply, _runtime
+from tests.brokers import Broker
+from tests.oracle_report import oracle_check
+from tests.processor.runtime.runtime_support import (
+    assignment_reply,
+    consumed_to,
+    new_runtime,
+    task_model,
+)
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.smoke]
 
@@ -44,17 +51,17 @@ def _active(broker: Broker, job_config: Callable[..., dict[str, Any]], tmp_path:
             ) -> tuple[Any, TaskRuntime]:
     raw = job_config(partitions=1)
     config = parse_config(raw)
-    runtime = _runtime(raw, tmp_path, "p1")
-    runtime.apply(_reply(_model(config.job.inputs[0], 1), active=[TASK]))
+    runtime = new_runtime(raw, tmp_path, "p1")
+    runtime.apply(assignment_reply(task_model(config.job.inputs[0], 1), active=[TASK]))
     _feed(broker, config.job.inputs[0], 0, 300)
-    wait_for(lambda: _consumed([runtime], 300), 60, "the first records",
+    wait_for(lambda: consumed_to([runtime], 300), 60, "the first records",
              lambda: runtime.poll(0.05))
     return config, runtime
 
 
 def _finish(broker: Broker, config: Any, runtime: TaskRuntime, total: int) -> None:
     try:
-        wait_for(lambda: _consumed([runtime], total), 90, f"all {total} records committed",
+        wait_for(lambda: consumed_to([runtime], total), 90, f"all {total} records committed",
                  lambda: runtime.poll(0.05))
     finally:
         runtime.close(commit=True)

@@ -10,8 +10,15 @@ from prometheus_client import CollectorRegistry
 
 from metrics import ProcessorMetrics
 from orchestrator.wire.config import parse_config
-from tests.conftest import Feeder, oracle_check, wait_for
-from tests.processor.runtime.test_runtime import _consumed, _model, _reply, _runtime
+from tests.feeder import Feeder
+from tests.oracle_report import oracle_check
+from tests.processor.runtime.runtime_support import (
+    assignment_reply,
+    consumed_to,
+    new_runtime,
+    task_model,
+)
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -21,17 +28,17 @@ def test_warmup_through_spark_then_handoff(spark, broker, job_config, tmp_path: 
                      spark={"master": "local[2]"})
     config = parse_config(raw)
     topic = config.job.inputs[0]
-    model = _model(topic, 2)
-    old = _runtime(raw, tmp_path, "p1")
+    model = task_model(topic, 2)
+    old = new_runtime(raw, tmp_path, "p1")
     registry = CollectorRegistry()
-    new = _runtime(raw, tmp_path, "p2",
-                   metrics=ProcessorMetrics(registry, config.job.name, "p2"))
+    new = new_runtime(raw, tmp_path, "p2",
+                      metrics=ProcessorMetrics(registry, config.job.name, "p2"))
     feeder = Feeder(broker, topic, keys=30, rate=3000).start()
     try:
-        old.apply(_reply(model, active=list(model)))
+        old.apply(assignment_reply(model, active=list(model)))
         wait_for(lambda: sum(a.records_total for a in old.active.values()) > 6000, 90,
                  "a backlog for the warmup", lambda: old.poll(0.05))
-        new.apply(_reply(model, warmup=["Partition 0"]))
+        new.apply(assignment_reply(model, warmup=["Partition 0"]))
         assert "Partition 0" in new.bulk, "the warmup should take the Spark path"
 
         def both() -> None:
@@ -46,11 +53,11 @@ def test_warmup_through_spark_then_handoff(spark, broker, job_config, tmp_path: 
              "source": "input"})
         assert spark_records and spark_records > 500
         old.release("Partition 0")
-        old.apply(_reply(model, active=["Partition 1"]))
-        new.apply(_reply(model, active=["Partition 0"]))
+        old.apply(assignment_reply(model, active=["Partition 1"]))
+        new.apply(assignment_reply(model, active=["Partition 0"]))
         wait_for(lambda: "Partition 0" in new.active, 60, "activation", both)
         sent = feeder.stop()
-        wait_for(lambda: _consumed([old, new], sent), 120, "all consumed", both)
+        wait_for(lambda: consumed_to([old, new], sent), 120, "all consumed", both)
     finally:
         feeder.stop()
         old.close(commit=True)

@@ -23,8 +23,8 @@ from orchestrator.wire.config import parse_config
 from orchestrator.wire.protocol import HeartbeatReply, RoleListing
 from processor.runtime import TaskRuntime
 from store.codec import META_PREFIX, OFFSET_PREFIX
-from tests.conftest import wait_for
-from tests.processor.spark.test_bulk import _raw
+from tests.processor.spark.bulk_support import store_bytes
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -106,8 +106,8 @@ def test_spark_and_consumer_paths_build_the_same_store_from_the_changelog(
                         )[changelog_topic(name)].result(30)
     _fill(broker, raw["job"]["inputs"][0])
     _write_changelog(raw, tmp_path)
-    by_spark = _raw(_warm(raw, tmp_path, "spark", threshold=1000))
-    by_consumer = _raw(_warm(raw, tmp_path, "consumer", threshold=10 * RECORDS))
+    by_spark = store_bytes(_warm(raw, tmp_path, "spark", threshold=1000))
+    by_consumer = store_bytes(_warm(raw, tmp_path, "consumer", threshold=10 * RECORDS))
     assert by_spark == by_consumer
     offsets = [k for k, _ in by_spark if k.startswith(OFFSET_PREFIX)]
     assert len(offsets) == 2, "T2 on the changelog and the input offset it carried"

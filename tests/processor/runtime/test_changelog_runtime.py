@@ -25,7 +25,10 @@ from processor.changelog_replica import ChangelogReplica
 from processor.runtime import TaskRuntime
 from store import TaskStore, changelog_offset_record, encode_changelog, task_store_path
 from store.options import MEMTABLE_BLOOM_RATIO
-from tests.conftest import Feeder, identified_check, memtable_bloom_ratio, wait_for
+from tests.feeder import Feeder
+from tests.oracle_report import identified_check
+from tests.rocksdb_options import memtable_bloom_ratio
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

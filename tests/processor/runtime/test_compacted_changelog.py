@@ -23,7 +23,8 @@ from orchestrator.wire.config import parse_config
 from orchestrator.wire.partitions import format_partition
 from orchestrator.wire.protocol import HeartbeatReply, RoleListing
 from processor.runtime import TaskRuntime
-from tests.conftest import Broker, wait_for
+from tests.brokers import Broker
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 

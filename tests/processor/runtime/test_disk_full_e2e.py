@@ -20,8 +20,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Feeder, oracle_check, wait_for
+from tests.feeder import Feeder
+from tests.oracle_report import oracle_check
 from tests.orchestrator.test_e2e import PARTITIONS, Job, finish, start_two
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ import pytest
 from orchestrator.wire.config import parse_config
 from orchestrator.wire.protocol import HeartbeatReply, RoleListing
 from processor.runtime import TaskRuntime
-from tests.conftest import wait_for
 from tests.processor.api_jobs import HookedSum
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

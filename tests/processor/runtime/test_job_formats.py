@@ -17,7 +17,7 @@ from orchestrator.wire.config import parse_config
 from orchestrator.wire.protocol import HeartbeatReply, RoleListing
 from processor.runtime import TaskRuntime
 from processor.runtime.dead_letters import dlq_topic
-from tests.conftest import wait_for
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from processor.runtime.metadata import PartitionCounts
-from tests.conftest import Broker, wait_for
+from tests.brokers import Broker
+from tests.waiting import wait_for
 
 
 class _Topic:

@@ -5,53 +5,39 @@ from __future__ import annotations
 
 import statistics
 import time
-from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 
 from orchestrator.wire.config import parse_config
 from orchestrator.wire.partitions import format_partition
-from orchestrator.wire.protocol import HeartbeatReply, RoleListing
-from processor.runtime import TaskRuntime
-from tests.conftest import Feeder, oracle_check, wait_for
+from tests.feeder import Feeder
+from tests.oracle_report import oracle_check
+from tests.processor.runtime.runtime_support import (
+    assignment_reply,
+    consumed_to,
+    new_runtime,
+    task_model,
+)
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
 
-def _reply(model: dict[str, list[str]], active: list[str] = (), warmup: list[str] = ()
-           ) -> HeartbeatReply:
-    return HeartbeatReply(alive=True, tasks=model,
-                          assignment=RoleListing(active=list(active), warmup=list(warmup)))
-
-
-def _model(topic: str, partitions: int) -> dict[str, list[str]]:
-    return {f"Partition {p}": [format_partition(topic, p)] for p in range(partitions)}
-
-
-def _runtime(raw: dict[str, Any], tmp_path: Path, name: str, **extra: Any) -> TaskRuntime:
-    raw = {**raw, "processor": {**raw["processor"], "state_dir": str(tmp_path / name)}}
-    return TaskRuntime(parse_config(raw), name, **extra)
-
-
-def _consumed(runtimes: list[TaskRuntime], total: int) -> bool:
-    done = sum(sum(a.committed.values()) for r in runtimes for a in r.active.values())
-    return done >= total
 
 
 def test_handoff_under_traffic_keeps_exactly_once(broker, job_config, tmp_path) -> None:
     raw = job_config(partitions=2)
     config = parse_config(raw)
     topic = config.job.inputs[0]
-    model = _model(topic, 2)
-    old, new = _runtime(raw, tmp_path, "p1"), _runtime(raw, tmp_path, "p2")
+    model = task_model(topic, 2)
+    old, new = new_runtime(raw, tmp_path, "p1"), new_runtime(raw, tmp_path, "p2")
     feeder = Feeder(broker, topic, keys=20, rate=3000).start()
     try:
-        old.apply(_reply(model, active=list(model)))
+        old.apply(assignment_reply(model, active=list(model)))
         wait_for(lambda: sum(a.records_total for a in old.active.values()) > 2000, 60,
                  "the first owner to process records", lambda: old.poll(0.05))
-        new.apply(_reply(model, warmup=["Partition 0"]))
+        new.apply(assignment_reply(model, warmup=["Partition 0"]))
 
         def both() -> None:
             old.poll(0.05)
@@ -61,14 +47,14 @@ def test_handoff_under_traffic_keeps_exactly_once(broker, job_config, tmp_path) 
                  and new.replicas["Partition 0"].applied_total > 0, 60,
                  "the warmup to catch up", both)
         final = old.release("Partition 0")
-        old.apply(_reply(model, active=["Partition 1"]))
+        old.apply(assignment_reply(model, active=["Partition 1"]))
         assert final == old.released["Partition 0"]
-        new.apply(_reply(model, active=["Partition 0"]))
+        new.apply(assignment_reply(model, active=["Partition 0"]))
         wait_for(lambda: "Partition 0" in new.active, 60, "activation", both)
         wait_for(lambda: new.active["Partition 0"].records_total > 1000, 60,
                  "the new owner to process", both)
         sent = feeder.stop()
-        wait_for(lambda: _consumed([old, new], sent), 120, "all input consumed", both)
+        wait_for(lambda: consumed_to([old, new], sent), 120, "all input consumed", both)
         assert new.active["Partition 0"].pause_ms is not None
     finally:
         feeder.stop()
@@ -83,17 +69,18 @@ def test_zombie_owner_is_fenced_and_invisible(broker, job_config, tmp_path) -> N
     raw = job_config(partitions=1)
     config = parse_config(raw)
     topic = config.job.inputs[0]
-    model = _model(topic, 1)
+    model = task_model(topic, 1)
     producer: Producer = broker.producer()
     for i in range(200):
         producer.produce(topic, key=f"k{i % 5}".encode(), value=b"1")
     producer.flush(30)
-    zombie, new = _runtime(raw, tmp_path, "p1"), _runtime(raw, tmp_path, "p2")
+    zombie, new = new_runtime(raw, tmp_path, "p1"), new_runtime(raw, tmp_path, "p2")
     try:
-        zombie.apply(_reply(model, active=["Partition 0"]))
-        wait_for(lambda: _consumed([zombie], 200), 60, "the first owner", lambda: zombie.poll(0.05))
+        zombie.apply(assignment_reply(model, active=["Partition 0"]))
+        wait_for(lambda: consumed_to([zombie], 200), 60, "the first owner",
+                 lambda: zombie.poll(0.05))
         # the new owner takes over without a release (the old one is presumed dead)
-        new.apply(_reply(model, active=["Partition 0"]))
+        new.apply(assignment_reply(model, active=["Partition 0"]))
         wait_for(lambda: "Partition 0" in new.active, 60, "activation", lambda: new.poll(0.05))
         for i in range(100):
             producer.produce(topic, key=f"k{i % 5}".encode(), value=b"1")
@@ -102,7 +89,7 @@ def test_zombie_owner_is_fenced_and_invisible(broker, job_config, tmp_path) -> N
         wait_for(lambda: "Partition 0" in zombie.failed, 60, "the zombie to be fenced",
                  lambda: zombie.poll(0.05))
         assert "fenced" in zombie.failed["Partition 0"]
-        wait_for(lambda: _consumed([new], 300), 60, "the new owner", lambda: new.poll(0.05))
+        wait_for(lambda: consumed_to([new], 300), 60, "the new owner", lambda: new.poll(0.05))
     finally:
         zombie.close(commit=False)
         new.close(commit=True)
@@ -119,13 +106,13 @@ def test_idle_backoff_pauses_an_idle_consumer_and_loses_nothing(broker, job_conf
     raw = job_config(partitions=2, processor={"idle_fetch_backoff_ms": 20})
     config = parse_config(raw)
     topic = config.job.inputs[0]
-    model = _model(topic, 2)
+    model = task_model(topic, 2)
     producer: Producer = broker.producer(**{"linger.ms": 0})
-    runtime = _runtime(raw, tmp_path, "p1")
+    runtime = new_runtime(raw, tmp_path, "p1")
     sent = 0
     took: list[float] = []
     try:
-        runtime.apply(_reply(model, active=list(model)))
+        runtime.apply(assignment_reply(model, active=list(model)))
         for burst in range(8):
             before = runtime.consumers.active.idle_pauses
             wait_for(lambda b=before: runtime.consumers.active.idle_pauses > b, 30,
@@ -137,7 +124,7 @@ def test_idle_backoff_pauses_an_idle_consumer_and_loses_nothing(broker, job_conf
             producer.flush(30)
             sent += 50
             started = time.monotonic()
-            wait_for(lambda s=sent: _consumed([runtime], s), 30, f"burst {burst} processed",
+            wait_for(lambda s=sent: consumed_to([runtime], s), 30, f"burst {burst} processed",
                      lambda: runtime.poll(0.01))
             took.append(time.monotonic() - started)
     finally:
@@ -162,10 +149,10 @@ def test_a_warmup_paused_at_its_cap_follows_each_commit_promptly(broker, job_con
     raw = job_config(partitions=1)
     config = parse_config(raw)
     topic = config.job.inputs[0]
-    model = _model(topic, 1)
+    model = task_model(topic, 1)
     partition = format_partition(topic, 0)
     producer: Producer = broker.producer(**{"linger.ms": 0})
-    owner, follower = _runtime(raw, tmp_path, "p1"), _runtime(raw, tmp_path, "p2")
+    owner, follower = new_runtime(raw, tmp_path, "p1"), new_runtime(raw, tmp_path, "p2")
     sent = 0
     took: list[float] = []
 
@@ -174,8 +161,8 @@ def test_a_warmup_paused_at_its_cap_follows_each_commit_promptly(broker, job_con
         follower.poll(0.01)
 
     try:
-        owner.apply(_reply(model, active=list(model)))
-        follower.apply(_reply(model, warmup=list(model)))
+        owner.apply(assignment_reply(model, active=list(model)))
+        follower.apply(assignment_reply(model, warmup=list(model)))
         for burst in range(8):
             if burst:       # caught up to the last commit: the partition is paused
                 wait_for(lambda: partition in follower.consumers.replays.paused, 30,
@@ -184,7 +171,7 @@ def test_a_warmup_paused_at_its_cap_follows_each_commit_promptly(broker, job_con
                 producer.produce(topic, key=f"k{i % 7}".encode(), value=b"2")
             producer.flush(30)
             sent += 50
-            wait_for(lambda s=sent: _consumed([owner], s), 30, f"burst {burst} committed",
+            wait_for(lambda s=sent: consumed_to([owner], s), 30, f"burst {burst} committed",
                      both)
             started = time.monotonic()
             wait_for(lambda s=sent: follower.replicas["Partition 0"].positions[partition] >= s,

@@ -20,8 +20,8 @@ from orchestrator.wire.partitioners import home_partition
 from orchestrator.wire.protocol import Barrier, HeartbeatReply, RoleListing
 from processor.runtime import TaskRuntime
 from store.codec import META_PREFIX
-from tests.conftest import wait_for
-from tests.processor.spark.test_bulk import _raw
+from tests.processor.spark.bulk_support import store_bytes
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -86,8 +86,8 @@ def test_spark_and_consumer_paths_build_the_same_child(spark, broker, job_config
     topic = config.job.inputs[0]
     _fill(broker, topic)
     _commit(broker, f"baton.{config.job.name}", topic)
-    by_spark = _raw(_warm(raw, tmp_path, "spark", threshold=1000))
-    by_consumer = _raw(_warm(raw, tmp_path, "consumer", threshold=10 * PARENT_RECORDS))
+    by_spark = store_bytes(_warm(raw, tmp_path, "spark", threshold=1000))
+    by_consumer = store_bytes(_warm(raw, tmp_path, "consumer", threshold=10 * PARENT_RECORDS))
     assert by_spark == by_consumer
     data = [k for k, _ in by_spark if not k.startswith(META_PREFIX)]
     child_keys = [i for i in range(KEYS)

@@ -24,7 +24,7 @@ from orchestrator.wire.config import parse_config
 from orchestrator.wire.partitioners import home_partition
 from orchestrator.wire.protocol import Barrier, HeartbeatReply, RoleListing
 from processor.runtime import TaskRuntime
-from tests.conftest import wait_for
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

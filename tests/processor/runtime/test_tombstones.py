@@ -9,8 +9,8 @@ import uuid
 from confluent_kafka import Consumer
 
 from processor.runtime.tombstones import TombstoneHorizon
+from tests.brokers import Broker
 from tests.clocks import FakeClock
-from tests.conftest import Broker
 
 
 def test_the_horizon_counts_back_from_the_injected_clocks_wall_time(broker: Broker) -> None:

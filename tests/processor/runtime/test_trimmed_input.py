@@ -19,8 +19,9 @@ from orchestrator.wire.config import parse_config
 from orchestrator.wire.partitions import format_partition
 from processor.retention import InputTrimmedError
 from processor.runtime.task_runtime import TaskRuntime
-from tests.conftest import Broker, wait_for
-from tests.processor.runtime.test_runtime import _model, _reply, _runtime
+from tests.brokers import Broker
+from tests.processor.runtime.runtime_support import assignment_reply, new_runtime, task_model
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
@@ -49,10 +50,10 @@ def _owner_commits(owner: TaskRuntime, partition: str, offset: int) -> None:
 
 def _warm_then_leave(replica: TaskRuntime, model: dict[str, list[str]]) -> None:
     """A warmup catches up to the owner's T1, then is dropped (its store stays)."""
-    replica.apply(_reply(model, warmup=[TASK]))
+    replica.apply(assignment_reply(model, warmup=[TASK]))
     wait_for(lambda: replica.replicas[TASK].caught_up(), 60, "the warmup to catch up",
              lambda: replica.poll(0.05))
-    replica.apply(_reply(model))
+    replica.apply(assignment_reply(model))
     assert TASK not in replica.replicas
 
 
@@ -78,13 +79,13 @@ def trimmed(broker: Broker, job_config: Any, tmp_path: Path) -> Any:
     raw = job_config(partitions=1)
     config = parse_config(raw)
     partition = format_partition(config.job.inputs[0], 0)
-    model = _model(config.job.inputs[0], 1)
+    model = task_model(config.job.inputs[0], 1)
     registry = CollectorRegistry()
-    owner = _runtime(raw, tmp_path, "p1")
-    replica = _runtime(raw, tmp_path, "p2",
-                       metrics=ProcessorMetrics(registry, config.job.name, "p2"))
+    owner = new_runtime(raw, tmp_path, "p1")
+    replica = new_runtime(raw, tmp_path, "p2",
+                          metrics=ProcessorMetrics(registry, config.job.name, "p2"))
     try:
-        owner.apply(_reply(model, active=[TASK]))
+        owner.apply(assignment_reply(model, active=[TASK]))
         _produce(broker, config.job.inputs[0], 300)
         _owner_commits(owner, partition, 300)
         _warm_then_leave(replica, model)
@@ -99,7 +100,7 @@ def trimmed(broker: Broker, job_config: Any, tmp_path: Path) -> Any:
 
 def test_a_warmup_from_a_trimmed_checkpoint_fails_naming_the_partition(trimmed) -> None:
     config, model, partition, replica, registry = trimmed
-    replica.apply(_reply(model, warmup=[TASK]))
+    replica.apply(assignment_reply(model, warmup=[TASK]))
     _assert_refused(replica, partition, 300, 450)
     assert _gap_errors(registry, config.job.name) == 1
     for _ in range(20):                         # it stays failed, never catching up
@@ -114,7 +115,7 @@ def test_a_replay_whose_start_is_trimmed_under_it_fails_too(trimmed, monkeypatch
 
     config, model, partition, replica, registry = trimmed
     monkeypatch.setattr(catch_up, "check_retained", lambda *args: None)
-    replica.apply(_reply(model, warmup=[TASK]))
+    replica.apply(assignment_reply(model, warmup=[TASK]))
     assert TASK in replica.replicas             # started from T2 = 300
     wait_for(lambda: TASK in replica.failed, 30, "the replay to refuse the gap",
              lambda: replica.poll(0.05))
@@ -129,15 +130,15 @@ def test_a_job_started_on_trimmed_input_warms_up(broker: Broker, job_config: Any
     raw = job_config(partitions=1)
     config = parse_config(raw)
     partition = format_partition(config.job.inputs[0], 0)
-    model = _model(config.job.inputs[0], 1)
+    model = task_model(config.job.inputs[0], 1)
     _produce(broker, config.job.inputs[0], 200)
     _delete_before(broker, partition, 120)
-    owner, replica = _runtime(raw, tmp_path, "p1"), _runtime(raw, tmp_path, "p2")
+    owner, replica = new_runtime(raw, tmp_path, "p1"), new_runtime(raw, tmp_path, "p2")
     try:
-        owner.apply(_reply(model, active=[TASK]))
+        owner.apply(assignment_reply(model, active=[TASK]))
         _owner_commits(owner, partition, 200)
         assert owner.active[TASK].records_total == 80
-        replica.apply(_reply(model, warmup=[TASK]))
+        replica.apply(assignment_reply(model, warmup=[TASK]))
         wait_for(lambda: TASK in replica.replicas and replica.replicas[TASK].caught_up(), 60,
                  "the warmup to catch up", lambda: replica.poll(0.05))
         assert replica.replicas[TASK].applied_total == 80

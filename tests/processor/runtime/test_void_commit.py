@@ -22,13 +22,26 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from orchestrator.wire.config import parse_config
 from processor.runtime.stores import TaskStores
-from tests.conftest import oracle_check, wait_for
-from tests.processor.runtime.test_broker_restart import _feed
-from tests.processor.runtime.test_runtime import _consumed, _model, _reply, _runtime
+from tests.brokers import Broker
+from tests.oracle_report import oracle_check
+from tests.processor.runtime.runtime_support import (
+    assignment_reply,
+    consumed_to,
+    new_runtime,
+    task_model,
+)
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 TASK = "Partition 0"
+
+
+def _feed(broker: Broker, topic: str, start: int, count: int) -> None:
+    producer = broker.producer(**{"enable.idempotence": True})
+    for i in range(start, start + count):
+        producer.produce(topic, key=f"k{i % 7}".encode(), value=str(i % 9 + 1).encode())
+    assert producer.flush(30) == 0
 
 
 def test_an_offset_commit_that_never_settles_does_not_hold_an_activation(
@@ -45,10 +58,10 @@ def test_an_offset_commit_that_never_settles_does_not_hold_an_activation(
         stuck.begin_transaction()
         stuck.send_offsets_to_transaction([TopicPartition(topic, 0, 1_000_000)],
                                           group.consumer_group_metadata(), 30)
-        runtime = _runtime(raw, tmp_path, "p1")
+        runtime = new_runtime(raw, tmp_path, "p1")
         started = time.monotonic()
         with caplog.at_level(logging.ERROR, logger="baton.processor.runtime"):
-            runtime.apply(_reply(_model(topic, 1), active=[TASK]))
+            runtime.apply(assignment_reply(task_model(topic, 1), active=[TASK]))
             wait_for(lambda: TASK in runtime.active, 90, "the task to go active",
                      lambda: runtime.poll(0.05))
         assert time.monotonic() - started < 60
@@ -57,7 +70,7 @@ def test_an_offset_commit_that_never_settles_does_not_hold_an_activation(
         assert runtime.active[TASK].committed == {f"{topic}:0": 0}
         _feed(broker, topic, 300, 200)
         try:
-            wait_for(lambda: _consumed([runtime], 500), 90, "all 500 records committed",
+            wait_for(lambda: consumed_to([runtime], 500), 90, "all 500 records committed",
                      lambda: runtime.poll(0.05))
         finally:
             runtime.close(commit=True)

@@ -28,9 +28,9 @@ import pytest
 from orchestrator.devkit.embedded import free_port
 from orchestrator.wire.config import dump_config, load_config
 from processor.spark.session import driver_host, session_settings
-from tests.processor.conftest import REPO, _spark_class
+from tests.processor.conftest import REPO, spark_class_path
+from tests.processor.spark.bulk_support import TRAIL, consumer_path, produce_input, store_bytes
 from tests.processor.spark.netns import Namespace, veth_namespace
-from tests.processor.spark.test_bulk import TRAIL, _consumer_path, _produce_input, _raw
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -104,7 +104,7 @@ def remote_cluster(broker: Any, tmp_path: Path) -> Iterator[RemoteCluster]:
             procs.append(_relay([*relay, ns.host_ip, relay_port, "127.0.0.1", broker_port]))
             procs.append(_relay(ns.command(*relay, "127.0.0.1", broker_port, ns.host_ip,
                                            relay_port)))
-            spark_class = str(_spark_class())
+            spark_class = str(spark_class_path())
             procs.append(_start(ns.command(
                 spark_class, "org.apache.spark.deploy.master.Master", "--host", ns.ns_ip,
                 "--port", str(MASTER_PORT), "--webui-port", str(MASTER_UI)), env,
@@ -157,7 +157,7 @@ spark.stop()
 def test_bulk_path_with_a_driver_reached_off_loopback_and_authentication(
         broker: Any, unique: Any, tmp_path: Path, remote_cluster: RemoteCluster) -> None:
     topic = broker.create_topic(unique("bulk-remote"), 2)
-    ranges = _produce_input(broker, topic, 2, 2000, 100, seed=5)
+    ranges = produce_input(broker, topic, 2, 2000, 100, seed=5)
     raw = {"job": {"name": unique("remote"), "class": TRAIL, "inputs": [topic],
                    "output": topic},
            "kafka": broker.kafka_table(),
@@ -180,8 +180,8 @@ def test_bulk_path_with_a_driver_reached_off_loopback_and_authentication(
     assert report["authenticate"] == "true"
     assert report["executors"].count(f"{ns.ns_ip}:") == 2, report["executors"]
     assert report["records"] == 2000
-    _consumer_path(broker, tmp_path / "ref", ranges, "input")
-    assert _raw(tmp_path / "bulk") == _raw(tmp_path / "ref")
+    consumer_path(broker, tmp_path / "ref", ranges, "input")
+    assert store_bytes(tmp_path / "bulk") == store_bytes(tmp_path / "ref")
 
 
 def test_the_driver_binds_loopback_only_for_a_local_master_and_conf_wins() -> None:

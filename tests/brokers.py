@@ -1,0 +1,153 @@
+"""The broker the tests run on: Apache Kafka, the embedded noida-db, or the one in
+BATON_TEST_BOOTSTRAP (tests/conftest.py's `broker` fixtures start and stop it), with its
+client settings, topic creation and a reader of whole topics."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from orchestrator.devkit.embedded import (
+    EMBEDDED_CATCH_UP_SETTINGS,
+    EMBEDDED_CLIENT_SETTINGS,
+    EMBEDDED_KAFKA_SETTINGS,
+    EMBEDDED_PROCESSOR_SETTINGS,
+    EmbeddedBroker,
+)
+from orchestrator.devkit.kafka import KafkaBroker
+from tests.waiting import wait_for
+
+__all__ = ["Broker", "broker_kind", "local_broker"]
+
+# which local broker the tests start: Apache Kafka (the default) or the embedded noida-db
+_BROKER_KINDS = ("kafka", "embedded")
+
+
+class Broker:
+    """What tests know about the broker: where it is, which client settings it needs, and
+    the local broker the tests started (None for one given in BATON_TEST_BOOTSTRAP).
+    `embedded` is set for the embedded broker, whose profile the daemons then get."""
+
+    def __init__(self, bootstrap: str, extra: dict[str, Any],
+                 local: EmbeddedBroker | KafkaBroker | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.extra = extra
+        self.local = local
+        self.embedded = local if isinstance(local, EmbeddedBroker) else None
+
+    def settings(self, **more: Any) -> dict[str, Any]:
+        return {"bootstrap.servers": self.bootstrap, **self.extra, **more}
+
+    def kafka_table(self) -> dict[str, Any]:
+        """The [kafka] table of a Baton config for this broker (the embedded one's: its
+        daemons' profile, as the demo's)."""
+        daemons = EMBEDDED_KAFKA_SETTINGS if self.embedded is not None else {}
+        return {"bootstrap_servers": self.bootstrap, **self.extra, **daemons}
+
+    def catch_up_table(self) -> dict[str, Any]:
+        """The [catch_up] settings this broker needs (the embedded one's quirks)."""
+        return dict(EMBEDDED_CATCH_UP_SETTINGS) if self.embedded is not None else {}
+
+    def processor_table(self) -> dict[str, Any]:
+        """The [processor] settings this broker needs (the embedded one's idle back-off)."""
+        return dict(EMBEDDED_PROCESSOR_SETTINGS) if self.embedded is not None else {}
+
+    def create_topic(self, name: str, partitions: int) -> str:
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+            future.result(30)
+        # Apache Kafka's brokers learn a new topic from the metadata log a moment after
+        # CreateTopics answers: wait until every partition has a leader
+        wait_for(lambda: _has_leaders(admin, name, partitions), 30, f"leaders of {name}")
+        return name
+
+    def producer(self, **more: Any) -> Producer:
+        return Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, **more})
+
+    def read_all(self, topic: str, timeout: float = 60.0,
+                 committed_only: bool = True) -> list[Any]:
+        """Every message of `topic` up to its current end, in partition-offset order."""
+        consumer = Consumer(self.settings(**{
+            "group.id": f"reader-{uuid.uuid4()}", "enable.auto.commit": False,
+            "isolation.level": "read_committed" if committed_only else "read_uncommitted",
+            "auto.offset.reset": "earliest"}))
+        try:
+            return _drain(consumer, topic, timeout)
+        finally:
+            consumer.close()
+
+
+def _has_leaders(admin: AdminClient, topic: str, partitions: int) -> bool:
+    meta = admin.list_topics(topic, timeout=10).topics.get(topic)
+    return (meta is not None and meta.error is None and len(meta.partitions) == partitions
+            and all(p.leader >= 0 for p in meta.partitions.values()))
+
+
+def _drain(consumer: Consumer, topic: str, timeout: float) -> list[Any]:
+    meta = consumer.list_topics(topic, timeout=10).topics[topic]
+    ends = {}
+    for p in meta.partitions:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        ends[p] = high
+    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+    out: list[Any] = []
+    done = {p for p, high in ends.items() if high == 0}
+    deadline = time.monotonic() + timeout
+    positions: dict[int, int] = {}
+    while len(done) < len(ends):
+        if time.monotonic() > deadline:
+            # a read_committed reader stops at the first open transaction; a partial
+            # read would look like lost records to the oracle, so say so instead
+            behind = {p: f"{positions.get(p)} of {ends[p]}" for p in ends if p not in done}
+            raise AssertionError(f"{topic} not read to its end within {timeout:.0f} s "
+                                 f"(partition: position of end {behind}); "
+                                 "an open transaction holds its last stable offset")
+        for msg in consumer.consume(10000, 0.5):
+            if msg.error():
+                continue
+            out.append(msg)
+        for p, high in ends.items():
+            pos = consumer.position([TopicPartition(topic, p)])[0].offset
+            positions[p] = pos
+            if pos >= high:
+                done.add(p)
+    out.sort(key=lambda m: (m.partition(), m.offset()))
+    return out
+
+
+def broker_kind() -> str:
+    """The local broker kind BATON_TEST_BROKER picks (kafka unless told)."""
+    kind = os.environ.get("BATON_TEST_BROKER", "kafka") or "kafka"
+    if kind not in _BROKER_KINDS:
+        raise pytest.UsageError(f"BATON_TEST_BROKER={kind!r}: expected one of "
+                                f"{', '.join(_BROKER_KINDS)}")
+    return kind
+
+
+
+@contextmanager
+def local_broker(directory: Path) -> Iterator[Broker]:
+    """A started broker of the selected kind in `directory`, stopped on exit."""
+    if broker_kind() == "embedded":
+        embedded = EmbeddedBroker(directory)
+        embedded.start()
+        try:
+            yield Broker(embedded.bootstrap, dict(EMBEDDED_CLIENT_SETTINGS), embedded)
+        finally:
+            embedded.close()
+        return
+    kafka = KafkaBroker(directory)
+    kafka.start()
+    try:
+        yield Broker(kafka.bootstrap, {}, kafka)
+    finally:
+        kafka.close()

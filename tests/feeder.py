@@ -1,0 +1,115 @@
+"""Live traffic for the tests: a steady keyed producer on a thread of its own, plain or
+transactional, that can pause (flushed) and resume."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from tests.brokers import Broker
+
+__all__ = ["Feeder"]
+
+
+class Feeder:
+    """A steady keyed producer on its own thread: value 1..9, keys k0..k<keys-1> in turn
+    (or the given key list, which `use_keys` may change under way).
+
+    With `transactional_id` it writes like an exactly-once job upstream: a transaction
+    every `batch` records, so commit markers sit between the records.
+    """
+
+    def __init__(self, broker: Broker, topic: str, keys: int | Sequence[bytes] = 50,
+                 rate: float = 2000.0, transactional_id: str | None = None, batch: int = 50,
+                 **settings: Any) -> None:
+        self.broker, self.topic, self.rate = broker, topic, rate
+        self.keys: list[bytes] = ([f"k{i}".encode() for i in range(keys)]
+                                  if isinstance(keys, int) else list(keys))
+        self.transactional_id, self.batch = transactional_id, batch
+        self.settings = settings
+        self.sent = 0
+        self.failed = 0                 # deliveries the broker never acknowledged
+        self._stop = threading.Event()
+        self._running = threading.Event()
+        self._running.set()
+        self._paused = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="feeder", daemon=True)
+
+    def start(self) -> Feeder:
+        self._thread.start()
+        return self
+
+    def use_keys(self, keys: Sequence[bytes]) -> None:
+        self.keys = list(keys)
+
+    def _producer(self) -> Any:
+        # idempotent: a send retried across a broker restart is not written twice
+        extra: dict[str, Any] = {"enable.idempotence": True, **self.settings}
+        if self.transactional_id is not None:
+            extra["transactional.id"] = self.transactional_id
+        producer = self.broker.producer(**extra)
+        if self.transactional_id is not None:
+            producer.init_transactions(30)
+            producer.begin_transaction()
+        return producer
+
+    def _flush(self, producer: Any) -> None:
+        if self.transactional_id is None:
+            assert producer.flush(30) == 0
+            return
+        producer.commit_transaction(30)
+        producer.begin_transaction()
+
+    def _run(self) -> None:
+        producer = self._producer()
+        started = time.monotonic()
+        while not self._stop.is_set():
+            if not self._running.is_set():
+                self._flush(producer)
+                self._paused.set()
+                self._running.wait(0.1)
+                started = time.monotonic() - self.sent / self.rate
+                continue
+            self._paused.clear()
+            due = int((time.monotonic() - started) * self.rate)
+            while self.sent < due:
+                i = self.sent
+                keys = self.keys
+                try:
+                    producer.produce(self.topic, key=keys[i % len(keys)],
+                                     value=str(i % 9 + 1).encode(),
+                                     on_delivery=self._delivered)
+                except BufferError:     # the broker is away and the local queue full:
+                    producer.poll(0.1)  # wait for it, as a real producer would
+                    break
+                self.sent += 1
+                if self.transactional_id is not None and self.sent % self.batch == 0:
+                    self._flush(producer)
+            producer.poll(0)
+            time.sleep(0.01)
+        self._flush(producer)
+        if self.transactional_id is not None:
+            producer.abort_transaction(30)  # the empty one _flush began
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.failed += 1
+
+    def pause(self) -> None:
+        """Stop producing; returns once everything sent so far is acknowledged."""
+        self._paused.clear()
+        self._running.clear()
+        assert self._paused.wait(60), "the feeder did not pause"
+
+    def resume(self) -> None:
+        self._running.set()
+
+    def stop(self) -> int:
+        """Stop; returns how many records the broker acknowledged (a delivery that
+        failed after its retries is not on the topic, so the oracle must not expect it)."""
+        self._running.set()
+        self._stop.set()
+        self._thread.join(60)
+        return self.sent - self.failed
