@@ -59,6 +59,9 @@ log = logging.getLogger("baton.coordinator")
 # The tick: how quickly timeouts fire and new reports turn into moves. 200 ms keeps a
 # handoff's coordinator round trip well under a processor heartbeat.
 _TICK_S = 0.2
+# a standby that cannot read the stream at all for this many takeover_ms takes that for
+# silence: a leader it cannot see may be gone, and taking over fences it if it is not
+_BLIND_TAKEOVERS = 3
 # uvicorn finishes in-flight requests within this on shutdown.
 _HTTP_STOP_S = 5.0
 
@@ -169,6 +172,7 @@ class CoordinatorDaemon:
         self.tail: StreamTail | None = None
         self.lead: Leadership | None = None
         self._last_life = clock.monotonic()     # the leader's last sign of life seen
+        self._read_at = clock.monotonic()       # the stream's last answer (life or not)
         try:
             self.admin.ensure_compacted(stream_topic(config.job.name))
         except (TopicsError, KafkaException) as exc:
@@ -261,13 +265,17 @@ class CoordinatorDaemon:
             return
         alive = self.tail.poll()
         now = self.clock.monotonic()
-        if alive is not False:          # life, or no evidence (the broker is away)
+        if alive is not None:
+            self._read_at = now
+        blind = alive is None and now - self._read_at >= _BLIND_TAKEOVERS * self.takeover_s
+        if alive or (alive is None and not blind):  # life, or no evidence (broker away)
             self._last_life = now
         self.gate.leader_url = self._leader_url()
         resigned = alive is not None and self.tail.at_end and self.tail.leader() is None
         if resigned or now - self._last_life >= self.takeover_s:
             log.warning("the leader of job %s %s; taking over", self.config.job.name,
                         "resigned" if resigned else
+                        f"could not be read for {now - self._read_at:.1f} s" if blind else
                         f"wrote nothing for {now - self._last_life:.1f} s")
             try:
                 self._take_over()

@@ -15,16 +15,17 @@ from tenacity import retry
 from orchestrator.kafka.retry import KAFKA_RETRY
 from orchestrator.wire.partitions import format_partition, split_partition
 
-__all__ = ["committed_offsets", "committed_once", "end_offsets_once", "to_topic_partitions",
-           "watermarks"]
+__all__ = ["committed_offsets", "committed_once", "end_offsets_once", "refresh_metadata",
+           "to_topic_partitions", "watermarks"]
 
 _LOOKUP_TIMEOUT_S = 10.0
 _KAFKA_RETRY = retry(retry=KAFKA_RETRY["retry"], stop=KAFKA_RETRY["stop"],
                      wait=KAFKA_RETRY["wait"], reraise=True)
 
 
-def _refresh_metadata(consumer: Consumer, partitions: Iterable[str]) -> None:
-    """librdkafka caches metadata; after an expansion, ask for the topics again."""
+def refresh_metadata(consumer: Consumer, partitions: Iterable[str]) -> None:
+    """librdkafka caches metadata; after an expansion or a broker restart, ask for the
+    topics again."""
     for topic in {split_partition(p)[0] for p in partitions}:
         try:
             consumer.list_topics(topic, timeout=_LOOKUP_TIMEOUT_S)
@@ -42,7 +43,7 @@ def watermarks(consumer: Consumer, partition: str) -> tuple[int, int]:
         low, high = consumer.get_watermark_offsets(
             TopicPartition(*split_partition(partition)), timeout=_LOOKUP_TIMEOUT_S, cached=False)
     except KafkaException:
-        _refresh_metadata(consumer, [partition])
+        refresh_metadata(consumer, [partition])
         raise
     return int(low), int(high)
 
@@ -65,7 +66,7 @@ def committed_once(consumer: Consumer, partitions: Iterable[str],
     for tp in found:
         name = format_partition(tp.topic, tp.partition)
         if tp.error is not None:
-            _refresh_metadata(consumer, names)
+            refresh_metadata(consumer, names)
             raise KafkaException(tp.error)
         result[name] = tp.offset if tp.offset >= 0 else watermarks(consumer, name)[0]
     return result

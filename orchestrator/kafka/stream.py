@@ -31,6 +31,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from orchestrator.kafka.logs import client_logging
 from orchestrator.kafka.markers import find_markers
+from orchestrator.kafka.offsets import refresh_metadata
 from orchestrator.kafka.settings import producer_settings
 from orchestrator.kafka.watched_producer import WatchedProducer
 from orchestrator.wire.barrier import encode_marker
@@ -341,10 +342,8 @@ class StreamTail:
                                    "isolation.level": "read_committed",
                                    "auto.offset.reset": "earliest"})
         self._consumer.assign([TopicPartition(self.topic, 0, 0)])
-        self._high = -1
-        self.records = 0
-        # everything up to the end seen at the last poll was read: the state is current
-        self.at_end = False
+        self._high, self.records = -1, 0
+        self.at_end = False     # all up to the end seen at the last poll was read: current
 
     def poll(self) -> bool | None:
         """Apply what arrived. True: the leader showed life (records, or the end of the
@@ -366,7 +365,8 @@ class StreamTail:
         self.records += seen
         try:
             _, high = self._consumer.get_watermark_offsets(self._tp, timeout=2.0, cached=False)
-        except KafkaException:
+        except KafkaException:      # a restarted broker's partition leader not known yet?
+            refresh_metadata(self._consumer, [f"{self.topic}:0"])
             return None
         moved = high != self._high
         self._high = high
