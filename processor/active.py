@@ -328,8 +328,8 @@ class ActiveTask:
 
     def _verify_committed(self, offsets: dict[str, int]) -> None:
         """The brokers went away during or after the commit of `offsets`: do they hold it?
-        (The settled offsets: a commit whose markers the brokers skipped stays pending,
-        processor/transaction.py `resettle`.)"""
+        (A commit whose markers they skipped never settles: the lookup fails, and the
+        activation that follows resettles it, processor/transaction.py `resettle`.)"""
         try:
             held: dict[str, int] | str = self._broker_committed(list(offsets))
         except KafkaException as exc:

@@ -26,6 +26,8 @@ in its place; a store that had applied the void transaction is moved aside and r
 from __future__ import annotations
 
 import logging
+import threading
+import warnings
 from collections import deque
 from collections.abc import Callable, Container, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -52,7 +54,7 @@ from processor.runtime.stores import TaskStores
 from processor.transaction import resettle, written_topics
 from store import Store
 
-__all__ = ["Activation", "Activations", "ReplayStep", "StoreAheadError"]
+__all__ = ["Activation", "Activations", "ReplayStep", "StoreAheadError", "close_producer"]
 
 log = logging.getLogger("baton.processor.runtime")
 
@@ -77,6 +79,25 @@ _PRODUCER_DEFAULTS: dict[str, Any] = {"retry.backoff.ms": 10, "retry.backoff.max
                                       "queue.buffering.max.messages": 500_000,
                                       "linger.ms": 5,
                                       "transaction.timeout.ms": DEFAULT_TRANSACTION_TIMEOUT_MS}
+
+
+# a stopped task's producer is often fenced: its close cannot abort, and says so
+warnings.filterwarnings("ignore", message="Producer abort_transaction failed during close",
+                        category=RuntimeWarning)
+
+
+def close_producer(producer: WatchedProducer) -> None:
+    """Shut the client of a producer whose task stopped down now, on a thread of its own
+    (a close waits on the brokers). Dropped, it would live on until the garbage
+    collector's next full pass (orchestrator/wire/collector.py): the error that stopped
+    its task holds it through a reference cycle, and its client keeps its threads and
+    sockets meanwhile."""
+    def close() -> None:
+        try:
+            producer.close()
+        except Exception as exc:  # noqa: BLE001 - the task is gone either way
+            log.debug("closing a stopped task's producer: %s", exc)
+    threading.Thread(target=close, name="baton-producer-close", daemon=True).start()
 
 
 class StoreAheadError(Exception):
@@ -247,6 +268,11 @@ class Activations:
         activation.resettled = True
         return settled
 
+    def _stable_t1_once(self, partitions: list[str]) -> dict[str, int]:
+        """One stable lookup of T1, as an active task checks a commit after a broker loss:
+        it waits for a commit's markers; one that never settles raises (a void commit)."""
+        return self._consumers.lookups.committed_once(partitions, _STABLE_T1_WAIT_S)
+
     def committed(self, task: str, partitions: Sequence[str]) -> dict[str, int]:
         """T1 of `partitions` for `task`'s activation: what `verify_fenced` read (final:
         the previous owner is fenced), the others (a split child's ancestors) looked up.
@@ -293,11 +319,21 @@ class Activations:
                             config.processor.on_error,
                             self._consumers.active.consumer.consumer_group_metadata,
                             {p: replay.caps[p] for p in partitions},
-                            self._consumers.lookups.settled, clock=self._clock,
+                            self._stable_t1_once, clock=self._clock,
                             changelog=changelog, outputs=config.job.outputs)
         active.activated_at = activation.started
         active.on_process_error = self._metrics.record_process_error
         return active
+
+    def abandon(self, task: str, close_store: bool) -> None:
+        """`task`'s activation failed: drop it, with its producer (and its store, unless
+        a replica's store that is closed with the replica)."""
+        activation = self.pending.pop(task, None)
+        if activation is not None:
+            if close_store:
+                activation.store.close()
+            if activation.fenced.done():    # not while init_transactions runs on it
+                close_producer(activation.producer)
 
     def close(self, replicas: Container[str]) -> None:
         """Abandon every activation: close the stores no replica holds, stop fencing."""

@@ -31,7 +31,7 @@ from processor.changelog_replica import ChangelogError
 from processor.job import Job
 from processor.replica import Replay, ReplicaRole
 from processor.retention import InputTrimmedError, OffsetOutOfRange
-from processor.runtime.activation import Activations, StoreAheadError
+from processor.runtime.activation import Activations, StoreAheadError, close_producer
 from processor.runtime.active_round import ActiveRound
 from processor.runtime.barriers import BarrierBook, BarrierHolder
 from processor.runtime.bulk_path import BulkPath
@@ -167,14 +167,14 @@ class TaskRuntime:
                 self.metrics.record_input_trimmed(task)
             if task in self.active:
                 self.consumers.active.unassign(task)
-                self.active.pop(task).store.close()
+                active = self.active.pop(task)
+                active.store.close()
+                close_producer(active.producer)
             replica = self.replicas.pop(task, None)
             if replica is not None:
                 self.consumers.replays.unassign(replica)
                 replica.store.close()
-            activation = self.activations.pending.pop(task, None)
-            if activation is not None and replica is None:
-                activation.store.close()
+            self.activations.abandon(task, close_store=replica is None)
 
     def replay_partitions(self, task: str) -> list[str]:
         """The partitions a replica of `task` reads, in order (its catch-up source's)."""
@@ -331,6 +331,7 @@ class TaskRuntime:
         self.consumers.active.unassign(task)
         active.abort()
         active.store.close()
+        close_producer(active.producer)
         self.jobs.close(task)
         self.failed[task] = reason
         self._sizes.forget(task)
