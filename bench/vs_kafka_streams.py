@@ -19,8 +19,12 @@ record per key, then 1,000 records/s of steady keyed traffic.
   duplicated, wrong (summed over both phases). Kafka Streams promises exactly-once
   (`exactly_once_v2`) as Baton does; any count above 0 is a finding.
 
-    PYTHONPATH=. .venv/bin/python bench/vs_kafka_streams.py --keys 100000 1000000 [--json]
+    ./run bench vs_kafka_streams.py --keys 100000 1000000 [--json]
         [--systems baton default fastest] [--logs DIR]
+
+(`./run bench` first installs what a fresh clone lacks: Java, a JDK and Maven for the
+peer, the Apache Kafka broker's jars, the venv; after that `.venv/bin/python
+bench/vs_kafka_streams.py ...` is the same.)
 
 `--keys 10000` is a quick smoke run (Kafka Streams' default setting still waits for its
 10-minute probing rebalance: `--systems baton fastest` skips it). The Kafka Streams peer

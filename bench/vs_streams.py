@@ -10,6 +10,7 @@ a warmup, that is once its warmups were promoted by a probing rebalance.
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import threading
@@ -65,11 +66,16 @@ def ensure_peer(log: Any) -> None:
     """Build the peer with Maven unless its jar is newer than the pom and every source.
 
     Raises:
-        RuntimeError: Maven failed (its output is in the message).
+        RuntimeError: Maven is not installed, or it failed (its output is in the message).
     """
     sources = [PEER_DIR / "pom.xml", *PEER_DIR.glob("src/**/*.java")]
     if _JAR.exists() and all(s.stat().st_mtime <= _JAR.stat().st_mtime for s in sources):
         return
+    if shutil.which("mvn") is None:
+        raise RuntimeError(
+            f"the Kafka Streams peer ({PEER_DIR}) is built with Maven, and `mvn` is not on "
+            "PATH: run the benchmark as `./run bench vs_kafka_streams.py ...`, which installs "
+            "Maven and a JDK, or install maven and openjdk-17-jdk-headless yourself")
     log(f"building the Kafka Streams peer ({PEER_DIR}) with Maven")
     done = subprocess.run(["mvn", "-q", "-B", "-f", str(PEER_DIR / "pom.xml"), "clean", "package",
                            "-Dstyle.color=never"], capture_output=True, text=True, check=False)

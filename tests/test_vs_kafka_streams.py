@@ -102,3 +102,12 @@ def test_rebuilt_counts_until_the_warmups_caught_up() -> None:
                 "peer 9000 state=RUNNING active=0_6 standby= rebuilt=1500 standby_lag=0")
     assert vs_streams.rebuilt_until(new, 9.0) == (1100, 3.0)
     assert vs_streams.owners([new]) == {6: "i"}
+
+
+def test_building_the_peer_without_maven_says_how_to_get_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # a jar that is not there, and a PATH without mvn: the peer must be built and cannot be
+    monkeypatch.setattr(vs_streams, "_JAR", tmp_path / "missing.jar")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RuntimeError, match=r"`mvn` is not on PATH.*\./run bench"):
+        vs_streams.ensure_peer(lambda _text: None)
