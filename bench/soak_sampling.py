@@ -179,8 +179,8 @@ def daemon_figures(samples: list[Sample], window_s: float) -> list[dict[str, Any
     out = []
     for label in labels:
         mine = [s for s in samples if s.daemon == label]
-        settled = [s for s in mine if s.balanced and s.age_s >= SETTLE_S
-                   and s.role in _STEADY_ROLES]
+        settled = [s for s in mine if s.balanced and s.role in _STEADY_ROLES
+                   and s.t - _role_since(mine, s) >= SETTLE_S and s.age_s >= SETTLE_S]
         if not settled:
             continue
         end = settled[-1]
@@ -194,6 +194,19 @@ def daemon_figures(samples: list[Sample], window_s: float) -> list[dict[str, Any
                     "fds_start": start.fds, "fds_end": end.fds,
                     "threads_start": start.threads, "threads_end": end.threads})
     return out
+
+
+def _role_since(mine: list[Sample], sample: Sample) -> float:
+    """When `sample`'s daemon took the role it has in it: a standby that has just taken
+    over opens its leader's clients in its first seconds as the leader, which are its
+    start-up in that role, as a new daemon's first seconds are."""
+    role, since = mine[0].role, mine[0].t
+    for earlier in mine:
+        if earlier.t > sample.t:
+            break
+        if earlier.role != role:
+            role, since = earlier.role, earlier.t
+    return since
 
 
 def draw(samples: list[Sample], operations: list[tuple[float, str]], path: Path,
