@@ -11,8 +11,9 @@ from orchestrator.wire.config import parse_config
 from orchestrator.wire.partitions import format_partition
 from orchestrator.wire.protocol import HeartbeatReply, RoleListing
 from processor.runtime import TaskRuntime
+from tests.brokers import Broker
 
-__all__ = ["assignment_reply", "consumed_to", "new_runtime", "task_model"]
+__all__ = ["assignment_reply", "consumed_to", "feed_keys", "new_runtime", "task_model"]
 
 
 def assignment_reply(model: dict[str, list[str]], active: list[str] = (),
@@ -37,3 +38,11 @@ def consumed_to(runtimes: list[TaskRuntime], total: int) -> bool:
     """Whether the runtimes' active tasks have committed `total` records between them."""
     done = sum(sum(a.committed.values()) for r in runtimes for a in r.active.values())
     return done >= total
+
+
+def feed_keys(broker: Broker, topic: str, start: int, count: int) -> None:
+    """Records `start` to `start + count` of a steady input over 7 keys, acknowledged."""
+    producer = broker.producer(**{"enable.idempotence": True})
+    for i in range(start, start + count):
+        producer.produce(topic, key=f"k{i % 7}".encode(), value=str(i % 9 + 1).encode())
+    assert producer.flush(30) == 0

@@ -25,6 +25,7 @@ from tests.oracle_report import oracle_check
 from tests.processor.runtime.runtime_support import (
     assignment_reply,
     consumed_to,
+    feed_keys,
     new_runtime,
     task_model,
 )
@@ -40,20 +41,13 @@ def broker(restartable_broker: Broker) -> Broker:
     return restartable_broker
 
 
-def _feed(broker: Broker, topic: str, start: int, count: int) -> None:
-    producer = broker.producer(**{"enable.idempotence": True})
-    for i in range(start, start + count):
-        producer.produce(topic, key=f"k{i % 7}".encode(), value=str(i % 9 + 1).encode())
-    assert producer.flush(30) == 0
-
-
 def _active(broker: Broker, job_config: Callable[..., dict[str, Any]], tmp_path: Path
             ) -> tuple[Any, TaskRuntime]:
     raw = job_config(partitions=1)
     config = parse_config(raw)
     runtime = new_runtime(raw, tmp_path, "p1")
     runtime.apply(assignment_reply(task_model(config.job.inputs[0], 1), active=[TASK]))
-    _feed(broker, config.job.inputs[0], 0, 300)
+    feed_keys(broker, config.job.inputs[0], 0, 300)
     wait_for(lambda: consumed_to([runtime], 300), 60, "the first records",
              lambda: runtime.poll(0.05))
     return config, runtime
@@ -80,7 +74,7 @@ def test_restart_before_the_commit_redoes_the_transaction(broker, job_config, tm
                                                            caplog) -> None:
     config, runtime = _active(broker, job_config, tmp_path)
     active = runtime.active[TASK]
-    _feed(broker, config.job.inputs[0], 300, 200)
+    feed_keys(broker, config.job.inputs[0], 300, 200)
     wait_for(lambda: active.processed > 0, 30, "an open transaction",
              lambda: active.process(_records(runtime.active_consumer.consume(500, 0.1))))
     broker.local.restart()
@@ -102,7 +96,7 @@ def test_restart_inside_the_commit_is_detected(broker, job_config, tmp_path, cap
         commit_transaction()
 
     active._commit_transaction = restart_then_commit  # type: ignore[method-assign]
-    _feed(broker, config.job.inputs[0], 300, 200)
+    feed_keys(broker, config.job.inputs[0], 300, 200)
     wait_for(lambda: active.processed > 0, 30, "an open transaction",
              lambda: active.process(_records(runtime.active_consumer.consume(500, 0.1))))
     with caplog.at_level(logging.WARNING, logger="baton.processor.runtime"):

@@ -22,11 +22,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from orchestrator.wire.config import parse_config
 from processor.runtime.stores import TaskStores
-from tests.brokers import Broker
 from tests.oracle_report import oracle_check
 from tests.processor.runtime.runtime_support import (
     assignment_reply,
     consumed_to,
+    feed_keys,
     new_runtime,
     task_model,
 )
@@ -37,19 +37,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 TASK = "Partition 0"
 
 
-def _feed(broker: Broker, topic: str, start: int, count: int) -> None:
-    producer = broker.producer(**{"enable.idempotence": True})
-    for i in range(start, start + count):
-        producer.produce(topic, key=f"k{i % 7}".encode(), value=str(i % 9 + 1).encode())
-    assert producer.flush(30) == 0
-
-
 def test_an_offset_commit_that_never_settles_does_not_hold_an_activation(
         broker, job_config, tmp_path, caplog) -> None:
     raw = job_config(partitions=1)
     config = parse_config(raw)
     topic = config.job.inputs[0]
-    _feed(broker, topic, 0, 300)
+    feed_keys(broker, topic, 0, 300)
     group = Consumer(broker.settings(**{"group.id": f"baton.{config.job.name}"}))
     stuck = Producer(broker.settings(**{"transactional.id": f"stuck-{uuid.uuid4()}",
                                         "transaction.timeout.ms": 600_000}))
@@ -68,7 +61,7 @@ def test_an_offset_commit_that_never_settles_does_not_hold_an_activation(
         # from the settled offsets (none: the start), not the pending 1,000,000 (the
         # oracle below would find the 300 records lost)
         assert f"committing the settled offsets {{'{topic}:0': 0}}" in caplog.text
-        _feed(broker, topic, 300, 200)
+        feed_keys(broker, topic, 300, 200)
         try:
             wait_for(lambda: consumed_to([runtime], 500), 90, "all 500 records committed",
                      lambda: runtime.poll(0.05))
