@@ -214,12 +214,11 @@ class Config(_Section):
 
         Secrets included: for clients only. Anything shown uses `shown_kafka_settings`.
         """
-        return {**_CLIENT_DEFAULTS, **_librdkafka_names(self.kafka), **extra}
+        return {**_librdkafka_names(self.kafka), **extra}
 
     def shown_kafka_settings(self) -> dict[str, Any]:
         """`kafka_settings()` with every secret value redacted: what logs may show."""
-        return {**_CLIENT_DEFAULTS,
-                **_librdkafka_names(redact(self.kafka, self.secret_keys))}
+        return _librdkafka_names(redact(self.kafka, self.secret_keys))
 
     def mask(self, text: str) -> str:
         """`text` (an error, a log line) with every secret [kafka] value redacted."""
@@ -276,14 +275,6 @@ class Config(_Section):
     @property
     def token_file(self) -> Path:
         return _relative_to(self.path, self.coordinator.token_file)
-
-
-# librdkafka (2.10 on) re-bootstraps when every broker is down; its group-coordinator
-# lookup can then strand a pending TxnOffsetCommit, and send_offsets_to_transaction
-# blocks past its own timeout (librdkafka issue 5511; seen here across a broker
-# restart). Reconnecting to the brokers it knows is what one cluster needs; [kafka]
-# may override it.
-_CLIENT_DEFAULTS: dict[str, Any] = {"metadata.recovery.strategy": "none"}
 
 
 def _librdkafka_names(kafka: Mapping[str, Any]) -> dict[str, Any]:

@@ -67,8 +67,10 @@ transactional producers, the coordinator's, the CLI's admin client).
   Secret values (those, and keys named like `password`, `secret`, `token`) are redacted
   in every log line and message.
 - Consumer-only properties (e.g. `queued.min.messages`) reach the consumers only.
-- Baton's own defaults, each overridable here: `metadata.recovery.strategy = "none"`
-  (every client) and `transaction.timeout.ms = 10000` (the tasks' producers).
+- Baton's own defaults for the tasks' producers, each overridable here:
+  `transaction.timeout.ms = 10000` and `metadata.recovery.strategy = "none"` (every
+  other client keeps librdkafka's `rebootstrap`: docs/operations.md, "When the broker
+  restarts").
 """
 
 _KAFKA_ROWS = [

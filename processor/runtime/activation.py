@@ -73,12 +73,16 @@ _STABLE_T1_WAIT_S = 10.0
 # UNSTABLE_OFFSET_COMMIT, so a warmup or the coordinator asking for T1 waits) until the
 # broker aborts it after `transaction.timeout.ms`: librdkafka's 60 s stalled a warmup
 # whose old owner was killed for a minute; 10 s is Kafka Streams' exactly-once default
-# (transactions here commit every `commit_interval_ms`). Any [kafka] setting overrides
-# these.
+# (transactions here commit every `commit_interval_ms`). librdkafka's re-bootstrap can
+# strand a pending TxnOffsetCommit, and send_offsets_to_transaction then blocks past its
+# own timeout (librdkafka issue 5511, seen here across a broker restart): a task's
+# producer never re-bootstraps. One that lost every broker fails its next commit and the
+# task restarts with a new producer. Any [kafka] setting overrides these.
 _PRODUCER_DEFAULTS: dict[str, Any] = {"retry.backoff.ms": 10, "retry.backoff.max.ms": 100,
                                       "queue.buffering.max.messages": 500_000,
                                       "linger.ms": 5,
-                                      "transaction.timeout.ms": DEFAULT_TRANSACTION_TIMEOUT_MS}
+                                      "transaction.timeout.ms": DEFAULT_TRANSACTION_TIMEOUT_MS,
+                                      "metadata.recovery.strategy": "none"}
 
 
 # a stopped task's producer is often fenced: its close cannot abort, and says so
