@@ -326,15 +326,13 @@ class ActiveTask:
     def _commit_transaction(self) -> None:
         self.producer.commit_transaction(TXN_TIMEOUT_S)
 
-    def _verify_committed(self, offsets: dict[str, int], unknown_is_loss: bool = True) -> None:
+    def _verify_committed(self, offsets: dict[str, int]) -> None:
         """The brokers went away during or after the commit of `offsets`: do they hold it?
         (A commit whose markers they skipped never settles: the lookup fails, and the
         activation that follows resettles it, processor/transaction.py `resettle`.)"""
         try:
             held: dict[str, int] | str = self._broker_committed(list(offsets))
         except KafkaException as exc:
-            if not unknown_is_loss:     # a broker still away: rewind, do not restart
-                return
             held = f"unknown: {exc}"
         if held == offsets:
             return
@@ -364,7 +362,7 @@ class ActiveTask:
             raise ProducerFatal(f"task {self.name!r}: abort failed ({abort_exc}); the task "
                                 f"restarts from its committed offsets") from abort_exc
         if isinstance(exc, BrokerLost):     # and the last commit, do they hold it still?
-            self._verify_committed(dict(self.committed), unknown_is_loss=False)
+            self._verify_committed(dict(self.committed))
         reason = "the producer lost its brokers inside it" if isinstance(exc, BrokerLost) \
             else str(exc)
         raise TransactionAborted(f"task {self.name!r}: transaction aborted: {reason}") from exc
