@@ -1,0 +1,144 @@
+"""The processors' consumers across restarts of their only broker: each one reads again.
+
+During a broker's controlled shutdown librdkafka can take a metadata answer that lists no
+broker and forget the one it knew. Without re-bootstrap such a client never connects
+again: a consumer assigned its partitions reads nothing more, and says nothing
+(docs/operations.md, "When the broker restarts"). With `metadata.recovery.strategy =
+"none"` in [kafka], 5 of these 6 consumers read nothing after the first restart.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Message
+
+from orchestrator.wire.clock import SystemClock
+from orchestrator.wire.config import parse_config
+from processor.runtime.batches import topic_partition
+from processor.runtime.consumers import Consumers
+from tests.brokers import Broker
+from tests.waiting import wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+
+PROCESSORS = 6
+PARTITIONS = 4
+# how long the broker stays away at each restart: the stops that left consumers knowing
+# no broker were those with the broker away for seconds
+DOWNTIMES_S = (6.0, 3.0, 6.0)
+
+
+@pytest.fixture
+def broker(restartable_broker: Broker) -> Broker:
+    return restartable_broker
+
+
+class _Traffic:
+    """Keyed records written without a pause, through the restarts."""
+
+    def __init__(self, broker: Broker, topic: str) -> None:
+        self._producer = broker.producer()
+        self._topic = topic
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            try:
+                self._producer.produce(self._topic, key=f"k{i % 31}".encode(), value=b"1")
+                i += 1
+            except BufferError:     # the broker is away and the local queue is full
+                pass
+            self._producer.poll(0.002)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._producer.flush(30)
+
+
+class _Readers:
+    """Each processor's active consumer, read without a pause on one thread; where each
+    got to in every partition."""
+
+    def __init__(self, fleet: list[Consumers]) -> None:
+        self._consumers = [c.active.consumer for c in fleet]
+        self.next_offsets: list[dict[int, int]] = [{} for _ in fleet]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for i, consumer in enumerate(self._consumers):
+                for msg in consumer.consume(500, 0.02):
+                    self._note(i, msg)
+
+    def _note(self, i: int, msg: Message) -> None:
+        if msg.error() is None:
+            self.next_offsets[i][msg.partition()] = msg.offset() + 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def _ends(settings: dict[str, Any], topic: str) -> dict[int, int]:
+    consumer = Consumer({**settings, "group.id": "ends"})
+    try:
+        return {p: consumer.get_watermark_offsets(topic_partition(f"{topic}:{p}"), 10)[1]
+                for p in range(PARTITIONS)}
+    finally:
+        consumer.close()
+
+
+def _read_to(readers: _Readers, ends: dict[int, int], least: int = 0) -> bool:
+    """Whether every consumer has read each partition up to `ends` (and at least
+    `least` records of it)."""
+    return all(all(seen.get(p, 0) >= max(end, least) for p, end in ends.items())
+               for seen in readers.next_offsets)
+
+
+@pytest.fixture
+def fleet(job_config: Any) -> Iterator[tuple[str, dict[str, Any], list[Consumers]]]:
+    config = parse_config(job_config(partitions=PARTITIONS))
+    topic = config.job.inputs[0]
+    made = [Consumers(config, f"baton.{config.job.name}", SystemClock())
+            for _ in range(PROCESSORS)]
+    for consumers in made:
+        consumers.active.consumer.assign([topic_partition(f"{topic}:{p}", 0)
+                                          for p in range(PARTITIONS)])
+    yield topic, config.kafka_settings(), made
+    for consumers in made:
+        consumers.close()
+
+
+def test_every_consumer_reads_again_after_each_restart(
+        broker: Broker, fleet: tuple[str, dict[str, Any], list[Consumers]]) -> None:
+    topic, settings, consumers = fleet
+    local = broker.local
+    assert local is not None, "a broker of the test's own"
+    traffic = _Traffic(broker, topic)
+    readers = _Readers(consumers)
+    try:
+        first = _ends(settings, topic)
+        wait_for(lambda: _read_to(readers, first, least=1), 60,
+                 "every consumer to read every partition before the first restart")
+        for restart, downtime in enumerate(DOWNTIMES_S, 1):
+            local.stop()
+            time.sleep(downtime)
+            local.start()
+            ends = _ends(settings, topic)
+            wait_for(functools.partial(_read_to, readers, ends), 60,
+                     f"every consumer to read past restart {restart} (to {ends})")
+    finally:
+        readers.close()
+        traffic.close()
