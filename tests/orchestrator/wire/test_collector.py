@@ -21,7 +21,8 @@ def test_survivors_are_frozen_and_cycles_freed_at_the_full_collection() -> None:
         assert start > 0                                    # frozen when made
         kept = [object() for _ in range(10)] + [[] for _ in range(1000)]
         collector.turn(now=collector._frozen_at + 0.5)      # too soon: nothing frozen
-        assert gc.get_freeze_count() == start
+        # (a frozen object another thread drops leaves the count: it can only go down)
+        assert gc.get_freeze_count() <= start
         collector.turn(now=collector._frozen_at + 1.0)
         assert gc.get_freeze_count() >= start + 1000        # the lists are frozen now
         cycle = weakref.ref(_Cycle())                       # garbage, frozen at next turn
