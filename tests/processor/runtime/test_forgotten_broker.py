@@ -31,7 +31,7 @@ PROCESSORS = 6
 PARTITIONS = 4
 # how long the broker stays away at each restart: the stops that left consumers knowing
 # no broker were those with the broker away for seconds
-DOWNTIMES_S = (6.0, 3.0, 6.0)
+DOWNTIMES_S = (6.0, 6.0)
 
 
 @pytest.fixture
