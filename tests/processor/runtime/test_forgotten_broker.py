@@ -3,8 +3,10 @@
 During a broker's controlled shutdown librdkafka can take a metadata answer that lists no
 broker and forget the one it knew. Without re-bootstrap such a client never connects
 again: a consumer assigned its partitions reads nothing more, and says nothing
-(docs/operations.md, "When the broker restarts"). With `metadata.recovery.strategy =
-"none"` in [kafka], 5 of these 6 consumers read nothing after the first restart.
+(docs/operations.md, "When the broker restarts"). The fault does not come at every
+restart: with `metadata.recovery.strategy = "none"` in [kafka], this test failed one run
+in two (consumers that read nothing after the first restart). The traffic is written as
+fast as the producer goes: with paced traffic and two restarts it caught nothing.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 PROCESSORS = 6
 PARTITIONS = 4
-# how long the broker stays away at each restart: the stops that left consumers knowing
-# no broker were those with the broker away for seconds
-DOWNTIMES_S = (6.0, 6.0)
+# how long the broker stays away at each restart (the stops that left consumers knowing
+# no broker had it away for seconds); more restarts, more chances to meet the fault
+DOWNTIMES_S = (6.0, 2.0, 6.0, 4.0)
 
 
 @pytest.fixture
