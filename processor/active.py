@@ -393,6 +393,3 @@ class ActiveTask:
             except KafkaException as exc:
                 self.fenced = self.fenced or is_fenced(exc)
                 log.warning("task %r: abort_transaction failed: %s", self.name, exc)
-
-    def close(self) -> None:
-        self.producer.flush(5)

@@ -26,8 +26,6 @@ in its place; a store that had applied the void transaction is moved aside and r
 from __future__ import annotations
 
 import logging
-import threading
-import warnings
 from collections import deque
 from collections.abc import Callable, Container, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -50,11 +48,12 @@ from processor.runtime.consumers import Consumers
 from processor.runtime.dead_letters import dlq_topic
 from processor.runtime.jobs import TaskJobs
 from processor.runtime.preflight import DEFAULT_TRANSACTION_TIMEOUT_MS, fence_refused
+from processor.runtime.producer_close import close_producer
 from processor.runtime.stores import TaskStores
 from processor.transaction import resettle, written_topics
 from store import Store
 
-__all__ = ["Activation", "Activations", "ReplayStep", "StoreAheadError", "close_producer"]
+__all__ = ["Activation", "Activations", "ReplayStep", "StoreAheadError"]
 
 log = logging.getLogger("baton.processor.runtime")
 
@@ -83,25 +82,6 @@ _PRODUCER_DEFAULTS: dict[str, Any] = {"retry.backoff.ms": 10, "retry.backoff.max
                                       "linger.ms": 5,
                                       "transaction.timeout.ms": DEFAULT_TRANSACTION_TIMEOUT_MS,
                                       "metadata.recovery.strategy": "none"}
-
-
-# a stopped task's producer is often fenced: its close cannot abort, and says so
-warnings.filterwarnings("ignore", message="Producer abort_transaction failed during close",
-                        category=RuntimeWarning)
-
-
-def close_producer(producer: WatchedProducer) -> None:
-    """Shut the client of a producer whose task stopped down now, on a thread of its own
-    (a close waits on the brokers). Dropped, it would live on until the garbage
-    collector's next full pass (orchestrator/wire/collector.py): the error that stopped
-    its task holds it through a reference cycle, and its client keeps its threads and
-    sockets meanwhile."""
-    def close() -> None:
-        try:
-            producer.close()
-        except Exception as exc:  # noqa: BLE001 - the task is gone either way
-            log.debug("closing a stopped task's producer: %s", exc)
-    threading.Thread(target=close, name="baton-producer-close", daemon=True).start()
 
 
 class StoreAheadError(Exception):
@@ -158,7 +138,8 @@ class Activations:
         self._producer_settings = {k: v for k, v in producer_settings(config.kafka_settings())
                                    .items() if not k.startswith("receive.message")}
         self.pending: dict[str, Activation] = {}
-        self._standby_producers: dict[str, WatchedProducer] = {}  # connected, not yet fencing
+        # connected, not yet fencing: each with its connection attempt on the fencer
+        self._standby_producers: dict[str, tuple[WatchedProducer, Future[Any]]] = {}
         self._fencer = ThreadPoolExecutor(max_workers=4, thread_name_prefix="baton-fence")
 
     def __contains__(self, task: object) -> bool:
@@ -166,7 +147,8 @@ class Activations:
 
     def begin(self, task: str, store: Store) -> None:
         """Start fencing the previous owner of `task` (on a worker thread)."""
-        producer = self._standby_producers.pop(task, None) or self._producer(task)
+        standby = self._standby_producers.pop(task, None)
+        producer = standby[0] if standby else self._producer(task)
         fenced = self._fencer.submit(self._fence, producer)
         self.pending[task] = Activation(store, producer, self._clock.monotonic(), fenced)
 
@@ -196,12 +178,14 @@ class Activations:
         for the coordinator connection, and that wait would sit inside the pause."""
         if task not in self._standby_producers:
             producer = self._producer(task)
-            self._fencer.submit(producer.list_topics, None, 10)
-            self._standby_producers[task] = producer
+            self._standby_producers[task] = (
+                producer, self._fencer.submit(producer.list_topics, None, 10))
 
     def forget_producer(self, task: str) -> None:
-        """The task will not come here after all: drop its prepared producer."""
-        self._standby_producers.pop(task, None)
+        """The task will not come here after all: close its prepared producer."""
+        standby = self._standby_producers.pop(task, None)
+        if standby is not None:
+            _close_when_done(*standby)
 
     def fenced(self) -> Iterator[str]:
         """The tasks whose fencing finished and whose replay has not started (checked
@@ -336,14 +320,22 @@ class Activations:
         if activation is not None:
             if close_store:
                 activation.store.close()
-            if activation.fenced.done():    # not while init_transactions runs on it
-                close_producer(activation.producer)
+            _close_when_done(activation.producer, activation.fenced)
 
     def close(self, replicas: Container[str]) -> None:
         """Abandon every activation: close the stores no replica holds, stop fencing."""
         for task, activation in list(self.pending.items()):
             if task not in replicas:
                 activation.store.close()
+            _close_when_done(activation.producer, activation.fenced)
         self.pending.clear()
+        for standby in self._standby_producers.values():
+            _close_when_done(*standby)
         self._standby_producers.clear()
         self._fencer.shutdown(wait=False, cancel_futures=True)
+
+
+def _close_when_done(producer: WatchedProducer, call: Future[Any]) -> None:
+    """Close `producer` once `call`, a call on it on the fencer, has returned (or at
+    once if it never started): closing a client while a call runs on it is not safe."""
+    call.add_done_callback(lambda _: close_producer(producer))

@@ -8,10 +8,10 @@ producers and stores; the heartbeat thread only exchanges snapshots with it.
 
 The runtime holds the book of tasks (active, replicas, released, failed) and the
 loop (`poll()`); its collaborators each own one concept: `Consumers` (who reads what),
-`CatchUp` (where replicas rebuild state from: the input or the changelog),
-`Activations` (fence, replay, go active), `BulkPath` (Spark catch-up), `Commits`,
-`TaskStores`, `TaskPartitions`, `SplitChildren`, `reconcile` (a reply -> changes),
-`task_reports` and `StoreSizes`.
+`CatchUp` (where replicas rebuild state from: the input or the changelog), `Activations`
+(fence, replay, go active), `BulkPath` (Spark catch-up), `Commits`, `TaskStores`,
+`TaskPartitions`, `SplitChildren`, `reconcile` (a reply -> changes), `task_reports`,
+`StoreSizes` and `close_producer`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from processor.changelog_replica import ChangelogError
 from processor.job import Job
 from processor.replica import Replay, ReplicaRole
 from processor.retention import InputTrimmedError, OffsetOutOfRange
-from processor.runtime.activation import Activations, StoreAheadError, close_producer
+from processor.runtime.activation import Activations, StoreAheadError
 from processor.runtime.active_round import ActiveRound
 from processor.runtime.barriers import BarrierBook, BarrierHolder
 from processor.runtime.bulk_path import BulkPath
@@ -43,6 +43,7 @@ from processor.runtime.consumers import Consumers
 from processor.runtime.dead_letters import ensure_dead_letter_topic
 from processor.runtime.jobs import TaskJobs
 from processor.runtime.preflight import FenceRefused
+from processor.runtime.producer_close import close_producer
 from processor.runtime.reconciliation import reconcile
 from processor.runtime.replay_round import BATCH, ReplayRound, replay_bite
 from processor.runtime.reports import StoreSizes, task_reports
@@ -230,10 +231,9 @@ class TaskRuntime:
             log.warning("task %r: release without its last transaction: %s", task, exc)
         finally:
             self.consumers.active.unassign(task)
-            active.close()
+            close_producer(active.producer)
             self.jobs.close(task)
-            # closed at the next round, after the release is reported (see stores.py)
-            self.stores.close_later(active.store)
+            self.stores.close_later(active.store)   # once the release is reported: stores.py
         self.released[task] = dict(active.committed)
         self._sizes.forget(task)
         self.metrics.record_handoff_step("releasing", self.clock.monotonic() - started)

@@ -7,13 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Producer
+
 from orchestrator.wire.config import parse_config
 from orchestrator.wire.partitions import format_partition
 from orchestrator.wire.protocol import HeartbeatReply, RoleListing
 from processor.runtime import TaskRuntime
 from tests.brokers import Broker
 
-__all__ = ["assignment_reply", "consumed_to", "feed_keys", "new_runtime", "task_model"]
+__all__ = ["assignment_reply", "consumed_to", "feed_keys", "new_runtime", "producer_closed",
+           "task_model"]
 
 
 def assignment_reply(model: dict[str, list[str]], active: list[str] = (),
@@ -46,3 +49,12 @@ def feed_keys(broker: Broker, topic: str, start: int, count: int) -> None:
     for i in range(start, start + count):
         producer.produce(topic, key=f"k{i % 7}".encode(), value=str(i % 9 + 1).encode())
     assert producer.flush(30) == 0
+
+
+def producer_closed(producer: Producer) -> bool:
+    """Whether `producer`'s client was closed: a closed producer refuses every call."""
+    try:
+        producer.poll(0)
+    except RuntimeError:
+        return True
+    return False

@@ -17,6 +17,7 @@ from tests.processor.runtime.runtime_support import (
     assignment_reply,
     consumed_to,
     new_runtime,
+    producer_closed,
     task_model,
 )
 from tests.waiting import wait_for
@@ -46,7 +47,9 @@ def test_handoff_under_traffic_keeps_exactly_once(broker, job_config, tmp_path) 
         wait_for(lambda: "Partition 0" in new.replicas and new.replicas["Partition 0"].lag() < 500
                  and new.replicas["Partition 0"].applied_total > 0, 60,
                  "the warmup to catch up", both)
+        released = old.active["Partition 0"].producer
         final = old.release("Partition 0")
+        wait_for(lambda: producer_closed(released), 30, "the released task's producer to close")
         old.apply(assignment_reply(model, active=["Partition 1"]))
         assert final == old.released["Partition 0"]
         new.apply(assignment_reply(model, active=["Partition 0"]))
@@ -79,6 +82,7 @@ def test_zombie_owner_is_fenced_and_invisible(broker, job_config, tmp_path) -> N
         zombie.apply(assignment_reply(model, active=["Partition 0"]))
         wait_for(lambda: consumed_to([zombie], 200), 60, "the first owner",
                  lambda: zombie.poll(0.05))
+        fenced = zombie.active["Partition 0"].producer
         # the new owner takes over without a release (the old one is presumed dead)
         new.apply(assignment_reply(model, active=["Partition 0"]))
         wait_for(lambda: "Partition 0" in new.active, 60, "activation", lambda: new.poll(0.05))
@@ -89,6 +93,7 @@ def test_zombie_owner_is_fenced_and_invisible(broker, job_config, tmp_path) -> N
         wait_for(lambda: "Partition 0" in zombie.failed, 60, "the zombie to be fenced",
                  lambda: zombie.poll(0.05))
         assert "fenced" in zombie.failed["Partition 0"]
+        wait_for(lambda: producer_closed(fenced), 30, "the fenced task's producer to close")
         wait_for(lambda: consumed_to([new], 300), 60, "the new owner", lambda: new.poll(0.05))
     finally:
         zombie.close(commit=False)

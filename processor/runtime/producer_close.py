@@ -1,0 +1,88 @@
+"""Closing a stopped task's producer: at once, on a thread of its own, never for good.
+
+A task's producer holds a librdkafka client: its threads, sockets and buffers. Left to
+reference counting it can live on until the garbage collector's next full pass
+(orchestrator/wire/collector.py), since the error that stopped its task may hold it
+through a reference cycle; so a task that stops closes its producer explicitly.
+
+`Producer.close()` first aborts the transaction in progress, then flushes, both without
+a time limit. With the brokers away, with a producer that forgot its only broker
+(`metadata.recovery.strategy = "none"`, see processor/runtime/activation.py), or with a
+`send_offsets_to_transaction` stranded by a broker restart (librdkafka issue 5511), it
+never returns: its client and the closing thread would stay for the life of the
+daemon, one more at every such stop. So the close ends the transaction itself, one
+bounded `abort_transaction` after another for `_END_WITHIN_S` (long enough for a
+restarting broker to come back), and calls `close()` only once nothing is left for it
+to wait on. A producer whose transaction cannot be ended is dropped instead: its client
+goes with the last reference to it, since destroying a client waits on no broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import warnings
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from orchestrator.kafka.retry import kafka_error
+
+__all__ = ["close_producer"]
+
+log = logging.getLogger(__name__)
+
+_ABORT_S = 2.0          # one attempt to abort the open transaction
+_END_WITHIN_S = 60.0    # how long the close keeps trying to end it
+_RETRY_S = 0.5          # between two attempts
+_FLUSH_S = 5.0          # what close() may still have to deliver once the transaction ended
+
+# a stopped task's producer is often fenced: close() cannot abort, and says so
+warnings.filterwarnings("ignore", message="Producer abort_transaction failed during close",
+                        category=RuntimeWarning)
+
+
+def close_producer(producer: Producer, end_within_s: float = _END_WITHIN_S
+                   ) -> threading.Thread:
+    """Shut a stopped task's producer down now, on the thread returned, which ends
+    within about `end_within_s` (plus `_FLUSH_S`) whatever the brokers do."""
+    thread = threading.Thread(target=_close, args=(producer, end_within_s),
+                              name="baton-producer-close", daemon=True)
+    thread.start()
+    return thread
+
+
+def _close(producer: Producer, end_within_s: float) -> None:
+    try:
+        if not _transaction_ended(producer, end_within_s):
+            log.info("a stopped task's producer could not end its transaction within %.0f s;"
+                     " its client goes with the last reference to it", end_within_s)
+            return
+        left = producer.flush(_FLUSH_S)
+        if left:
+            log.info("a stopped task's producer still holds %d records after %.0f s; its "
+                     "client goes with the last reference to it", left, _FLUSH_S)
+            return
+        producer.close()
+    except Exception as exc:  # noqa: BLE001 - the task is gone either way
+        log.debug("closing a stopped task's producer: %s", exc)
+
+
+def _transaction_ended(producer: Producer, within_s: float) -> bool:
+    """Abort the open transaction, again while the brokers do not answer, for at most
+    `within_s`. True once `close()` has no transaction left to wait on: aborted, none
+    open (`_STATE`) or never to be (a fatal error, such as a fenced producer)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            producer.abort_transaction(_ABORT_S)
+            return True
+        except KafkaException as exc:
+            err = kafka_error(exc)
+            if err is None:
+                return False
+            if err.fatal() or err.code() == KafkaError._STATE:
+                return True
+        if time.monotonic() + _RETRY_S >= deadline:
+            return False
+        time.sleep(_RETRY_S)

@@ -1,0 +1,91 @@
+"""Closing a stopped task's producer: its client goes at once while the brokers answer,
+after a restart once they answer again, and a close never outlives its bound.
+
+`Producer.close()` alone aborts and flushes without a time limit: with the broker away
+it never returned, and each such close kept a client (4 threads, sockets) and a thread
+for the life of the daemon."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Producer
+
+from processor.runtime.producer_close import close_producer
+from tests.brokers import Broker
+from tests.processor.runtime.runtime_support import producer_closed
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+
+
+@pytest.fixture
+def broker(restartable_broker: Broker) -> Broker:
+    return restartable_broker
+
+
+def _in_transaction(broker: Broker, topic: str) -> Producer:
+    """A task's producer as a stopped task leaves it: a transaction open, with records
+    delivered and more still queued."""
+    producer = Producer(broker.settings(**{
+        "transactional.id": f"task-{uuid.uuid4().hex[:8]}", "linger.ms": 5,
+        "transaction.timeout.ms": 60_000, "metadata.recovery.strategy": "none"}))
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(50):
+        producer.produce(topic, key=f"k{i}".encode(), value=b"1")
+    assert producer.flush(30) == 0
+    for i in range(50):
+        producer.produce(topic, key=f"k{i}".encode(), value=b"2")
+    return producer
+
+
+def test_the_client_goes_at_once_even_while_something_still_holds_it(
+        broker: Broker, unique: Callable[[str], str]) -> None:
+    topic = broker.create_topic(unique("out"), 2)
+    producer = _in_transaction(broker, topic)
+    close_producer(producer).join(30)
+    assert producer_closed(producer), "the client is destroyed, not left to the last reference"
+    assert broker.read_all(topic, timeout=10) == [], "the open transaction is aborted"
+
+
+def test_a_close_waits_out_a_broker_restart(
+        broker: Broker, unique: Callable[[str], str]) -> None:
+    local = broker.local
+    assert local is not None, "a broker of the test's own"
+    topic = broker.create_topic(unique("out"), 2)
+    producer = _in_transaction(broker, topic)
+    local.stop()
+    try:
+        closing = close_producer(producer)
+        time.sleep(4)
+        assert closing.is_alive(), "with the broker away, the close waits for it"
+    finally:
+        local.start()
+    closing.join(90)
+    assert not closing.is_alive()
+    assert producer_closed(producer)
+    assert broker.read_all(topic, timeout=10) == [], "the open transaction is aborted"
+
+
+def test_a_close_never_outlives_its_bound(
+        broker: Broker, unique: Callable[[str], str]) -> None:
+    local = broker.local
+    assert local is not None, "a broker of the test's own"
+    topic = broker.create_topic(unique("out"), 2)
+    producer = _in_transaction(broker, topic)
+    local.stop()
+    try:
+        started = time.monotonic()
+        closing = close_producer(producer, end_within_s=3)
+        closing.join(30)
+        took = time.monotonic() - started
+        assert not closing.is_alive(), "the close gave up instead of waiting for good"
+        assert took < 10, f"the close took {took:.1f} s for a bound of 3 s"
+        # the client was not closed under a transaction it could not end: it goes
+        # with the last reference to it (destroying a client waits on no broker)
+        assert not producer_closed(producer)
+    finally:
+        local.start()
