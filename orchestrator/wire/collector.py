@@ -16,16 +16,23 @@ automatic collections only walk what came since) and unfreezes and collects ever
 rarely, which frees the few reference cycles that were frozen meanwhile. Objects that
 die by reference count are freed at once, frozen or not; only garbage *cycles* wait
 for the rare full collection.
+
+A cycle can hold more than memory: a Kafka client that could not be closed goes with
+the last reference to it, and the error that stopped its task may hold it in a cycle
+(processor/runtime/producer_close.py). Its threads and sockets should not wait ten
+minutes: `want_full_collection()` asks for a full collection at the next turn, at most
+one every `WANTED_GAP_S`.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import threading
 
 from orchestrator.wire.clock import Clock, SystemClock
 
-__all__ = ["Collector"]
+__all__ = ["Collector", "want_full_collection"]
 
 log = logging.getLogger("baton.gc")
 
@@ -34,6 +41,17 @@ FREEZE_S = 1.0
 # a full collection (cycles frozen meanwhile are freed) this often: one pause of the
 # kind above every ten minutes instead of one every few seconds
 FULL_S = 600.0
+# a full collection asked for comes no sooner than this after the previous one
+WANTED_GAP_S = 30.0
+
+# set by any thread; the daemon's collector answers it at its next turn
+_wanted = threading.Event()
+
+
+def want_full_collection() -> None:
+    """Ask the daemon's collector for a full collection soon (module doc): something
+    that holds threads or sockets waits in a cycle for it."""
+    _wanted.set()
 
 
 class Collector:
@@ -56,7 +74,9 @@ class Collector:
 
     def turn(self, now: float | None = None) -> None:
         now = self._clock.monotonic() if now is None else now
-        if now - self._full_at >= self.full_s:
+        since = now - self._full_at
+        if since >= self.full_s or (since >= WANTED_GAP_S and _wanted.is_set()):
+            _wanted.clear()
             self._full_at = self._frozen_at = now
             gc.unfreeze()
             started = self._clock.monotonic()

@@ -14,7 +14,9 @@ daemon, one more at every such stop. So the close ends the transaction itself, o
 bounded `abort_transaction` after another for `_END_WITHIN_S` (long enough for a
 restarting broker to come back), and calls `close()` only once nothing is left for it
 to wait on. A producer whose transaction cannot be ended is dropped instead: its client
-goes with the last reference to it, since destroying a client waits on no broker.
+goes with the last reference to it, since destroying a client waits on no broker. That
+reference is often a cycle through the error that stopped the task, so the close then
+asks the daemon's collector for a full collection (orchestrator/wire/collector.py).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import warnings
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from orchestrator.kafka.retry import kafka_error
+from orchestrator.wire.collector import want_full_collection
 
 __all__ = ["close_producer"]
 
@@ -46,26 +49,38 @@ def close_producer(producer: Producer, end_within_s: float = _END_WITHIN_S
                    ) -> threading.Thread:
     """Shut a stopped task's producer down now, on the thread returned, which ends
     within about `end_within_s` (plus `_FLUSH_S`) whatever the brokers do."""
-    thread = threading.Thread(target=_close, args=(producer, end_within_s),
+    # handed over in a box the thread empties: the Thread object holds its arguments
+    # until it ends, which would keep a dropped producer alive past the collection
+    thread = threading.Thread(target=_close_from, args=([producer], end_within_s),
                               name="baton-producer-close", daemon=True)
     thread.start()
     return thread
 
 
-def _close(producer: Producer, end_within_s: float) -> None:
+def _close_from(box: list[Producer], end_within_s: float) -> None:
+    producer = box.pop()
+    closed = _close(producer, end_within_s)
+    del producer
+    if not closed:      # this thread no longer holds it: a full collection can free it
+        want_full_collection()
+
+
+def _close(producer: Producer, end_within_s: float) -> bool:
+    """Close `producer` if nothing is left for `close()` to wait on; False: dropped."""
     try:
         if not _transaction_ended(producer, end_within_s):
             log.info("a stopped task's producer could not end its transaction within %.0f s;"
                      " its client goes with the last reference to it", end_within_s)
-            return
+            return False
         left = producer.flush(_FLUSH_S)
         if left:
             log.info("a stopped task's producer still holds %d records after %.0f s; its "
                      "client goes with the last reference to it", left, _FLUSH_S)
-            return
+            return False
         producer.close()
     except Exception as exc:  # noqa: BLE001 - the task is gone either way
         log.debug("closing a stopped task's producer: %s", exc)
+    return True
 
 
 def _transaction_ended(producer: Producer, within_s: float) -> bool:

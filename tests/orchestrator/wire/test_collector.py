@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from orchestrator.wire.collector import Collector
+from orchestrator.wire.collector import WANTED_GAP_S, Collector, want_full_collection
 
 
 class _Cycle:
@@ -36,3 +36,21 @@ def test_survivors_are_frozen_and_cycles_freed_at_the_full_collection() -> None:
     finally:
         collector.close()
     assert gc.get_freeze_count() == 0
+
+
+def test_a_full_collection_asked_for_comes_at_the_next_turn_past_the_gap() -> None:
+    collector = Collector(freeze_s=1.0, full_s=600.0)
+    try:
+        cycle = weakref.ref(_Cycle())
+        collector.turn(now=collector._frozen_at + 1.0)          # frozen: waits for a full one
+        want_full_collection()
+        collector.turn(now=collector._full_at + WANTED_GAP_S / 2)
+        assert collector.full_collections == 0                  # too soon after the last
+        assert cycle() is not None
+        collector.turn(now=collector._full_at + WANTED_GAP_S)
+        assert collector.full_collections == 1
+        assert cycle() is None
+        collector.turn(now=collector._full_at + WANTED_GAP_S)
+        assert collector.full_collections == 1                  # asked once, answered once
+    finally:
+        collector.close()

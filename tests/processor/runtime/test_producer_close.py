@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Producer
 
+from orchestrator.kafka.watched_producer import WatchedProducer
+from orchestrator.wire.collector import WANTED_GAP_S, Collector
 from processor.runtime.producer_close import close_producer
 from tests.brokers import Broker
 from tests.processor.runtime.runtime_support import producer_closed
@@ -26,10 +28,10 @@ def broker(restartable_broker: Broker) -> Broker:
     return restartable_broker
 
 
-def _in_transaction(broker: Broker, topic: str) -> Producer:
+def _in_transaction(broker: Broker, topic: str) -> WatchedProducer:
     """A task's producer as a stopped task leaves it: a transaction open, with records
     delivered and more still queued."""
-    producer = Producer(broker.settings(**{
+    producer = WatchedProducer(broker.settings(**{
         "transactional.id": f"task-{uuid.uuid4().hex[:8]}", "linger.ms": 5,
         "transaction.timeout.ms": 60_000, "metadata.recovery.strategy": "none"}))
     producer.init_transactions(30)
@@ -70,22 +72,40 @@ def test_a_close_waits_out_a_broker_restart(
     assert broker.read_all(topic, timeout=10) == [], "the open transaction is aborted"
 
 
+class _Failure:
+    """What holds a stopped task's producer after it: a cycle, as an error's traceback
+    through the task that raised it makes one."""
+
+    def __init__(self, producer: WatchedProducer) -> None:
+        self.producer = producer
+        self.me = self
+
+
 def test_a_close_never_outlives_its_bound(
         broker: Broker, unique: Callable[[str], str]) -> None:
     local = broker.local
     assert local is not None, "a broker of the test's own"
     topic = broker.create_topic(unique("out"), 2)
     producer = _in_transaction(broker, topic)
+    dropped = weakref.ref(producer)
+    _Failure(producer)
+    collector = Collector(full_s=3600.0)
     local.stop()
     try:
         started = time.monotonic()
         closing = close_producer(producer, end_within_s=3)
+        del producer
         closing.join(30)
         took = time.monotonic() - started
         assert not closing.is_alive(), "the close gave up instead of waiting for good"
         assert took < 10, f"the close took {took:.1f} s for a bound of 3 s"
-        # the client was not closed under a transaction it could not end: it goes
-        # with the last reference to it (destroying a client waits on no broker)
-        assert not producer_closed(producer)
+        # not closed under a transaction it could not end: dropped, and the daemon's
+        # collector frees the cycle that still holds it at its next turn
+        # (destroying a client waits on no broker)
+        assert dropped() is not None
+        collector.turn(now=collector._full_at + WANTED_GAP_S)
+        assert collector.full_collections == 1, "the close asked for a full collection"
+        assert dropped() is None, "nothing but the cycle held the dropped producer"
     finally:
+        collector.close()
         local.start()
