@@ -5,6 +5,7 @@ One broker (`--broker`: Apache Kafka by default, or the embedded noida-db), one 
 config (StampedSum, the demo's running sum, over 4 input partitions), two coordinators
 (a leader and a standby, both in `coordinator.url`), two processors p1 and p2 that run
 throughout, and steady keyed traffic (`--rate` records a second over `--keys` keys).
+The stores get a memory budget fitted to that state (`STORE`, below).
 On a schedule spread over the run (an operation every `spacing` seconds: the run's
 length over the cycle's, at most 40 s) it repeats a cycle of operations:
 
@@ -63,6 +64,12 @@ from orchestrator.wire.config import dump_config
 from processor.oracle import OracleResult, check_running_sums
 
 PARTITIONS = 4
+# The stores' budget, fitted to the soak's state (`--keys` keys, a few hundred KB a
+# store): memtables of 1 MiB, 4 MiB for all of a processor's together. At the defaults
+# (16 MiB a memtable, 256 MiB together) a memtable keeps every update of a key until it
+# is full, which the soak's traffic takes hours to reach: the processors' RSS would rise
+# by their memtables all hour, toward that bound (docs/operations.md, "Capacity planning").
+STORE = {"write_buffer_mb": 1, "memtables_mb": 4}
 WARM_S = 15.0               # traffic before the first operation: state to move
 MAX_SPACING_S = 40.0
 JOB = "soak"
@@ -77,6 +84,7 @@ def _config(workdir: Path, broker: BenchBroker, processor_timeout_ms: int
     listens = [raw["coordinator"]["listen"], f"127.0.0.1:{free_port()}"]
     raw["coordinator"].update({"url": [f"http://{x}" for x in listens],
                                "processor_timeout_ms": processor_timeout_ms})
+    raw["store"] = {**raw.get("store", {}), **STORE}
     config.write_text(dump_config(raw))
     return config, listens
 

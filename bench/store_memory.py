@@ -3,7 +3,7 @@ keys, under a `[store]` budget.
 
     .venv/bin/python bench/store_memory.py [--stores 1,8,32] [--keys 0,100000,1000000]
         [--block-cache-mb 64] [--write-buffer-mb 16] [--max-write-buffers 2]
-        [--max-open-files 64] [--json]
+        [--memtables-mb 256] [--max-open-files 64] [--json]
 
 Each (stores, keys) point runs in a fresh child process, so one point's allocations do
 not stay in the next one's RSS: the child opens `stores` TaskStores with the budget
@@ -57,7 +57,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     memory = StoreMemory(block_cache_bytes=args.block_cache_mb << 20,
                          write_buffer_bytes=args.write_buffer_mb << 20,
                          max_write_buffers=args.max_write_buffers,
-                         max_open_files=args.max_open_files)
+                         max_open_files=args.max_open_files,
+                         memtable_bytes=args.memtables_mb << 20)
     base, base_fds = _rss_mb(), _fds()
     with tempfile.TemporaryDirectory(prefix="baton-store-memory-") as tmp:
         stores = [TaskStore(Path(tmp) / f"t{i}", memory=memory) for i in range(args.stores)]
@@ -87,6 +88,7 @@ def _point(args: argparse.Namespace, stores: int, keys: int) -> dict[str, Any]:
            "--block-cache-mb", str(args.block_cache_mb),
            "--write-buffer-mb", str(args.write_buffer_mb),
            "--max-write-buffers", str(args.max_write_buffers),
+           "--memtables-mb", str(args.memtables_mb),
            "--max-open-files", str(args.max_open_files)]
     run = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
     if run.returncode:
@@ -101,6 +103,7 @@ def main() -> None:
     parser.add_argument("--block-cache-mb", type=int, default=64)
     parser.add_argument("--write-buffer-mb", type=int, default=16)
     parser.add_argument("--max-write-buffers", type=int, default=2)
+    parser.add_argument("--memtables-mb", type=int, default=256)
     parser.add_argument("--max-open-files", type=int, default=64)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -120,6 +123,7 @@ def main() -> None:
     summary = {"budget": {"block_cache_mb": args.block_cache_mb,
                           "write_buffer_mb": args.write_buffer_mb,
                           "max_write_buffers": args.max_write_buffers,
+                          "memtables_mb": args.memtables_mb,
                           "max_open_files": args.max_open_files},
                "points": points,
                "mb_per_empty_store": per_store and round(per_store, 2),

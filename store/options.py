@@ -43,19 +43,27 @@ MAX_TOTAL_WAL_BYTES = 64 << 20
 class StoreMemory:
     """The memory and file budget of a processor's stores (the `[store]` section).
 
-    One block cache is shared by every store opened with the same `StoreMemory`, so a
-    processor's cache is bounded however many stores it holds; each store has its own
-    memtables (allocated as they fill) and its own table cache of open files.
+    One block cache and one write buffer manager are shared by every store opened with
+    the same `StoreMemory`, so a processor's cache and memtables are bounded however
+    many stores it holds; each store has its own memtables (allocated as they fill, and
+    flushed when full or when all of them together pass `memtable_bytes`) and its own
+    table cache of open files.
     """
 
     block_cache_bytes: int = 64 << 20
     write_buffer_bytes: int = 16 << 20     # one memtable; a flush starts when it is full
     max_write_buffers: int = 2             # memtables per store (one filling, one flushing)
     max_open_files: int = 64               # table files a store keeps open
+    memtable_bytes: int = 256 << 20        # every store's memtables together
     cache: rocksdict.Cache = field(init=False, repr=False, compare=False)
+    memtables: rocksdict.WriteBufferManager = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cache", rocksdict.Cache(self.block_cache_bytes))
+        # no stall: a writer past the bound triggers a flush of the largest memtable and
+        # goes on (a stall would hold the processor's loop, and its heartbeats)
+        object.__setattr__(self, "memtables",
+                           rocksdict.WriteBufferManager(self.memtable_bytes, False))
 
 
 _DEFAULT_MEMORY = StoreMemory()
@@ -88,6 +96,7 @@ def db_options(create: bool, reads: bool = True,
     opts.set_wal_recovery_mode(rocksdict.DBRecoveryMode.point_in_time())
     opts.set_write_buffer_size(memory.write_buffer_bytes)
     opts.set_max_write_buffer_number(memory.max_write_buffers)
+    opts.set_write_buffer_manager(memory.memtables)
     if reads:
         opts.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO)
         opts.set_memtable_whole_key_filtering(True)

@@ -40,7 +40,7 @@ from collections.abc import Callable
 
 from orchestrator.wire.clock import Clock, SystemClock
 
-__all__ = ["Collector", "want_full_collection"]
+__all__ = ["WANTED_GAP_S", "Collector", "want_full_collection"]
 
 log = logging.getLogger("baton.gc")
 

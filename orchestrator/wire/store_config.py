@@ -1,8 +1,9 @@
 """The `[store]` section of the TOML configuration (re-exported by orchestrator.wire.config):
 the memory and open-file budget of a processor's task stores.
 
-A processor's store memory is about `block_cache_mb + stores × (write_buffer_mb ×
-max_write_buffers + fixed per-store overhead)`; its open files about `stores ×
+A processor's store memory is about `block_cache_mb + min(memtables_mb, stores ×
+write_buffer_mb × max_write_buffers) + stores × fixed per-store overhead`; its open
+files about `stores ×
 (max_open_files + a few)`. docs/operations.md, "Capacity planning", gives the measured
 figures and the rule that sizes the systemd units' LimitNOFILE from them.
 """
@@ -25,6 +26,11 @@ class StoreConfig(Section):
     max_write_buffers: int = Field(default=2, ge=2)
     """Memtables a store keeps: one filling while the previous one flushes. A store's
     memtables take up to write_buffer_mb × max_write_buffers (allocated as they fill)."""
+    memtables_mb: int = Field(default=256, ge=1)
+    """Every store's memtables together (MiB): when they pass it, RocksDB flushes the
+    largest, full or not. A store's own memtable flushes only when full, so a
+    processor with many stores that each see few writes would otherwise grow toward
+    stores × write_buffer_mb × max_write_buffers."""
     max_open_files: int = Field(default=64, ge=16)
     """Table files each store keeps open (its table cache); LimitNOFILE is sized from it
     (docs/operations.md, "Capacity planning")."""

@@ -6,6 +6,11 @@ source says), consumes at most `replay_bite` records, hands each replica its sha
 commits it (state and T2 in one WriteBatch) and pauses the partitions that reached
 their cap. An activating replay that has caught up is handed back to the runtime,
 which runs the activation's next replay or makes the task active.
+
+An activation that replayed many records (a task moved after a broker restart, with
+its store far behind) leaves their batches' memory freed but kept by the C heap: it
+asks the daemon's collector for a full collection, which trims the heap, rather than
+keeping that peak until the next scheduled one (orchestrator/wire/collector.py).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Callable, MutableMapping
 from confluent_kafka import KafkaError, Message
 
 from metrics import ProcessorMetrics
+from orchestrator.wire.collector import want_full_collection
 from processor.replica import Replay
 from processor.retention import OffsetOutOfRange
 from processor.runtime.batches import replay_by_task
@@ -23,11 +29,13 @@ from processor.runtime.catch_up import CatchUp, Settle
 from processor.runtime.consumers import log_error
 from processor.runtime.replay_consumers import ReplayConsumers
 
-__all__ = ["BATCH", "ReplayRound", "replay_bite"]
+__all__ = ["BATCH", "LARGE_REPLAY", "ReplayRound", "replay_bite"]
 
 BATCH = 5000                 # records per consume() call: amortises Python per-call cost
 _REPLAY_BATCH_BESIDE_ACTIVE = 1000
 _REPLAY_BATCH_BEFORE_ACTIVATION = 1000   # see replay_bite
+# an activating replay of at least this many records asks for a full collection
+LARGE_REPLAY = 10_000
 
 # runs a change of one task, marking the task failed if it raises (the runtime's guard)
 Guard = Callable[[str, Callable[[str], object]], None]
@@ -123,4 +131,6 @@ class ReplayRound:
         if replica.role == "activating" and replica.caught_up():
             del replicas[task]
             self._consumers.unassign(replica)
+            if replica.applied_total >= LARGE_REPLAY:
+                want_full_collection()
             self._caught_up(replica)

@@ -47,7 +47,8 @@ class TaskStores:
         self._memory = StoreMemory(block_cache_bytes=limits.block_cache_mb << 20,
                                    write_buffer_bytes=limits.write_buffer_mb << 20,
                                    max_write_buffers=limits.max_write_buffers,
-                                   max_open_files=limits.max_open_files)
+                                   max_open_files=limits.max_open_files,
+                                   memtable_bytes=limits.memtables_mb << 20)
         self._verified: set[str] = set()    # tasks whose store was read whole here
 
     def open(self, task: str, reads: bool = True) -> Store:

@@ -9,13 +9,16 @@ import time
 import pytest
 from confluent_kafka import Producer
 
+from orchestrator.wire.collector import WANTED_GAP_S, Collector
 from orchestrator.wire.config import parse_config
 from orchestrator.wire.partitions import format_partition
+from processor.runtime.replay_round import LARGE_REPLAY
 from tests.feeder import Feeder
 from tests.oracle_report import oracle_check
 from tests.processor.runtime.runtime_support import (
     assignment_reply,
     consumed_to,
+    feed_keys,
     new_runtime,
     producer_closed,
     task_model,
@@ -186,3 +189,35 @@ def test_a_warmup_paused_at_its_cap_follows_each_commit_promptly(broker, job_con
         owner.close(commit=True)
         follower.close(commit=False)
     assert statistics.median(took[1:]) < 0.5, took     # 0.5 s: room for a loaded machine
+
+
+def test_an_activation_that_replayed_many_records_asks_for_a_full_collection(
+        broker, job_config, tmp_path) -> None:
+    """Its batches' memory is freed but kept by the C heap until a full collection trims
+    it: the activation asks for one rather than leaving the peak until the next
+    scheduled one (ten minutes)."""
+    raw = job_config(partitions=1)
+    config = parse_config(raw)
+    topic = config.job.inputs[0]
+    model = task_model(topic, 1)
+    feed_keys(broker, topic, 0, LARGE_REPLAY + 2000)
+    first, second = new_runtime(raw, tmp_path, "p1"), new_runtime(raw, tmp_path, "p2")
+    try:
+        first.apply(assignment_reply(model, active=list(model)))
+        wait_for(lambda: consumed_to([first], LARGE_REPLAY + 2000), 60, "the first owner",
+                 lambda: first.poll(0.05))
+        first.release("Partition 0")
+        earlier = Collector(full_s=3600.0)
+        earlier.turn(time.monotonic() + WANTED_GAP_S + 1)     # answers any earlier ask
+        # the second owner's store is empty: it replays every record before it goes active
+        second.apply(assignment_reply(model, active=list(model)))
+        wait_for(lambda: "Partition 0" in second.active, 60, "activation",
+                 lambda: second.poll(0.05))
+        collector = Collector(full_s=3600.0)
+        collector.turn(time.monotonic() + WANTED_GAP_S + 1)
+        assert collector.full_collections == 1
+    finally:
+        first.close(commit=True)
+        second.close(commit=True)
+    result = oracle_check(broker, config)
+    assert result.ok, result

@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.wire.config import Config, ConfigError, parse_config
 from processor.runtime.stores import TaskStores
-from store import StoreCorruptError, TaskStore, encode_key, encode_value, task_store_path
+from store import Store, StoreCorruptError, TaskStore, encode_key, encode_value, task_store_path
 from store.paths import move_aside
 
 TASK = "Partition 0"
@@ -84,9 +84,52 @@ def test_the_defaults_reach_rocksdb(tmp_path: Path) -> None:
         stores.close()
 
 
+def write(store: Store, first: int, keys: int) -> None:
+    """`keys` keys from `first` committed through the store API, 5,000 a commit."""
+    for start in range(first, first + keys, 5000):
+        numbers = range(start, min(start + 5000, first + keys))
+        store.apply_records([encode_key(f"k{i:07d}") for i in numbers],
+                            [encode_value({"sum": i}) for i in numbers],
+                            {"events:0": numbers.stop})
+
+
+def memtables(store: Store) -> int:
+    return store._db.property_int_value("rocksdb.cur-size-all-mem-tables")
+
+
+def test_the_memtables_of_all_stores_together_are_bounded(tmp_path: Path) -> None:
+    # 200,000 keys take about 12 MiB of memtable: under one store's own bound (16 MiB),
+    # so only the processor's bound over all its stores (1 MiB) makes them flush. The
+    # stores are write-only (no memtable Bloom filter): a memtable starts at one 1 MiB
+    # arena block, and a store keeps at most two (one filling, one flushing).
+    stores = TaskStores(config(tmp_path, memtables_mb=1), "p1")
+    try:
+        first, second = stores.open(TASK, reads=False), stores.open("Partition 1", reads=False)
+        for start in range(0, 200_000, 50_000):
+            write(first, start, 50_000)
+            write(second, start, 50_000)
+        assert list(first.path.glob("*.sst")) and list(second.path.glob("*.sst"))
+        assert memtables(first) <= 2 << 20 and memtables(second) <= 2 << 20
+        assert len(first) == len(second) == 200_000
+        first.close()
+        second.close()
+    finally:
+        stores.close()
+
+    unbounded = TaskStores(config(tmp_path / "u", memtables_mb=1024), "p1")
+    try:
+        store = unbounded.open(TASK, reads=False)
+        write(store, 0, 200_000)
+        assert memtables(store) > 8 << 20 and not list(store.path.glob("*.sst"))
+        store.close()
+    finally:
+        unbounded.close()
+
+
 @pytest.mark.parametrize(("section", "key", "value"), [
     ("store", "max_open_files", 3), ("store", "block_cache_mb", 0),
-    ("store", "max_write_buffers", 1), ("store", "cache_mb", 8)])
+    ("store", "max_write_buffers", 1), ("store", "memtables_mb", 0),
+    ("store", "cache_mb", 8)])
 def test_a_bad_store_key_is_an_error_naming_it(tmp_path: Path, section: str, key: str,
                                                 value: int) -> None:
     with pytest.raises(ConfigError, match=rf"{section}\.{key}"):
