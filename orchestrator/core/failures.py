@@ -29,9 +29,15 @@ of an ownerless task becomes the least-loaded allowed processor.
 A (task, processor) pair that failed `max_attempts` times is excluded for good, so a
 poison job cannot loop forever; once every live candidate is exhausted the task stays
 failed (ownerless), and status, `pending()` and the `baton_tasks_failed` gauge say so.
-A new execution of a processor (an operator restarted it, perhaps with a fix) gets a
-clean slate. The counts and errors are persisted (key "failures"); a restarted
-coordinator re-arms each exclusion for a full backoff.
+A pair that has not failed again for `FORGET_AFTER` backoffs past its exclusion (ten
+minutes at the default backoff) is forgotten, unless its exclusion is for good: a
+poison record fails every retry within the backoffs, while failures that come now and
+then over a long run never add up to the bound. (A broker away for longer than
+`transaction.timeout.ms` is one: at its return it aborts the transactions left open and
+fences their producers, and each such task is reported failed.) A new execution of a
+processor (an operator restarted it, perhaps with a fix) gets a clean slate. The counts
+and errors are persisted (key "failures"); a restarted coordinator re-arms each
+exclusion for a full backoff.
 """
 
 from __future__ import annotations
@@ -46,7 +52,8 @@ from orchestrator.core.handoff_driver import Moves
 from orchestrator.core.liveness import Liveness
 from orchestrator.core.roles import RoleBook
 
-__all__ = ["DEFAULT_BACKOFF_S", "DEFAULT_MAX_ATTEMPTS", "Failure", "Failures", "FailureView"]
+__all__ = ["DEFAULT_BACKOFF_S", "DEFAULT_MAX_ATTEMPTS", "FORGET_AFTER", "Failure", "Failures",
+           "FailureView"]
 
 log = logging.getLogger("baton.coordinator")
 
@@ -57,6 +64,9 @@ DEFAULT_BACKOFF_S: Final = 30.0
 # Attempts per (task, processor) before that processor is excluded for the task for
 # good: a deterministic failure (a poison record) shows by the third.
 DEFAULT_MAX_ATTEMPTS: Final = 3
+# A pair's failures are forgotten this many backoffs after its exclusion ended with no
+# new one: far longer than a poison task takes to fail its retries.
+FORGET_AFTER: Final = 20
 _BEFORE_ACTIVATION: Final = (hs.Phase.PLANNED, hs.Phase.CATCHING_UP, hs.Phase.RELEASING)
 
 
@@ -91,7 +101,9 @@ class Failures:
         self.by_task: dict[str, dict[str, Failure]] = {}
 
     def observe(self, core: FailureView, now: float) -> None:
-        """Act on every fresh failed report (see the module docstring)."""
+        """Forget the pairs quiet long enough, then act on every fresh failed report (see
+        the module docstring)."""
+        self._forget_quiet(now)
         for processor in core.processors.live():
             for task, report in list(processor.reports.items()):
                 if report.role == "failed" and _involved(core, processor.id, task):
@@ -158,6 +170,15 @@ class Failures:
         pids = list(candidates)
         return bool(pids) and all(
             p in failures and failures[p].attempts >= self.max_attempts for p in pids)
+
+    def _forget_quiet(self, now: float) -> None:
+        quiet = FORGET_AFTER * self.backoff_s
+        for task, by_pid in list(self.by_task.items()):
+            for pid, f in list(by_pid.items()):
+                if f.attempts < self.max_attempts and now >= f.excluded_until + quiet:
+                    del by_pid[pid]
+            if not by_pid:
+                del self.by_task[task]
 
     def forget_processor(self, pid: str) -> None:
         """A new execution of `pid`: its past failures no longer count."""

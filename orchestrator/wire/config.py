@@ -98,7 +98,8 @@ class CoordinatorConfig(_Section):
     failure_backoff_ms: int = Field(default=30000, gt=0)
     """A processor that failed a task is excluded for it this long, doubled per attempt."""
     max_task_attempts: int = Field(default=3, ge=1)
-    """Attempts per (task, processor) before that processor never gets the task again."""
+    """Attempts per (task, processor) before that processor never gets the task again. A
+    pair that has not failed for 20 backoffs past its exclusion starts over."""
 
     @field_validator("url")
     @classmethod

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.core.failures import FORGET_AFTER
 from orchestrator.core.views import pending, status
 from tests.orchestrator.core.test_coordinator import (
     ALL,
@@ -100,7 +101,7 @@ def test_a_failed_active_task_is_re_placed_up_to_the_bound_then_stays_failed() -
     p1.failing[task] = p2.failing[task] = "process() raised ValueError: poison"
     p1.beat()          # fails while processing
     p1.beat()          # reports it failed: p1 loses it, p2 gets it at once
-    assert task not in p1.listed()
+    assert owners(h)[task] == "p2" and task not in p1.listed()
     assert owners(h)[task] == "p2"
     p2.beat()          # activates, fails
     p2.beat()          # reports it failed: both excluded for the backoff
@@ -132,3 +133,44 @@ def test_a_failed_active_task_is_re_placed_up_to_the_bound_then_stays_failed() -
     p2.beat()             # (a restarted coordinator places once every processor reported)
     fixed.beat()
     assert owners(h)[task] == "p1"
+
+
+def test_failures_that_come_now_and_then_never_add_up_to_the_bound() -> None:
+    """A broker away for longer than transaction.timeout.ms fences, at its return, the
+    producers whose transactions it aborts: their tasks fail now and then over a long
+    run. A pair quiet for FORGET_AFTER backoffs past its exclusion is forgotten, so such
+    failures never exclude a processor for good (here the bound is 2 attempts)."""
+    h = Harness(failure_backoff_s=10.0, max_task_attempts=2)
+    p1, p2 = start_balanced(h)
+    processors = {"p1": p1, "p2": p2}
+    task = next(t for t in ALL if owners(h)[t] == "p1")
+    for _ in range(3):
+        owner = processors[owners(h)[task]]
+        owner.failing[task] = "producer fenced: its transaction timed out"
+        owner.beat()          # fails while processing
+        owner.beat()          # reports it failed: placed on the other processor
+        owner.failing.clear()
+        assert [(f["processor"], f["attempts"]) for f in _failed(h, task)] == [
+            (owner.pid, 1)]
+        quiet = 10.0 * (1 + FORGET_AFTER)
+        for _ in range(int(quiet) + 2):
+            h.clock.advance(1.0)
+            p1.beat()
+            p2.beat()
+        assert _failed(h, task) == [] and "failures" not in h.stream
+        assert owners(h)[task] in processors
+
+
+def test_a_pair_excluded_for_good_is_never_forgotten() -> None:
+    h = Harness(failure_backoff_s=10.0, max_task_attempts=1)
+    p1, p2 = start_balanced(h)
+    task = next(t for t in ALL if owners(h)[t] == "p1")
+    p1.failing[task] = "process() raised ValueError: poison"
+    p1.beat()
+    p1.beat()
+    for _ in range(int(10.0 * (1 + FORGET_AFTER)) + 2):
+        h.clock.advance(1.0)
+        p1.beat()
+        p2.beat()
+    assert [(f["processor"], f["exhausted"]) for f in _failed(h, task)] == [("p1", True)]
+    assert owners(h)[task] == "p2" and task not in p1.listed()
