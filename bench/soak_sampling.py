@@ -212,7 +212,7 @@ def _role_since(mine: list[Sample], sample: Sample) -> float:
 def draw(samples: list[Sample], operations: list[tuple[float, str]], path: Path,
          title: str) -> None:
     """Five panels over time (RSS, fds, threads, librdkafka clients, store files), a line
-    per daemon, the operations marked as vertical lines."""
+    per daemon life, coloured by its name, the operations marked as vertical lines."""
     import matplotlib
 
     matplotlib.use("Agg")           # no display: a file only
@@ -224,11 +224,17 @@ def draw(samples: list[Sample], operations: list[tuple[float, str]], path: Path,
         (lambda s: s.store_files, "open store files")]
     figure, axes = plt.subplots(len(panels), 1, figsize=(11, 13), sharex=True)
     labels = list(dict.fromkeys(s.daemon for s in samples))
+    # one colour per name: a daemon restarted under it ("p3#2") continues its line's
+    # colour, and the legend names each daemon once
+    names = list(dict.fromkeys(label.split("#")[0] for label in labels))
+    colours = {n: f"C{i % 10}" for i, n in enumerate(names)}
     for axis, (value, name) in zip(axes, panels, strict=True):
         for label in labels:
             mine = [s for s in samples if s.daemon == label]
+            base = label.split("#")[0]
             axis.plot([s.t / 60 for s in mine], [value(s) for s in mine],
-                      marker=".", linewidth=1, label=label)
+                      marker=".", markersize=3, linewidth=1, color=colours[base],
+                      label=base if label == base else None)
         for at, _ in operations:
             axis.axvline(at / 60, color="grey", linewidth=0.5, alpha=0.5)
         axis.set_ylabel(name)
@@ -236,7 +242,7 @@ def draw(samples: list[Sample], operations: list[tuple[float, str]], path: Path,
     for at, operation in operations:
         axes[0].annotate(operation, (at / 60, 1), xycoords=("data", "axes fraction"),
                          rotation=90, fontsize=6, color="grey", va="top", ha="right")
-    axes[0].legend(loc="upper left", fontsize="small", ncol=4)
+    axes[0].legend(loc="lower right", fontsize="small", ncol=len(names))
     axes[0].set_title(title)
     axes[-1].set_xlabel("minutes (grey lines: the operations, named in the first panel)")
     figure.tight_layout()
