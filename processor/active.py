@@ -25,7 +25,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from confluent_kafka import KafkaError, KafkaException, Message
-from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
 from orchestrator.kafka.offsets import to_topic_partitions
 from orchestrator.kafka.retry import kafka_error
@@ -321,10 +320,16 @@ class ActiveTask:
             self.pause_ms = (self._clock.monotonic() - self.activated_at) * 1000
         return committed
 
-    @retry(retry=retry_if_exception(retriable_commit), stop=stop_after_attempt(2),
-           wait=wait_exponential(multiplier=0.1, max=2), reraise=True)
     def _commit_transaction(self) -> None:
-        self.producer.commit_transaction(TXN_TIMEOUT_S)
+        """Commit, again 100 ms after a retriable failure (not with tenacity: its wrapper
+        leaves a reference cycle behind each call, ten a second; docs/performance.md)."""
+        try:
+            self.producer.commit_transaction(TXN_TIMEOUT_S)
+        except KafkaException as exc:
+            if not retriable_commit(exc):
+                raise
+            self._clock.sleep(0.1)
+            self.producer.commit_transaction(TXN_TIMEOUT_S)
 
     def _verify_committed(self, offsets: dict[str, int]) -> None:
         """The brokers went away during or after the commit of `offsets`: do they hold it?
