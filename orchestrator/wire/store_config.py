@@ -3,9 +3,9 @@ the memory and open-file budget of a processor's task stores.
 
 A processor's store memory is about `block_cache_mb + min(memtables_mb, stores ×
 write_buffer_mb × max_write_buffers) + stores × fixed per-store overhead`; its open
-files about `stores ×
-(max_open_files + a few)`. docs/operations.md, "Capacity planning", gives the measured
-figures and the rule that sizes the systemd units' LimitNOFILE from them.
+files about `stores × (max_open_files + a few)`. docs/operations.md, "Capacity
+planning", gives the measured figures and the rule that sizes the systemd units'
+LimitNOFILE from them.
 """
 
 from __future__ import annotations
