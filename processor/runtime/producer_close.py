@@ -14,14 +14,23 @@ daemon, one more at every such stop. So the close ends the transaction itself, o
 bounded `abort_transaction` after another for `_END_WITHIN_S` (long enough for a
 restarting broker to come back), and calls `close()` only once nothing is left for it
 to wait on. A producer whose transaction cannot be ended is dropped instead: its client
-goes with the last reference to it, since destroying a client waits on no broker. That
-reference is often a cycle through the error that stopped the task, so the close then
-asks the daemon's collector for a full collection (orchestrator/wire/collector.py).
+goes with the last reference to it, since destroying a client waits on no broker.
+
+That last reference is dropped on the closing thread, never elsewhere. A dropped
+producer is often still held by a cycle through the error that stopped its task, and
+the full collection that frees such a cycle runs on the daemon's main loop
+(orchestrator/wire/collector.py); had the producer gone with the cycle, its
+`rd_kafka_destroy` would have run there, and a client whose coordinator request a
+broker restart stranded can block in it for good: a processor's loop stopped turning
+while its heartbeats went on. So the closing thread keeps the producer, asks for a full
+collection, waits until it holds the only reference left, and drops it then: a destroy
+that blocks holds one idle thread, not the daemon.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 import warnings
@@ -39,6 +48,7 @@ _ABORT_S = 2.0          # one attempt to abort the open transaction
 _END_WITHIN_S = 60.0    # how long the close keeps trying to end it
 _RETRY_S = 0.5          # between two attempts
 _FLUSH_S = 5.0          # what close() may still have to deliver once the transaction ended
+_HELD_ELSEWHERE_S = 1.0  # how often a dropped producer's thread looks for other holders
 
 # a stopped task's producer is often fenced: close() cannot abort, and says so
 warnings.filterwarnings("ignore", message="Producer abort_transaction failed during close",
@@ -58,11 +68,15 @@ def close_producer(producer: Producer, end_within_s: float = _END_WITHIN_S
 
 
 def _close_from(box: list[Producer], end_within_s: float) -> None:
-    producer = box.pop()
-    closed = _close(producer, end_within_s)
-    del producer
-    if not closed:      # this thread no longer holds it: a full collection can free it
-        want_full_collection()
+    """The closing thread: the producer stays in `box` (a local name would be one more
+    reference to count) until it is closed, or dropped here (module doc)."""
+    if _close(box[0], end_within_s):
+        return
+    want_full_collection()
+    # two: the box's and getrefcount's argument; the others go with the cycle's collection
+    while sys.getrefcount(box[0]) > 2:
+        time.sleep(_HELD_ELSEWHERE_S)
+    box.clear()         # the client is destroyed here, on this thread
 
 
 def _close(producer: Producer, end_within_s: float) -> bool:
