@@ -29,7 +29,7 @@ EXIT_CODES: dict[str, str] = {
                   "create, or a broker that would refuse every task (transaction.timeout.ms "
                   "above its limit, an ACL missing on a topic); 3 declared dead by the "
                   "coordinator (a newer execution of its id exists, or it did not release "
-                  "in time)"),
+                  "in time), or its main loop stuck past processor.loop_timeout_ms"),
     "status": (f"0 done; 1 {_LEADER}, or the coordinator has not written its token file "
                "yet; 2 bad usage or configuration"),
     "wait": ("0 balanced; 1 not balanced within --timeout (naming what is pending); "

@@ -79,7 +79,8 @@ class _LazyGroup(click.Group):
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
              epilog="Exit codes: 0 success; 1 what was asked did not happen (timeout, "
                     "oracle or audit difference, no coordinator); 2 bad usage or "
-                    "configuration; 3 a processor declared dead by its coordinator. "
+                    "configuration; 3 a processor declared dead by its coordinator, or "
+                    "stuck. "
                     "Each command's --help lists its own.")
 @click.version_option(package_name="baton", prog_name="baton")
 def main() -> None:

@@ -129,6 +129,10 @@ class ProcessorConfig(_Section):
     """A coordinator unreachable this long is logged as an error (nothing stops)."""
     commit_interval_ms: int = Field(default=100, gt=0)
     """How long an active task's Kafka transaction stays open before it commits."""
+    loop_timeout_ms: int = Field(default=120_000, ge=1000)
+    """A main loop that has not come round this long (a process() or a client call that
+    never returns) ends the processor with exit 3, so that its supervisor starts it
+    again; its tasks move to other processors meanwhile."""
     metrics_port: int | dict[str, int] = Field(default=0, examples=[{"p1": 9101, "p2": 9102}])
     """0: a free port (found through GET /sd); a fixed port; or a table per processor id
     (an id missing from it gets a free port)."""

@@ -9,6 +9,12 @@ processing and warm-ups keep replaying; only handoffs wait for it. Past
 `coordinator_grace_ms` the outage is logged as an error (once per outage); the monitor
 keeps knocking, and a coordinator that lost its state registers this execution again
 from its next heartbeat.
+
+It also watches the main loop, which says when it comes round (`loop_came_round`). A
+loop stuck in a call that never returns (a job's process(), a client's destroy) would
+hold its tasks for good while the heartbeats said all was well; past `loop_timeout_s`
+the monitor stops the processor instead (exit 3, which a supervisor restarts), and the
+coordinator places its tasks elsewhere.
 """
 
 from __future__ import annotations
@@ -56,7 +62,8 @@ class HeartbeatMonitor(threading.Thread):
                  metrics_url: str | None = None,
                  on_heartbeat: Callable[[HeartbeatOutcome], None] | None = None,
                  clock: Clock | None = None, tls: TlsSettings | None = None,
-                 disk_full: Callable[[], bool] = lambda: False) -> None:
+                 disk_full: Callable[[], bool] = lambda: False,
+                 loop_timeout_s: float = float("inf")) -> None:
         super().__init__(name="baton-heartbeat", daemon=True)
         self.clock = clock or SystemClock()
         self.url = url if isinstance(url, str) else " or ".join(url)
@@ -67,6 +74,8 @@ class HeartbeatMonitor(threading.Thread):
         self.grace_s = grace_s
         self.snapshot = snapshot
         self.disk_full = disk_full
+        self.loop_timeout_s = loop_timeout_s
+        self._loop_at = self.clock.monotonic()
         self.metrics_url = metrics_url
         self.on_heartbeat = on_heartbeat or (lambda outcome: None)
         self.dead = threading.Event()
@@ -106,6 +115,22 @@ class HeartbeatMonitor(threading.Thread):
             self._turned_fast_at = now
             self._poked.set()
         self._fast = imminent
+
+    def loop_came_round(self) -> None:
+        """The main loop finished a round (the monitor's watch, module doc)."""
+        self._loop_at = self.clock.monotonic()
+
+    def loop_ended(self) -> None:
+        """The main loop is done: a graceful stop may take as long as it needs."""
+        self._loop_at = float("inf")
+
+    def _loop_stuck(self) -> bool:
+        stuck_s = self.clock.monotonic() - self._loop_at
+        if stuck_s <= self.loop_timeout_s:
+            return False
+        self._die(f"its main loop has not come round for {stuck_s:.0f}s "
+                  f"(processor.loop_timeout_ms): a call in it never returned")
+        return True
 
     def take_reply(self) -> HeartbeatReply | None:
         """The newest reply not yet taken (older ones are superseded: level-triggered)."""
@@ -157,6 +182,8 @@ class HeartbeatMonitor(threading.Thread):
         failures = _Failures(self.clock)
         path = _REGISTER
         while not self.stopping.is_set():
+            if self._loop_stuck():
+                return
             started = self.clock.monotonic()
             request: HeartbeatRequest | None = None
             try:

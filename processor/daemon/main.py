@@ -1,13 +1,13 @@
 """`baton processor`: the processor daemon.
 
 One main loop owns the task runtime; the heartbeat monitor thread exchanges snapshots
-with it; signal handlers only set flags. SIGTERM is graceful (release every active
-task with a commit, say goodbye, exit 0); a coordinator that declares this execution
-dead, or stays unreachable past the grace, stops every task without committing
-(exit 3). With `processor.on_error = "dlq"` a dead-letter topic that is missing and
-cannot be created stops the start before anything is processed (exit 2 when the broker
-refused, 1 when it did not answer); so does a broker that would refuse every task (a
-transaction timeout above its limit, an ACL missing on a topic: exit 2,
+with it; signal handlers only set flags. SIGTERM is graceful (release every active task
+with a commit, say goodbye, exit 0); a coordinator that declares this execution dead, or
+a main loop that has not come round for `processor.loop_timeout_ms`, stops every task
+without committing (exit 3). With `processor.on_error = "dlq"` a dead-letter topic that
+is missing and cannot be created stops the start before anything is processed (exit 2
+when the broker refused, 1 when it did not answer); so does a broker that would refuse
+every task (a transaction timeout above its limit, an ACL missing on a topic: exit 2,
 processor/runtime/preflight.py).
 """
 
@@ -112,7 +112,8 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
         tls=TlsSettings(config.file(config.coordinator.tls_ca_file),
                         config.file(config.processor.tls_cert_file),
                         config.file(config.processor.tls_key_file)),
-        disk_full=StateDisk(config.state_dir, config.processor.min_free_disk_mb << 20).full)
+        disk_full=StateDisk(config.state_dir, config.processor.min_free_disk_mb << 20).full,
+        loop_timeout_s=config.processor.loop_timeout_ms / 1000)
     log.info("processor %s (execution %s) starting; coordinator %s", processor_id, execution_id,
              config.coordinator.url)
     log.info("kafka settings (secrets redacted): %s", config.shown_kafka_settings())
@@ -144,9 +145,11 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
         runtime.poll(min(poll_s, ROUND_S))
         publish()
         collector.turn()
+        monitor.loop_came_round()
         if draining and not runtime.active:
             log.info("drained: no active task left")
             break
+    monitor.loop_ended()
     try:
         return _shut_down(runtime, monitor, processor_id, snapshot, lock)
     finally:

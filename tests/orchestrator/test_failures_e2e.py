@@ -6,7 +6,10 @@
 - a poison record under `on_error = "fail"`: the task is retried on each processor up
   to `max_task_attempts`, then stays failed with the error in status, while the other
   tasks keep running; the scraped `baton_tasks_failed` series fires `BatonTaskFailed`
-  in `promtool test rules`.
+  in `promtool test rules`;
+- a processor whose process() never returns: its main loop no longer comes round, so
+  it exits 3 at `loop_timeout_ms` instead of holding its tasks while its heartbeats say
+  all is well, and its tasks go on elsewhere with nothing lost or duplicated.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import pytest
 from orchestrator.core.assignment import AssignmentConfig, ProcessorSnapshot, TaskInfo, assign
 from store.paths import task_store_path
 from tests.feeder import Feeder
-from tests.orchestrator.test_e2e import ROOT, finish
+from tests.oracle_report import oracle_check
+from tests.orchestrator.test_e2e import ROOT, finish, start_two
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -138,3 +142,33 @@ def test_a_poison_task_is_retried_to_the_bound_then_stays_failed(job, broker, tm
     run = subprocess.run([require_binary("promtool"), "test", "rules", str(rules_test)],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_a_processor_whose_loop_hangs_exits_and_its_tasks_go_on_elsewhere(job, broker
+                                                                          ) -> None:
+    from confluent_kafka import Producer
+
+    j = job(job={"class": "tests.processor.api_jobs:HangsInP1"},
+            processor={"loop_timeout_ms": 3000})
+    feeder = start_two(j, broker)
+    wait_for(lambda: feeder.sent > 1000, 30, "some traffic")
+    producer = Producer(j.config.kafka_settings())
+    held = j.holding()["p1"][0]
+    where = next(t["partitions"][0] for t in j.status()["tasks"] if t["name"] == held)
+    topic, partition = where.rsplit(":", 1)
+    producer.produce(topic, key=b"stuck", value=b"5", partition=int(partition))
+    assert producer.flush(30) == 0
+    p1 = j.processors["p1"]
+    assert p1.wait(60) == 3, "the stuck processor exits 3 (its supervisor restarts it)"
+    assert "main loop has not come round" in p1.log()
+    assert "processor.loop_timeout_ms" in p1.log()
+    del j.processors["p1"]
+    wait_for(lambda: sorted(sum(j.holding().values(), [])) == sorted(
+        t["name"] for t in j.status()["tasks"]), 60, "every task held by p2")
+    assert list(j.holding()) == ["p2"]
+    sent = feeder.stop() + 1
+    wait_for(lambda: j.all_consumed(sent), 120, f"all {sent} records consumed")
+    result = oracle_check(broker, j.config)
+    assert result.ok, result
+    assert result.records_in == sent
+    j.check_running()

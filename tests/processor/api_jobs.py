@@ -3,12 +3,14 @@ load `tests.processor.api_jobs:...`)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 from processor import Context, Emitted, Job, Output, Record, State
+from processor.examples import RunningSum
 
-__all__ = ["HookedSum", "JsonTotals"]
+__all__ = ["HangsInP1", "HookedSum", "JsonTotals"]
 
 
 class HookedSum(Job):
@@ -47,3 +49,16 @@ class JsonTotals(Job):
         yield record.key, {"total": total}
         if total > self.params["limit"]:
             yield Output(record.key, {"over": total}, topic=self.params["alerts"])
+
+
+class HangsInP1(RunningSum):
+    """The running sum, whose process() never returns in processor p1 on the key
+    "stuck" (a call that hangs on one host); other processors sum it like any key."""
+
+    def setup(self, context: Context) -> None:
+        self.hangs = context.processor == "p1"
+
+    def process(self, record: Record, state: State) -> Iterator[Emitted]:
+        if self.hangs and record.key == b"stuck":
+            threading.Event().wait()        # set by no one
+        return super().process(record, state)

@@ -166,3 +166,26 @@ def test_an_unanswered_heartbeat_is_retried_at_the_regular_interval_and_logged_o
     assert min(b - a for a, b in zip(sent, sent[1:], strict=False)) >= 0.15
     failed = [r for r in caplog.records if "failed" in r.getMessage()]
     assert len(failed) == 1, [r.getMessage() for r in failed]
+
+
+def test_a_main_loop_that_no_longer_comes_round_stops_the_processor(tmp_path: Path) -> None:
+    """Heartbeats alone would say all is well while a loop stuck in a call held its
+    tasks for good: past loop_timeout_s the monitor stops the processor."""
+    clock = FakeClock()
+    hb = HeartbeatMonitor("http://127.0.0.1:9", tmp_path / "token", "p1", "e1",
+                          interval_s=1.0, grace_s=10.0, snapshot=lambda: [], clock=clock,
+                          loop_timeout_s=5.0)
+    hb.stopping.set()           # the main loop's answer to dead: no hard exit in a test
+    clock.advance(4.0)
+    hb.loop_came_round()
+    clock.advance(5.0)
+    assert not hb._loop_stuck() and not hb.dead.is_set()
+    clock.advance(0.5)
+    assert hb._loop_stuck() and hb.dead.is_set()
+    assert "main loop has not come round for 6s" in hb.dead_reason
+    ended = HeartbeatMonitor("http://127.0.0.1:9", tmp_path / "token", "p1", "e1",
+                             interval_s=1.0, grace_s=10.0, snapshot=lambda: [], clock=clock,
+                             loop_timeout_s=5.0)
+    ended.loop_ended()          # a graceful stop takes as long as it needs
+    clock.advance(3600.0)
+    assert not ended._loop_stuck()
