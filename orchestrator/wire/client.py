@@ -159,6 +159,10 @@ class CoordinatorClient:
         verify = client_context(tls) if wants_tls else plain_http_context()
         self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport,
                                   headers=headers, verify=verify)
+        # a fixed policy is built once: each `Retrying` forms a reference cycle with its
+        # own state, which a call a second (the heartbeat) would leave to the garbage
+        # collector's full pass (orchestrator/wire/collector.py) every time
+        self._retrying = None if retry is None else self._retrying_for(retry)
 
     @classmethod
     def for_config(cls, config: Config, token: str | Callable[[], str],
@@ -205,11 +209,9 @@ class CoordinatorClient:
         else:                           # a policy of its own: bounded by it alone
             deadline = Deadline(self._clock)
         started = self._clock.monotonic()
-        policy = self._retry if self._retry is not None else retry_until(deadline)
+        retrying = self._retrying or self._retrying_for(retry_until(deadline))
         try:
-            for attempt in Retrying(retry=retry_if_exception(_retriable), reraise=True,
-                                    sleep=self._clock.sleep,
-                                    before_sleep=self._waiting, **policy):
+            for attempt in retrying:
                 with attempt:
                     response = self._send(method, path, body, params, deadline)
         except _Transient as exc:
@@ -218,6 +220,10 @@ class CoordinatorClient:
         if attempt.retry_state.attempt_number > 1:
             self._notify(f"coordinator at {self.url} answered {path} as the leader", False)
         return _checked(response, self.url, method, path)
+
+    def _retrying_for(self, policy: dict[str, Any]) -> Retrying:
+        return Retrying(retry=retry_if_exception(_retriable), reraise=True,
+                        sleep=self._clock.sleep, before_sleep=self._waiting, **policy)
 
     def _waiting(self, state: RetryCallState) -> None:
         """tenacity's `before_sleep`: say what the call waits for."""
@@ -246,6 +252,7 @@ class CoordinatorClient:
                 response = self._http.request(method, f"{url}{path}", json=body,
                                               params=params, headers=self._auth(),
                                               timeout=timeout)
+                _unbind(response)
             except httpx.TransportError as exc:
                 if is_verification_error(exc):
                     raise CoordinatorUnreachable(verification_hint(url, exc)) from exc
@@ -303,6 +310,15 @@ class CoordinatorClient:
         body = self.request("GET", "/containerHeartbeat",
                             params={"executionContainerId": execution_id})
         return bool(body.get("alive"))
+
+
+def _unbind(response: httpx.Response) -> None:
+    """httpx binds a response's stream to the response, to time it when it closes: a
+    reference cycle holding the request and the body, which the heartbeat (once a
+    second, 40 a second around a handoff) would leave to the garbage collector's full
+    pass (orchestrator/wire/collector.py). The body is read and the stream closed by
+    the time the call returns; only the cycle is left to break."""
+    response.stream = httpx.ByteStream(b"")
 
 
 def _leader_hint(response: httpx.Response) -> str:

@@ -4,6 +4,7 @@ on a fake clock, so every retry, sleep and deadline is checked without waiting."
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -174,3 +175,23 @@ def test_a_5xx_that_is_not_json_is_retried_and_reported() -> None:
     with pytest.raises(CoordinatorUnreachable, match=f"coordinator at {A} answered /status "
                                                      f"with HTTP 502: bad gateway"):
         cluster.client(Deadline.after(clock, 5)).status()
+
+
+def test_calls_under_a_policy_of_its_own_leave_no_reference_cycles() -> None:
+    """The heartbeat calls once a second: each call made reference cycles (a `Retrying`
+    built per call; httpx's response bound to its stream, holding the request and the
+    body), left to the garbage collector's rare full pass (orchestrator/wire/collector.py)."""
+    clock = FakeClock()
+    client = Cluster(clock, leads, refused).client(retry={"stop": stop_after_attempt(1)})
+    client.status()
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(20):
+            client.status()
+        gc.collect()
+        cycles = len(gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert cycles == 0, f"{cycles} objects in cycles after 20 calls"
