@@ -148,7 +148,7 @@ class CoordinatorClient:
                  clock: Clock | None = None) -> None:
         self.urls = [u.rstrip("/") for u in ([url] if isinstance(url, str) else url)]
         self.url = self.urls[0]
-        self._retry, self._deadline, self._timeout = retry, deadline, timeout
+        self._deadline, self._timeout = deadline, timeout
         self._notify = notify or (lambda message, waiting: None)
         self._clock = clock or SystemClock()
         self._token = token
@@ -204,12 +204,13 @@ class CoordinatorClient:
         """
         if self._deadline is not None:
             deadline = self._deadline
-        elif self._retry is None:
+        elif self._retrying is None:
             deadline = Deadline.after(self._clock, CLI_LIMIT_S)
         else:                           # a policy of its own: bounded by it alone
             deadline = Deadline(self._clock)
         started = self._clock.monotonic()
-        retrying = self._retrying or self._retrying_for(retry_until(deadline))
+        retrying = (self._retrying if self._retrying is not None
+                    else self._retrying_for(retry_until(deadline)))
         try:
             for attempt in retrying:
                 with attempt:
