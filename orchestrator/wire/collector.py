@@ -23,24 +23,25 @@ the last reference to it, and the error that stopped its task may hold it in a c
 minutes: `want_full_collection()` asks for a full collection at the next turn, at most
 one every `WANTED_GAP_S`.
 
-After each full collection the C heap gives its free pages back to the system
-(glibc's `malloc_trim`). glibc keeps what its threads' arenas freed: a processor's
-librdkafka and RocksDB threads allocate and free in bursts (a handoff's replay, a
-broker restart's new clients), and without the trim its RSS kept each burst's peak
-(a processor an hour into a soak went from 161.5 to 122.9 MB at one trim).
+Every `TRIM_S`, and after each full collection, the C heap gives its free pages back
+to the system (orchestrator/wire/c_heap.py). glibc keeps what its threads' arenas
+freed: a processor's librdkafka and RocksDB threads allocate and free in bursts (a
+handoff's replay, a broker restart's new clients), and without the trim its RSS kept
+each burst's peak (a processor an hour into a soak went from 161.5 to 122.9 MB at one
+trim; with a trim only every full collection, a broker restart's burst stayed up to ten
+minutes).
 """
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import logging
 import threading
-from collections.abc import Callable
 
+from orchestrator.wire import c_heap
 from orchestrator.wire.clock import Clock, SystemClock
 
-__all__ = ["WANTED_GAP_S", "Collector", "want_full_collection"]
+__all__ = ["TRIM_S", "WANTED_GAP_S", "Collector", "want_full_collection"]
 
 log = logging.getLogger("baton.gc")
 
@@ -51,21 +52,12 @@ FREEZE_S = 1.0
 FULL_S = 600.0
 # a full collection asked for comes no sooner than this after the previous one
 WANTED_GAP_S = 30.0
+# the C heap's free pages go back to the system this often, full collection or not:
+# a burst's peak is kept a minute at most
+TRIM_S = 60.0
 
 # set by any thread; the daemon's collector answers it at its next turn
 _wanted = threading.Event()
-
-
-def _heap_trimmer() -> Callable[[int], int] | None:
-    """glibc's `malloc_trim`, or None where the C library has none (musl, macOS)."""
-    try:
-        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
-    except (AttributeError, OSError):
-        return None
-    return trim
-
-
-_trim_heap = _heap_trimmer()
 
 
 def want_full_collection() -> None:
@@ -88,7 +80,7 @@ class Collector:
         self.freeze_s, self.full_s = freeze_s, full_s
         self._clock = clock or SystemClock()
         now = self._clock.monotonic()
-        self._frozen_at, self._full_at = now, now
+        self._frozen_at, self._full_at, self._trimmed_at = now, now, now
         self.full_collections = 0
         gc.freeze()
 
@@ -103,8 +95,7 @@ class Collector:
             freed = gc.collect()
             gc.freeze()
             collected = self._clock.monotonic()
-            if _trim_heap is not None:
-                _trim_heap(0)
+            self._trim(now)
             self.full_collections += 1
             log.debug("full collection: %d object(s) freed in %.0f ms, heap trimmed in %.0f ms",
                       freed, 1000 * (collected - started),
@@ -113,6 +104,12 @@ class Collector:
         if now - self._frozen_at >= self.freeze_s:
             self._frozen_at = now
             gc.freeze()
+        if now - self._trimmed_at >= TRIM_S:
+            self._trim(now)
+
+    def _trim(self, now: float) -> None:
+        self._trimmed_at = now
+        c_heap.trim()
 
     def close(self) -> None:
         """Back to CPython's own collection (tests run daemons in-process)."""

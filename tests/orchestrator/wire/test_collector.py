@@ -8,7 +8,7 @@ import re
 import weakref
 from pathlib import Path
 
-from orchestrator.wire.collector import WANTED_GAP_S, Collector, want_full_collection
+from orchestrator.wire.collector import TRIM_S, WANTED_GAP_S, Collector, want_full_collection
 
 
 class _Cycle:
@@ -75,6 +75,26 @@ def test_a_full_collection_gives_the_freed_heap_back() -> None:
         assert _rss_mb() > before - 50, "glibc keeps what was freed below a live block"
         collector.turn(now=collector._full_at + 600.0)
         assert _rss_mb() < before - 100
+        assert live
+    finally:
+        collector.close()
+
+
+def test_the_heap_is_trimmed_every_minute_between_full_collections() -> None:
+    """A burst's freed C memory (a broker restart's new clients) goes back within
+    TRIM_S, not at the next full collection ten minutes on."""
+    collector = Collector(full_s=600.0)
+    try:
+        start = collector._trimmed_at
+        blocks = [bytes(1024) + b"%d" % i for i in range(200_000)]
+        live = bytes(1024) + b"live"
+        before = _rss_mb()
+        del blocks
+        collector.turn(now=start + TRIM_S / 2)
+        assert _rss_mb() > before - 50                      # not yet
+        collector.turn(now=start + TRIM_S)
+        assert _rss_mb() < before - 100
+        assert collector.full_collections == 0
         assert live
     finally:
         collector.close()
