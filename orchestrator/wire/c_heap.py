@@ -3,7 +3,7 @@ go back to the system.
 
 A processor's C memory is librdkafka's and RocksDB's. Both allocate from many threads
 (a client's broker threads, a store's flush and compaction threads), and glibc gives
-threads that meet on a lock arenas of their own, up to eight per core. Each arena keeps
+each new thread an arena of its own, up to eight per core. Each arena keeps
 what was freed in it, scattered between live blocks, until a trim hands whole free pages
 back (`malloc_trim`, which walks every arena). Over an hour of handoffs and broker
 restarts, a processor's RSS rose 1-2 MB every ten minutes in those arenas while Python's
