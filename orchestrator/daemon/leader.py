@@ -164,8 +164,9 @@ class Leadership:
             paced(self._offsets, _OFFSETS_S, _REFRESH_SPACING, self.service.growth.refresh_offsets)
         _guard(self.monitor.poll_if_due)
         _guard(lambda: self.service.growth.settle_barriers(self.stream.write_markers))
-        if self.service.guard.fenced is not None:
-            raise self.service.guard.fenced
+        fenced = self.service.guard.fenced
+        if fenced is not None:
+            raise FencedError(*fenced.args)     # a new one each time (daemon/stream_writer.py)
 
     def wait(self, seconds: float) -> None:
         """Sleep until the next turn, waking early when a heartbeat wants a decision or

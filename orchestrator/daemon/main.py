@@ -113,6 +113,11 @@ class _Server(uvicorn.Server):
         await super().serve(sockets=sockets)
 
 
+def _unconfirmed() -> bool:
+    """A standby's gate: no leadership to confirm."""
+    return False
+
+
 def _http_config(app: Any, tls: ssl.SSLContext | None) -> uvicorn.Config:
     """uvicorn's settings; with TLS our context (mutual TLS: the peer-name protocol)."""
     # httptools (C) rather than h11 (pure Python): the parser was a third of a
@@ -320,6 +325,7 @@ class CoordinatorDaemon:
         standby turns."""
         self.gate.app = None
         self.gate.leader_url = None
+        self.gate.confirmed = _unconfirmed     # lets go of the deposed leadership's guard
         self.metrics.set_leader(False)
         lead, self.lead = self.lead, None
         self._last_life = self.clock.monotonic()

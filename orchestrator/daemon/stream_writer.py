@@ -1,5 +1,11 @@
 """The service's writes to the coordinator stream: one transaction at a time, and a
-fencing remembered (a fenced producer never writes again)."""
+fencing remembered (a fenced producer never writes again).
+
+The fencing is remembered by its message alone, and each later write raises a new
+error: the first one's traceback holds the frames that wrote, and with them the
+fenced producer, whose client (threads, sockets) would live as long as the leadership's
+parts that still refer to this writer.
+"""
 
 from __future__ import annotations
 
@@ -40,10 +46,11 @@ class StreamWriter:
         try:
             with self.lock:
                 if self.fenced is not None:     # the producer is dead: never write again
-                    raise self.fenced
+                    raise FencedError(*self.fenced.args)
                 yield
         except FencedError as exc:
-            self.fenced = exc
+            if self.fenced is None:
+                self.fenced = FencedError(*exc.args)    # no traceback: see the module doc
             self._wake.set()
             raise
         self.last_write = self._clock.monotonic()

@@ -3,7 +3,11 @@ daemon in-process against the shared broker, deposed by a second writer of its s
 
 from __future__ import annotations
 
+import gc
+import logging
 import threading
+import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -80,3 +84,32 @@ def test_a_stopping_leader_refuses_requests_before_it_closes_its_stream(
     monkeypatch.setattr(lead, "close", lambda: (seen.append(leading.gate.stopping), close()))
     leading.close()
     assert seen == [True]
+
+
+def test_a_deposed_leaderships_stream_producer_goes_with_it(
+        leading: CoordinatorDaemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fenced producer's client (its threads and sockets) goes when the leadership
+    is abandoned, by reference counting alone: the daemon's collector frees cycles only
+    every ten minutes (orchestrator/wire/collector.py), and a coordinator deposed at each
+    broker restart kept one more client each time."""
+    lead = leading.lead
+    assert lead is not None
+    producer = weakref.ref(lead.stream._producer)
+    del lead
+    _depose(leading)
+    # pytest's log capture keeps each record, and the "deposed" one holds the error
+    monkeypatch.setattr(logging.getLogger("baton.coordinator"), "propagate", False)
+    gc.disable()
+    try:
+        deadline = time.monotonic() + 30
+        while leading.lead is not None and time.monotonic() < deadline:
+            leading._leader_turn(leading.lead)      # writes, is fenced, stands by
+        assert leading.lead is None, "deposed within 30 s"
+        assert producer() is None, _holders(producer())
+    finally:
+        gc.enable()
+
+
+def _holders(obj: object) -> str:
+    """What still holds `obj`, for the failure message."""
+    return "; ".join(f"{type(r).__name__}: {r!r:.200}" for r in gc.get_referrers(obj))
