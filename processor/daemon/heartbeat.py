@@ -86,7 +86,8 @@ class HeartbeatMonitor(threading.Thread):
         self._fast = False
         self._turned_fast_at = -float("inf")
         self.generation: int | None = None  # set by the owner: the job model it holds
-        self._reply: HeartbeatReply | None = None
+        # the newest reply, and the tasks its heartbeat reported failed
+        self._reply: tuple[HeartbeatReply, frozenset[str]] | None = None
         # a reply the main loop has not yet acted on and published (see _wait_ms)
         self._unsettled = False
         # the next heartbeat waits for settle() (see _next_wait)
@@ -132,15 +133,17 @@ class HeartbeatMonitor(threading.Thread):
                   f"(processor.loop_timeout_ms): a call in it never returned")
         return True
 
-    def take_reply(self) -> HeartbeatReply | None:
-        """The newest reply not yet taken (older ones are superseded: level-triggered)."""
+    def take_reply(self) -> tuple[HeartbeatReply, frozenset[str]] | None:
+        """The newest reply not yet taken (older ones are superseded: level-triggered),
+        with the tasks its heartbeat reported failed: the coordinator saw those."""
         with self._lock:
             reply, self._reply = self._reply, None
             return reply
 
-    def _keep(self, reply: HeartbeatReply) -> None:
+    def _keep(self, reply: HeartbeatReply, request: HeartbeatRequest) -> None:
+        failed = frozenset(t.task for t in request.tasks if t.role == "failed")
         with self._lock:
-            self._reply = reply
+            self._reply = (reply, failed)
             self._unsettled = True
 
     def settle(self) -> None:
@@ -224,7 +227,7 @@ class HeartbeatMonitor(threading.Thread):
                 grace.arm(self.grace_s)
                 path = _HEARTBEAT
                 self.registered.set()
-                self._keep(reply)
+                self._keep(reply, request)
             # an Event wait, not clock.sleep: poke() and settle() must cut it short
             self._poked.wait(self._next_wait(request, started))
             with self._lock:

@@ -134,9 +134,10 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
             last_roles = roles
 
     while not stop.is_set() and not monitor.dead.is_set():
-        reply = monitor.take_reply()
-        if reply is not None:
-            runtime.apply(reply)
+        taken = monitor.take_reply()
+        if taken is not None:
+            reply, seen_failures = taken
+            runtime.apply(reply, seen_failures)
             monitor.generation = runtime.generation
             draining = reply.stop
             publish()

@@ -4,7 +4,12 @@ Every heartbeat reply lists the tasks this processor should hold, by role; it is
 level-triggered (a reply supersedes the previous one, and the same reply twice changes
 nothing). `reconcile` turns it into changes, in an order that matters:
 
-1. forget the failures the coordinator no longer lists (it has taken note and moved on);
+1. forget the failures the coordinator no longer lists (it has taken note and moved on),
+   once it has seen them: a reply answers a heartbeat sent before a failure that came
+   since, and a task that failed while its release was on its way (a fence, its
+   transaction timed out by the broker) is listed by neither. Forgotten then, the
+   failure was never reported, and the coordinator waited for a release that could not
+   come until it declared the whole processor dead;
 2. release active tasks no longer listed active (their new owner waits for final T1);
 3. drop replicas no longer listed or whose partitions changed, and switch the role of
    the others (warmup <-> standby); a replica replaying for an activation stays;
@@ -21,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Collection, Mapping, MutableMapping
 from typing import Protocol
 
 from confluent_kafka import KafkaException
@@ -64,11 +69,18 @@ def replica_roles(wanted: RoleListing) -> dict[str, ReplicaRole]:
     return roles
 
 
-def reconcile(runtime: Reconcilable, wanted: RoleListing) -> None:
-    """Apply the coordinator's listing `wanted` to `runtime` (see the module docstring)."""
+def reconcile(runtime: Reconcilable, wanted: RoleListing,
+              seen_failures: Collection[str] | None = None) -> None:
+    """Apply the coordinator's listing `wanted` to `runtime` (see the module docstring).
+
+    Args:
+        seen_failures: the tasks reported failed in the heartbeat `wanted` answers
+            (None: every failure was).
+    """
     roles = replica_roles(wanted)
     listed = set(wanted.active) | set(roles)
-    for task in [t for t in runtime.failed if t not in listed]:
+    for task in [t for t in runtime.failed if t not in listed
+                 and (seen_failures is None or t in seen_failures)]:
         del runtime.failed[task]
     for task in [t for t in runtime.active if t not in wanted.active]:
         runtime.guard(task, runtime.release)

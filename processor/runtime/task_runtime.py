@@ -17,7 +17,7 @@ loop (`poll()`); its collaborators each own one concept: `Consumers` (who reads 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from confluent_kafka import Consumer, KafkaException
 
@@ -134,12 +134,11 @@ class TaskRuntime:
 
     # ---- the coordinator's API -------------------------------------------------------
 
-    def apply(self, reply: HeartbeatReply) -> None:
-        """Converge on the coordinator's view of this processor (level-triggered).
-
+    def apply(self, reply: HeartbeatReply, seen_failures: Collection[str] | None = None) -> None:
+        """Converge on the coordinator's view of this processor (level-triggered);
+        `seen_failures`: the failed tasks the heartbeat it answers reported (reconcile).
         A task whose change fails (store locked, broker error) is reported `failed`
-        with the reason; the other tasks carry on.
-        """
+        with the reason; the other tasks carry on."""
         if not reply.same_model:
             self.tasks.model = {t: list(ps) for t, ps in reply.tasks.items()}
             self.barrier_book.update(reply.barriers, topic_counts(self.tasks.model))
@@ -150,7 +149,7 @@ class TaskRuntime:
             self.released.pop(child, None)
         self.children.update(reply.embedded, pending, self.active, self.tasks.model,
                              self.child_releases.left, self.released)
-        reconcile(self, reply.assignment)
+        reconcile(self, reply.assignment, seen_failures)
         self.moving = set(reply.moving)
 
     def activating(self, task: str) -> bool:

@@ -42,16 +42,28 @@ def test_no_long_poll_until_the_main_loop_has_acted_on_the_reply(tmp_path: Path)
     the release is published would hold its report back until the poll's bound."""
     hb = monitor(tmp_path, [report("active")])
     hb.fast = True
-    hb._keep(HeartbeatReply(alive=True))
+    hb._keep(HeartbeatReply(alive=True), hb._request())
     assert hb._request(path="/processors/heartbeat").wait_ms is None     # not yet taken
     assert hb.take_reply() is not None
     assert hb._request(path="/processors/heartbeat").wait_ms is None     # taken, not done
-    hb._keep(HeartbeatReply(alive=True))            # a newer one came meanwhile
+    hb._keep(HeartbeatReply(alive=True), hb._request())            # a newer one came meanwhile
     hb.settle()
     assert hb._request(path="/processors/heartbeat").wait_ms is None
     hb.take_reply()
     hb.settle()
     assert hb._request(path="/processors/heartbeat").wait_ms == 1000
+
+
+def test_a_reply_comes_with_the_failures_its_heartbeat_reported(tmp_path: Path) -> None:
+    """Those the coordinator has seen, which the main loop may forget once it no longer
+    lists them (processor/runtime/reconciliation.py); a later failure it may not."""
+    reports = [report("active")]
+    hb = monitor(tmp_path, reports)
+    hb._keep(HeartbeatReply(alive=True), hb._request())
+    assert hb.take_reply() == (HeartbeatReply(alive=True), frozenset())
+    reports[0] = TaskReport(task="Partition 0", role="failed", error="fenced")
+    hb._keep(HeartbeatReply(alive=True), hb._request())
+    assert hb.take_reply() == (HeartbeatReply(alive=True), frozenset({"Partition 0"}))
 
 
 def test_a_handoff_coming_close_is_reported_at_once_not_at_the_next_beat(tmp_path: Path
@@ -121,7 +133,7 @@ def test_a_long_poll_answered_with_news_is_followed_by_the_report_of_what_was_do
     assert request.wait_ms == 1000
     started = clock.monotonic()
     clock.advance(0.2)                          # the poll waited: its answer is news
-    hb._keep(HeartbeatReply(alive=True))
+    hb._keep(HeartbeatReply(alive=True), hb._request())
     assert hb._next_wait(request, started) == 1.0       # held for the main loop...
     assert not hb._poked.is_set()
     assert hb.take_reply() is not None
@@ -129,7 +141,7 @@ def test_a_long_poll_answered_with_news_is_followed_by_the_report_of_what_was_do
     assert hb._poked.is_set()                           # ...and sent once it has acted
     hb._poked.clear()
     hb._awaiting_settle = False                 # what run() does after the wait
-    hb._keep(HeartbeatReply(alive=True))        # acted on before the poll returned:
+    hb._keep(HeartbeatReply(alive=True), hb._request())        # acted on before the poll returned:
     hb.take_reply()
     hb.settle()
     assert not hb._poked.is_set()               # no extra beat for it

@@ -118,3 +118,15 @@ def test_tasks_outside_the_model_are_not_started_and_active_ones_grow() -> None:
     runtime.active["t1"] = object()
     reconcile(runtime, RoleListing(active=["t1", "t9"], warmup=["t8"]))
     assert runtime.log == [("grow", "t1")]
+
+
+def test_a_failure_is_forgotten_only_once_the_coordinator_has_seen_it() -> None:
+    """A task fenced while its release was on its way is listed by neither the reply
+    nor, yet, the heartbeat that reply answers: forgotten then, its failure would never
+    be reported, and the coordinator would wait for a release that cannot come."""
+    runtime = FakeRuntime(dict(MODEL))
+    runtime.failed["t0"] = "fenced"
+    reconcile(runtime, RoleListing(), seen_failures=frozenset())
+    assert runtime.failed == {"t0": "fenced"}          # not reported yet: kept
+    reconcile(runtime, RoleListing(), seen_failures=frozenset({"t0"}))
+    assert runtime.failed == {}
