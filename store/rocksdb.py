@@ -35,7 +35,7 @@ from store._overlay import ABSENT, DELETED, LIVE, freeze
 from store.codec import BYTES_TAG, STR_TAG, Key, decode_key, decode_value, encode_key, encode_value
 from store.errors import open_error
 from store.ingest import StoreIngest
-from store.options import StoreMemory, db_options, write_options
+from store.options import OPEN_OPTIONS, StoreMemory, db_options, write_options
 from store.paths import prepare_db_dir
 
 if TYPE_CHECKING:
@@ -78,6 +78,11 @@ class TaskStore(StoreIngest, MutableMapping[Key, Any]):
         try:
             self._db = rocksdict.Rdict(str(self._path), db_options(create, reads, memory))
         except Exception as exc:
+            raise open_error(self._path, exc) from exc
+        try:
+            self._db.set_options(OPEN_OPTIONS)
+        except Exception as exc:
+            self._db.close()
             raise open_error(self._path, exc) from exc
         self._reads = reads
         self._write_opts = write_options(sync, wal)
