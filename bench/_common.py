@@ -13,6 +13,7 @@ import json
 import os
 import re
 import resource
+import signal
 import sys
 import tempfile
 import threading
@@ -41,7 +42,8 @@ __all__ = [
     "broker_option",
     "caught_up_records",
     "cpu_seconds", "last_done", "log", "machine_cpu_seconds", "own_cpu_seconds",
-    "percentile", "preload", "report", "start_broker", "thread_cpu_seconds",
+    "percentile", "preload", "report", "start_broker", "stop_on_sigterm",
+    "thread_cpu_seconds",
     "wait_broker_quiet", "wait_until",
 ]
 
@@ -309,6 +311,17 @@ def percentile(values: list[float], q: float) -> float:
         return 0.0
     ranked = sorted(values)
     return ranked[min(len(ranked) - 1, max(0, int(-(-q * len(ranked) // 100)) - 1))]
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM (`timeout`, a CI runner's cancel, `kill`) end the bench as Ctrl-C
+    does: its `finally` blocks then stop the daemons and the broker it started, which
+    Python's default SIGTERM, an exit on the spot, leaves running."""
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def log(text: str) -> None:

@@ -51,7 +51,16 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from _common import BenchBroker, Traffic, broker_option, log, report, start_broker, wait_until
+from _common import (
+    BenchBroker,
+    Traffic,
+    broker_option,
+    log,
+    report,
+    start_broker,
+    stop_on_sigterm,
+    wait_until,
+)
 from soak_churn import CYCLE, Churn, SoakError
 from soak_sampling import Sampler, daemon_figures, draw, slope_window
 
@@ -223,6 +232,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    stop_on_sigterm()           # an hour's run is often ended by `timeout` or a runner
     out = args.out or Path(tempfile.mkdtemp(prefix="baton-soak-"))
     out.mkdir(parents=True, exist_ok=True)
     log(f"soak: {args.minutes:g} minutes on {args.broker}; logs and samples in {out}")

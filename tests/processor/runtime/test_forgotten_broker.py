@@ -109,6 +109,17 @@ def _read_to(readers: _Readers, ends: dict[int, int], least: int = 0) -> bool:
                for seen in readers.next_offsets)
 
 
+def _short(readers: _Readers, ends: dict[int, int]) -> dict[int, dict[int, int]]:
+    """Consumer -> partition -> next offset, where a consumer has not read to `ends`:
+    which client a failure left behind, and whether it read anything since."""
+    short = {}
+    for i, seen in enumerate(readers.next_offsets):
+        behind = {p: seen.get(p, 0) for p, end in ends.items() if seen.get(p, 0) < end}
+        if behind:
+            short[i] = behind
+    return short
+
+
 @pytest.fixture
 def fleet(job_config: Any) -> Iterator[tuple[str, dict[str, Any], list[Consumers]]]:
     config = parse_config(job_config(partitions=PARTITIONS))
@@ -139,8 +150,11 @@ def test_every_consumer_reads_again_after_each_restart(
             time.sleep(downtime)
             local.start()
             ends = _ends(settings, topic)
-            wait_for(functools.partial(_read_to, readers, ends), 60,
-                     f"every consumer to read past restart {restart} (to {ends})")
+            try:
+                wait_for(functools.partial(_read_to, readers, ends), 60,
+                         f"every consumer to read past restart {restart} (to {ends})")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; short of it: {_short(readers, ends)}") from None
     finally:
         readers.close()
         traffic.close()
