@@ -50,6 +50,8 @@ PROCESSOR_METRIC_NAMES: tuple[str, ...] = (
     "baton_catchup_records_total",
     "baton_transactions_total",
     "baton_store_bytes",
+    "baton_store_block_cache_bytes",
+    "baton_store_memtable_bytes",
     "baton_processor_handoff_seconds",
     "baton_spark_session_start_seconds",
     "baton_bulk_catchup_seconds",
@@ -133,7 +135,8 @@ class ProcessorMetrics:
             "[job] expansion_grace_ms): forwarded to the child, never applied in place.",
             [*base, "task"], registry=registry)
         view_errors = Counter(
-            "baton_store_view_errors_total", "Scrapes where the store size callback raised.",
+            "baton_store_view_errors_total", "Scrapes where a store callback (sizes, memory) "
+            "raised.",
             base, registry=registry).labels(job=job, processor=processor)
         self._collector = _StoreCollector(job, processor, view_errors)
         self.set_store_view(store_view or _no_stores)
@@ -150,6 +153,11 @@ class ProcessorMetrics:
     def set_store_view(self, store_view: StoreView) -> None:
         """Bind the scrape-time callback returning task -> store bytes (a snapshot)."""
         self._collector.store_view = store_view
+
+    def set_memory_view(self, memory_view: StoreView) -> None:
+        """Bind the scrape-time callback returning the stores' memory in bytes, under
+        "block_cache" and "memtables" (a snapshot)."""
+        self._collector.memory_view = memory_view
 
     def record_processed(self, task: str, count: int = 1) -> None:
         """`count` input records of active `task` were processed with output."""
@@ -239,6 +247,9 @@ class NullProcessorMetrics(ProcessorMetrics):
     def set_store_view(self, store_view: StoreView) -> None:
         pass
 
+    def set_memory_view(self, memory_view: StoreView) -> None:
+        pass
+
     def record_processed(self, task: str, count: int = 1) -> None:
         pass
 
@@ -285,31 +296,57 @@ def _remove(counter: Counter, labelvalues: tuple[str, ...]) -> None:
 
 
 class _StoreCollector(Collector):
-    """`baton_store_bytes`, read from the store view at scrape time."""
+    """The stores' gauges, read from the processor's views at scrape time:
+    `baton_store_bytes` per task, and the memory every store shares (the block cache,
+    the memtables), which a processor's RSS follows (docs/operations.md, "Memory and
+    open files per processor")."""
 
     def __init__(self, job: str, processor: str, errors: Counter) -> None:
         self.job = job
         self.processor = processor
         self.errors = errors
         self.store_view: StoreView = _no_stores
+        self.memory_view: StoreView = _no_stores
 
     def describe(self) -> Iterable[Metric]:
-        return [_store_family()]
+        return [_store_family(), *_memory_families().values()]
 
     def collect(self) -> Iterator[Metric]:
-        family = _store_family()
+        sizes = self._read(self.store_view, "store_view", "baton_store_bytes")
+        if sizes is not None:
+            family = _store_family()
+            for task, size in sorted(sizes.items()):
+                family.add_metric([self.job, self.processor, task], size)
+            yield family
+        memory = self._read(self.memory_view, "memory_view", "the store memory gauges")
+        if memory:
+            for part, family in _memory_families().items():
+                family.add_metric([self.job, self.processor], memory.get(part, 0))
+                yield family
+
+    def _read(self, view: StoreView, name: str, what: str) -> dict[str, int] | None:
         try:
-            sizes = dict(self.store_view())
+            return dict(view())
         except Exception:  # a broken view must not fail the whole scrape
-            log.exception("metrics: the processor's store_view callback failed; "
-                          "baton_store_bytes is left out of this scrape")
+            log.exception("metrics: the processor's %s callback failed; %s left out of "
+                          "this scrape", name, what)
             self.errors.inc()
-            return
-        for task, size in sorted(sizes.items()):
-            family.add_metric([self.job, self.processor, task], size)
-        yield family
+            return None
 
 
 def _store_family() -> GaugeMetricFamily:
     return GaugeMetricFamily("baton_store_bytes", "Size of a task's RocksDB store on disk.",
                              labels=["job", "processor", "task"])
+
+
+def _memory_families() -> dict[str, GaugeMetricFamily]:
+    return {
+        "block_cache": GaugeMetricFamily(
+            "baton_store_block_cache_bytes", "Bytes held by the block cache every store of "
+            "the processor shares (at most [store] block_cache_mb).",
+            labels=["job", "processor"]),
+        "memtables": GaugeMetricFamily(
+            "baton_store_memtable_bytes", "Bytes held by the memtables of all the "
+            "processor's stores (flushed past [store] memtables_mb).",
+            labels=["job", "processor"]),
+    }

@@ -66,6 +66,11 @@ class StoreMemory:
         object.__setattr__(self, "memtables",
                            rocksdict.WriteBufferManager(self.memtable_bytes, False))
 
+    def usage(self) -> dict[str, int]:
+        """Bytes the stores hold now: "block_cache" (their shared cache) and "memtables"
+        (all their memtables); safe from any thread (a metrics scrape reads it)."""
+        return {"block_cache": self.cache.get_usage(), "memtables": self.memtables.get_usage()}
+
 
 _DEFAULT_MEMORY = StoreMemory()
 

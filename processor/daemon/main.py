@@ -91,6 +91,7 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
         log.error("processor %s cannot start: %s", processor_id, exc)
         return exc.exit_code
     metrics.set_store_view(lambda: dict(runtime.store_bytes))
+    metrics.set_memory_view(runtime.stores.memory_usage)
     snapshot: list[TaskReport] = []
     lock = threading.Lock()
 

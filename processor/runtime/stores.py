@@ -103,6 +103,10 @@ class TaskStores:
                 raise
         return store
 
+    def memory_usage(self) -> dict[str, int]:
+        """The bytes every store shares: "block_cache" and "memtables" (any thread)."""
+        return self._memory.usage()
+
     def close_later(self, store: Store) -> None:
         """Close `store` at the next round, on the closer thread."""
         self._closing.append(store)

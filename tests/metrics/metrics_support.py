@@ -44,6 +44,7 @@ def populate(registry: CollectorRegistry) -> tuple[CoordinatorMetrics, Processor
     coordinator.set_generation(3)
     processor = ProcessorMetrics(registry, "sums", "p1",
                                  store_view=lambda: {"Partition 0": 4096})
+    processor.set_memory_view(lambda: {"block_cache": 1 << 20, "memtables": 2 << 20})
     processor.record_processed("Partition 0", 10)
     processor.record_catch_up("Partition 0", "spark", 1000)
     processor.record_transaction("Partition 0", "committed")

@@ -172,3 +172,28 @@ def test_the_null_metrics_override_every_method_and_record_nothing(registry):
     null.record_process_error(T0, "skip")
     null.forget_task(T0)
     assert render(registry) == b""
+
+
+def test_the_stores_memory_is_read_at_scrape_time(registry):
+    memory = {"block_cache": 3 << 20, "memtables": 1 << 20}
+    m = ProcessorMetrics(registry, JOB, ME)
+    assert "baton_store_block_cache_bytes" not in render(registry).decode()  # no view yet
+    m.set_memory_view(lambda: dict(memory))
+    assert value(registry, "baton_store_block_cache_bytes") == 3 << 20
+    assert value(registry, "baton_store_memtable_bytes") == 1 << 20
+    memory["block_cache"] = 5 << 20
+    assert value(registry, "baton_store_block_cache_bytes") == 5 << 20
+
+
+def test_a_failing_memory_view_leaves_the_store_sizes(registry, caplog):
+    def broken() -> dict[str, int]:
+        raise OSError("stores closed")
+
+    m = ProcessorMetrics(registry, JOB, ME, store_view=lambda: {T0: 4096})
+    m.set_memory_view(broken)
+    with caplog.at_level(logging.ERROR, logger="baton.metrics"):
+        text = render(registry).decode()
+    assert value(registry, "baton_store_bytes", task=T0) == 4096
+    assert "baton_store_memtable_bytes{" not in text
+    assert value(registry, "baton_store_view_errors_total") >= 1
+    assert "memory_view" in caplog.text

@@ -17,7 +17,7 @@ interval however loaded the machine is.
 What Prometheus recorded (HTTP API: /api/v1/query and /api/v1/query_range) must
 show the scale-out: p3's catch-up remaining records above 0, then 0 or gone once
 balanced; `baton_handoffs_total{outcome="done"}` up; every processor's
-`baton_records_processed_total` above 0. The running-sum oracle then checks the
+`baton_records_processed_total` and `baton_store_memtable_bytes` above 0. The running-sum oracle then checks the
 output, as in tests/orchestrator/test_e2e.py.
 
 (The daemons import this module for `PacedRunningSum`, so it imports nothing that
@@ -180,6 +180,11 @@ def test_scale_out_as_prometheus_saw_it(
         prometheus.wait_for(done, lambda r: values(r)[0] > done_before[0], SCRAPE_TIMEOUT_S)
         prometheus.wait_for(
             f'sum by (processor) (baton_records_processed_total{{job="{name}"}}) > 0',
+            lambda r: {s["metric"]["processor"] for s in r} >= {"p1", "p2", "p3"},
+            SCRAPE_TIMEOUT_S)
+        # the state the tasks wrote, in each processor's memtables
+        prometheus.wait_for(
+            f'baton_store_memtable_bytes{{job="{name}"}} > 0',
             lambda r: {s["metric"]["processor"] for s in r} >= {"p1", "p2", "p3"},
             SCRAPE_TIMEOUT_S)
         job.check_running()

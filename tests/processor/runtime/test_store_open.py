@@ -240,3 +240,22 @@ def test_blocks_of_table_files_compaction_replaced_leave_the_block_cache(
         store.close()
     finally:
         stores.close()
+
+
+def test_the_stores_memory_is_what_rocksdb_holds(tmp_path: Path) -> None:
+    # what baton_store_block_cache_bytes and baton_store_memtable_bytes report
+    stores = TaskStores(config(tmp_path), "p1")
+    try:
+        assert stores.memory_usage() == {"block_cache": 0, "memtables": 0}
+        store = stores.open(TASK)
+        write(store, 0, 20_000)
+        memory = stores.memory_usage()
+        assert memory["memtables"] == memtables(store) > 0
+        store._db.flush()
+        assert all(store.get(f"k{i:07d}") == {"sum": i} for i in range(0, 20_000, 97))
+        assert stores.memory_usage()["block_cache"] == store._db.property_int_value(
+            "rocksdb.block-cache-usage") > 0
+        store.abort()
+        store.close()
+    finally:
+        stores.close()
