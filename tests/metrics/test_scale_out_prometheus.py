@@ -17,8 +17,8 @@ interval however loaded the machine is.
 What Prometheus recorded (HTTP API: /api/v1/query and /api/v1/query_range) must
 show the scale-out: p3's catch-up remaining records above 0, then 0 or gone once
 balanced; `baton_handoffs_total{outcome="done"}` up; every processor's
-`baton_records_processed_total` and `baton_store_memtable_bytes` above 0. The running-sum oracle then checks the
-output, as in tests/orchestrator/test_e2e.py.
+`baton_records_processed_total` and `baton_store_memtable_bytes` above 0. The
+running-sum oracle then checks the output, as in tests/orchestrator/test_e2e.py.
 
 (The daemons import this module for `PacedRunningSum`, so it imports nothing that
 only exists under pytest's path set-up at run time.)
