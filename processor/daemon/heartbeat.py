@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -76,6 +78,7 @@ class HeartbeatMonitor(threading.Thread):
         self.disk_full = disk_full
         self.loop_timeout_s = loop_timeout_s
         self._loop_at = self.clock.monotonic()
+        self._loop_thread: int | None = None    # set by the loop's first round
         self.metrics_url = metrics_url
         self.on_heartbeat = on_heartbeat or (lambda outcome: None)
         self.dead = threading.Event()
@@ -120,6 +123,7 @@ class HeartbeatMonitor(threading.Thread):
     def loop_came_round(self) -> None:
         """The main loop finished a round (the monitor's watch, module doc)."""
         self._loop_at = self.clock.monotonic()
+        self._loop_thread = threading.get_ident()
 
     def loop_ended(self) -> None:
         """The main loop is done: a graceful stop may take as long as it needs."""
@@ -129,9 +133,19 @@ class HeartbeatMonitor(threading.Thread):
         stuck_s = self.clock.monotonic() - self._loop_at
         if stuck_s <= self.loop_timeout_s:
             return False
+        log.error("the main loop is stuck here (the call that never returned is last):\n%s",
+                  self._loop_stack())
         self._die(f"its main loop has not come round for {stuck_s:.0f}s "
                   f"(processor.loop_timeout_ms): a call in it never returned")
         return True
+
+    def _loop_stack(self) -> str:
+        """Where the main loop's thread is now: what an operator needs to report a call
+        that hangs (a client library's, or the job's own process())."""
+        frame = sys._current_frames().get(self._loop_thread or -1)
+        if frame is None:
+            return "  (the main loop's thread is gone)"
+        return "".join(traceback.format_stack(frame)).rstrip()
 
     def take_reply(self) -> tuple[HeartbeatReply, frozenset[str]] | None:
         """The newest reply not yet taken (older ones are superseded: level-triggered),

@@ -162,6 +162,10 @@ def test_a_processor_whose_loop_hangs_exits_and_its_tasks_go_on_elsewhere(job, b
     assert p1.wait(60) == 3, "the stuck processor exits 3 (its supervisor restarts it)"
     assert "main loop has not come round" in p1.log()
     assert "processor.loop_timeout_ms" in p1.log()
+    # where it hung, for the operator's report: the job's process() that never returns
+    assert "the main loop is stuck here" in p1.log()
+    stack = p1.log().split("the main loop is stuck here")[1]
+    assert "api_jobs.py" in stack and "threading.Event().wait()" in stack, stack[:3000]
     del j.processors["p1"]
     wait_for(lambda: sorted(sum(j.holding().values(), [])) == sorted(
         t["name"] for t in j.status()["tasks"]), 60, "every task held by p2")

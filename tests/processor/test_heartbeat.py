@@ -180,7 +180,8 @@ def test_an_unanswered_heartbeat_is_retried_at_the_regular_interval_and_logged_o
     assert len(failed) == 1, [r.getMessage() for r in failed]
 
 
-def test_a_main_loop_that_no_longer_comes_round_stops_the_processor(tmp_path: Path) -> None:
+def test_a_main_loop_that_no_longer_comes_round_stops_the_processor(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Heartbeats alone would say all is well while a loop stuck in a call held its
     tasks for good: past loop_timeout_s the monitor stops the processor."""
     clock = FakeClock()
@@ -193,8 +194,12 @@ def test_a_main_loop_that_no_longer_comes_round_stops_the_processor(tmp_path: Pa
     clock.advance(5.0)
     assert not hb._loop_stuck() and not hb.dead.is_set()
     clock.advance(0.5)
-    assert hb._loop_stuck() and hb.dead.is_set()
+    with caplog.at_level(logging.ERROR, logger="baton.processor.heartbeat"):
+        assert hb._loop_stuck() and hb.dead.is_set()
     assert "main loop has not come round for 6s" in hb.dead_reason
+    # where the loop's thread (here the test's own) was: the call that never returned
+    assert "the main loop is stuck here" in caplog.text
+    assert "test_a_main_loop_that_no_longer_comes_round_stops_the_processor" in caplog.text
     ended = HeartbeatMonitor("http://127.0.0.1:9", tmp_path / "token", "p1", "e1",
                              interval_s=1.0, grace_s=10.0, snapshot=lambda: [], clock=clock,
                              loop_timeout_s=5.0)
