@@ -79,6 +79,8 @@ PARTITIONS = 4
 # is full, which the soak's traffic takes hours to reach: the processors' RSS would rise
 # by their memtables all hour, toward that bound (docs/operations.md, "Capacity planning").
 STORE = {"write_buffer_mb": 1, "memtables_mb": 4}
+# a replaced producer's close: aborts for up to 60 s (processor/runtime/producer_close.py)
+CLOSES_S = 75.0
 WARM_S = 15.0               # traffic before the first operation: state to move
 MAX_SPACING_S = 40.0
 JOB = "soak"
@@ -145,6 +147,7 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             started = sampler.started
             _schedule(churn, args.minutes, started)
             churn.settle()
+            sampler.settle_clients(CLOSES_S)
             sampler.sample()            # the end: balanced, in the cycle's first shape
             seconds = time.monotonic() - started
             traffic.stop()

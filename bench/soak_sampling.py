@@ -38,6 +38,7 @@ _WARM_S = 600.0             # runs of 20 minutes or more: the slope after 10 min
 # a daemon doing its job: a processor holding tasks, a coordinator leading or standing by
 # (not a processor drained of its tasks and on its way out)
 _STEADY_ROLES = ("active", "leader", "standby")
+_NO_FLOOR = 1 << 30         # a daemon with no sample of the shape yet: nothing to wait for
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,25 @@ class Sampler:
                                        fds[0], status[1], _kafka_clients(pid), fds[1],
                                        balanced, processors,
                                        roles.get(label.split("#")[0], "")))
+
+    def settle_clients(self, timeout_s: float) -> None:
+        """Wait, up to `timeout_s`, until every live daemon holds no more librdkafka
+        clients than in its fewest-client balanced sample of the job's current shape.
+        After a broker restart a processor's replaced producers close on threads of
+        their own for up to a minute (processor/runtime/producer_close.py); an end
+        sample taken meanwhile counts their sockets as if they had leaked. A client
+        that never goes still shows: the wait ends and the end sample holds it."""
+        _, processors, _ = self._shape()
+        floor: dict[str, int] = {}
+        for s in self.samples:
+            if s.balanced and s.processors == processors:
+                floor[s.daemon] = min(floor.get(s.daemon, s.kafka_clients), s.kafka_clients)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if all(_kafka_clients(pid) <= floor.get(label, _NO_FLOOR)
+                   for label, (pid, _) in self._daemons().items()):
+                return
+            time.sleep(1.0)
 
     def _run(self) -> None:
         while not self._stop.wait(self._every):
