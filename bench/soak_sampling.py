@@ -145,15 +145,17 @@ class Sampler:
 
     def settle_clients(self, timeout_s: float) -> None:
         """Wait, up to `timeout_s`, until every live daemon holds no more librdkafka
-        clients than in its fewest-client balanced sample of the job's current shape.
+        clients than in its fewest-client balanced sample of the job's current shape
+        in its current role.
         After a broker restart a processor's replaced producers close on threads of
         their own for up to a minute (processor/runtime/producer_close.py); an end
         sample taken meanwhile counts their sockets as if they had leaked. A client
         that never goes still shows: the wait ends and the end sample holds it."""
-        _, processors, _ = self._shape()
+        _, processors, roles = self._shape()
         floor: dict[str, int] = {}
-        for s in self.samples:
-            if s.balanced and s.processors == processors:
+        for s in self.samples:      # a leading coordinator holds more than a standby
+            if (s.balanced and s.processors == processors
+                    and s.role == roles.get(s.daemon.split("#")[0], "")):
                 floor[s.daemon] = min(floor.get(s.daemon, s.kafka_clients), s.kafka_clients)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
