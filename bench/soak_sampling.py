@@ -14,6 +14,12 @@ the same role (holding tasks; leading or standing by) and up for at least `SETTL
 The end is its last such sample; the start is its first one in the slope window (which
 starts after the first ten minutes, or at half the run for runs under 20 minutes), else
 its first one at all.
+
+The RSS slope is a rate per hour after warm-up, so it is each daemon's own warm-up that
+it skips: its samples count once the run is past the window's start and the daemon has
+been up that long too (a coordinator started by a failover at minute 30 warms up from
+minute 30). A daemon with less than half a window of such samples has no slope (None):
+a few minutes of a fresh daemon's start-up, read as an hourly rate, said +75 MB/hour.
 """
 
 from __future__ import annotations
@@ -31,9 +37,8 @@ __all__ = ["SETTLE_S", "Sample", "Sampler", "daemon_figures", "draw", "slope_win
 
 # a daemon's first seconds (imports, its clients' start, its first tasks' stores opened)
 # are its start-up, not its steady state; its memory keeps growing a while longer (the
-# allocator's arenas, the block cache filling), so the slope skips its first minute
+# allocator's arenas, the block cache filling), so the slope skips its own warm-up
 SETTLE_S = 10.0
-_SLOPE_SETTLE_S = 60.0
 _WARM_S = 600.0             # runs of 20 minutes or more: the slope after 10 minutes
 # a daemon doing its job: a processor holding tasks, a coordinator leading or standing by
 # (not a processor drained of its tasks and on its way out)
@@ -181,9 +186,9 @@ def slope_window(seconds: float) -> float:
     return _WARM_S if seconds >= 2 * _WARM_S else seconds / 2
 
 
-def _slope_mb_per_hour(samples: list[Sample]) -> float | None:
-    """Least-squares RSS slope over the samples; None under 3 samples or 60 s."""
-    if len(samples) < 3 or samples[-1].t - samples[0].t < 60:
+def _slope_mb_per_hour(samples: list[Sample], least_s: float) -> float | None:
+    """Least-squares RSS slope over the samples; None under 3 samples or `least_s`."""
+    if len(samples) < 3 or samples[-1].t - samples[0].t < least_s:
         return None
     ts = [s.t / 3600 for s in samples]
     ys = [s.rss_mb for s in samples]
@@ -209,7 +214,7 @@ def daemon_figures(samples: list[Sample], window_s: float) -> list[dict[str, Any
         alike = [s for s in settled if (s.processors, s.role) == (end.processors, end.role)]
         start = next((s for s in alike if s.t >= window_s), alike[0])
         slope = _slope_mb_per_hour([s for s in mine if s.t >= window_s
-                                    and s.age_s >= _SLOPE_SETTLE_S])
+                                    and s.age_s >= window_s], window_s / 2)
         out.append({"name": label,
                     "rss_mb_start": start.rss_mb, "rss_mb_end": end.rss_mb,
                     "rss_slope_mb_per_hour": None if slope is None else round(slope, 1),

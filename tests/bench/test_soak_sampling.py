@@ -1,0 +1,54 @@
+"""The soak's per-daemon figures (bench/soak_sampling.py): the RSS slope is a rate after
+each daemon's own warm-up, not over a fresh daemon's start-up."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from soak_sampling import Sample, daemon_figures  # noqa: E402
+
+WINDOW_S = 600.0
+
+
+def _samples(daemon: str, started: float, until: float, rss_at: float, mb_per_hour: float,
+             role: str = "active") -> list[Sample]:
+    """A daemon sampled every 10 s from `started`, its RSS rising steadily."""
+    out = []
+    t = started
+    while t <= until:
+        out.append(Sample(t=t, daemon=daemon, pid=1, age_s=t - started,
+                          rss_mb=rss_at + mb_per_hour * (t - started) / 3600, fds=50,
+                          threads=20, kafka_clients=4, store_files=5, balanced=True,
+                          processors="p1", role=role))
+        t += 10.0
+    return out
+
+
+def _by_name(samples: list[Sample]) -> dict[str, dict[str, object]]:
+    return {d["name"]: d for d in daemon_figures(samples, WINDOW_S)}
+
+
+def test_a_daemon_up_all_run_has_the_slope_of_its_samples_after_the_window() -> None:
+    figures = _by_name(_samples("p1", 0.0, 3600.0, 70.0, 4.0))
+    assert figures["p1"]["rss_slope_mb_per_hour"] == 4.0
+
+
+def test_the_slope_skips_a_late_daemons_own_warm_up() -> None:
+    # 30 MB/hour in its first ten minutes, then 2 MB/hour: the slope is the latter
+    warm = _samples("c0", 1800.0, 2400.0, 60.0, 30.0, role="leader")
+    steady = _samples("c0", 2410.0, 3600.0, 0.0, 2.0, role="leader")
+    steady = [Sample(**{**s.__dict__, "age_s": s.t - 1800.0,
+                        "rss_mb": warm[-1].rss_mb + 2.0 * (s.t - 2400.0) / 3600})
+              for s in steady]
+    figures = _by_name(warm + steady)
+    assert figures["c0"]["rss_slope_mb_per_hour"] == 2.0
+
+
+def test_a_daemon_that_never_outlives_its_warm_up_has_no_slope() -> None:
+    # a coordinator between two failovers: eight minutes of start-up
+    figures = _by_name(_samples("c1", 1200.0, 1680.0, 66.0, 80.0, role="leader"))
+    assert figures["c1"]["rss_slope_mb_per_hour"] is None
+    assert figures["c1"]["rss_mb_end"] > figures["c1"]["rss_mb_start"]    # still reported
