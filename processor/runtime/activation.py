@@ -256,6 +256,11 @@ class Activations:
         activation.resettled = True
         return settled
 
+    def _group_metadata(self) -> object:
+        """The group's metadata for a transaction's offsets, from the active consumer
+        of the moment (a cut-off one is replaced: processor/runtime/cut_off.py)."""
+        return self._consumers.active.consumer.consumer_group_metadata()
+
     def _stable_t1_once(self, partitions: list[str]) -> dict[str, int]:
         """One stable lookup of T1, as an active task checks a commit after a broker loss:
         it waits for a commit's markers; one that never settles raises (a void commit)."""
@@ -305,7 +310,7 @@ class Activations:
         active = ActiveTask(replay.name, list(partitions), job, replay.store,
                             activation.producer, config.job.output, dlq_topic(config.job.name),
                             config.processor.on_error,
-                            self._consumers.active.consumer.consumer_group_metadata,
+                            self._group_metadata,
                             {p: replay.caps[p] for p in partitions},
                             self._stable_t1_once, clock=self._clock,
                             changelog=changelog, outputs=config.job.outputs)

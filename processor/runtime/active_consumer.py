@@ -4,24 +4,31 @@
 - expansion barriers: a new partition waits until its parent is consumed up to the
   offset recorded at expansion, so a key's records are never processed out of order;
 - the idle back-off (processor.idle_fetch_backoff_ms, processor/runtime/idle_fetch.py):
-  an idle consumer's partitions are unassigned for a while, then assigned again.
+  an idle consumer's partitions are unassigned for a while, then assigned again;
+- a consumer cut off from the brokers while the processor's lookup consumer is not is
+  replaced by a new one (processor/runtime/cut_off.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from confluent_kafka import Consumer, Message
+from confluent_kafka import Consumer, KafkaException, Message
 
 from orchestrator.wire.clock import Clock
 from orchestrator.wire.protocol import Barrier
 from processor.active import ActiveTask
+from processor.runtime import cut_off
 from processor.runtime.batches import ends_of, topic_partition
 from processor.runtime.idle_fetch import IdleFetch, after_poll, before_poll
 from processor.runtime.lookups import Lookups
 from processor.runtime.metadata import PartitionCounts
 
 __all__ = ["ActiveConsumer"]
+
+log = logging.getLogger("baton.processor.runtime")
 
 
 class ActiveConsumer:
@@ -32,12 +39,17 @@ class ActiveConsumer:
             back-off is on: it must know when a fetch read a partition to its end).
         lookups: committed offsets, for barriers and new partitions.
         idle_backoff_s: processor.idle_fetch_backoff_ms in seconds (0: never back off).
-        clock: times the idle back-off.
+        clock: times the idle back-off and the cut-off watch.
+        remake: makes a consumer like `consumer`, to replace one cut off from the
+            brokers (None: never replaced).
     """
 
     def __init__(self, consumer: Consumer, lookups: Lookups, idle_backoff_s: float,
-                 clock: Clock) -> None:
+                 clock: Clock, remake: Callable[[], Consumer] | None = None) -> None:
         self.consumer = consumer
+        self._remake = remake
+        self._watch = cut_off.FetchWatch()
+        self.replaced = 0                        # how often it was cut off and replaced
         self._lookups = lookups
         self._idle_backoff_s = idle_backoff_s
         self._clock = clock
@@ -64,6 +76,8 @@ class ActiveConsumer:
             if resume:
                 self._resume()
         messages: list[Message] = self.consumer.consume(batch, timeout)
+        if self._remake is not None:
+            self._watch_fetch(bool(messages), tasks)
         if self._idle_backoff_s <= 0:
             return messages
         found, ends = ends_of(messages)
@@ -75,6 +89,41 @@ class ActiveConsumer:
         if pause:
             self._pause(tasks)
         return messages
+
+    def _watch_fetch(self, found: bool, tasks: Mapping[str, ActiveTask]) -> None:
+        """Probe a quiet consumer, and replace it once it is cut off (cut_off.py)."""
+        now = self._clock.monotonic()
+        assigned = bool(self.owner) and not self._idle.paused
+        self._watch, probe = cut_off.after_poll(self._watch, now, found, assigned,
+                                                cut_off.PROBE_EVERY_S)
+        if not probe:
+            return
+        topic = next(iter(self.owner)).rpartition(":")[0]
+        answered = _answers(self.consumer, topic)
+        others = answered or _answers(self._lookups.consumer, topic)
+        self._watch, replace = cut_off.after_probe(self._watch, self._clock.monotonic(),
+                                                   answered, others, cut_off.CUT_OFF_S)
+        if replace:
+            self._replace(tasks)
+
+    def _replace(self, tasks: Mapping[str, ActiveTask]) -> None:
+        """A new consumer in place of one cut off from the brokers, each partition
+        assigned where its task goes on; the old one is closed on a thread of its own (a
+        client that lost its brokers may wait on them in its close)."""
+        assert self._remake is not None
+        old, self.consumer = self.consumer, self._remake()
+        self._counts = PartitionCounts()
+        self._at_end.clear()
+        self.replaced += 1
+        parts = [topic_partition(p, tasks[t].pending[p])
+                 for p, t in self.owner.items() if t in tasks]
+        log.warning("the active consumer has reached no broker for %.0f s while the "
+                    "processor's other clients did: replaced, its %d partition(s) "
+                    "assigned again where their tasks go on", cut_off.CUT_OFF_S, len(parts))
+        self._counts.before_assign(self.consumer, parts)
+        self.consumer.incremental_assign(parts)
+        threading.Thread(target=_close_quietly, args=(old,), daemon=True,
+                         name="baton-consumer-close").start()
 
     def _pause(self, tasks: Mapping[str, ActiveTask]) -> None:
         """Stop fetching every active partition, noting where each goes on. Unassigned,
@@ -226,3 +275,19 @@ class ActiveConsumer:
                 self._assign(task_now, [p for p in list(held)
                                         if not self._barrier_holds(task_now, p)])
                 held.difference_update(self.owner)
+
+
+def _answers(consumer: Consumer, topic: str) -> bool:
+    """Whether `consumer` gets `topic`'s metadata from a broker within the probe's bound."""
+    try:
+        consumer.list_topics(topic, timeout=cut_off.PROBE_TIMEOUT_S)
+    except KafkaException:
+        return False
+    return True
+
+
+def _close_quietly(consumer: Consumer) -> None:
+    try:
+        consumer.close()
+    except Exception as exc:  # noqa: BLE001 - replaced already; nothing waits on it
+        log.debug("closing a replaced active consumer: %s", exc)

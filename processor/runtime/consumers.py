@@ -51,8 +51,8 @@ class Consumers:
             "fetch.queue.backoff.ms": _FETCH_QUEUE_BACKOFF_MS})
         # an idle back-off needs to know when a fetch has read a partition to its end
         idle_backoff_s = config.processor.idle_fetch_backoff_ms / 1000
-        active = Consumer({**settings, **client_logging("processor.active"),
-                           "enable.partition.eof": idle_backoff_s > 0})
+        active = {**settings, **client_logging("processor.active"),
+                  "enable.partition.eof": idle_backoff_s > 0}
         # a replay never jumps over records the broker no longer holds: a fetch below
         # the first retained offset is an error (processor/retention.py)
         replays = {**settings, "auto.offset.reset": "error"}
@@ -61,7 +61,8 @@ class Consumers:
         lookup = {**settings, **client_logging("processor.lookup")}
         self.lookups = Lookups(Consumer(lookup), lambda: Consumer(
             {**lookup, "isolation.level": "read_uncommitted"}))
-        self.active = ActiveConsumer(active, self.lookups, idle_backoff_s, clock)
+        self.active = ActiveConsumer(Consumer(active), self.lookups, idle_backoff_s, clock,
+                                     remake=lambda: Consumer(active))
         self.replays = ReplayConsumers(replay, activation, clock)
 
     def close(self) -> None:

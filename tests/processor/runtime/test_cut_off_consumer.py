@@ -1,0 +1,161 @@
+"""An active consumer cut off from the brokers while the processor's lookup consumer is
+not is replaced, and its partitions read on from where their tasks go on; one that is
+only idle, or cut off with every other client while the broker is away, is kept.
+
+The cut-off consumer is one whose only bootstrap address answers nothing: it never
+reaches a broker, as the consumer that lost its broker in a restart and never
+connected again (processor/runtime/cut_off.py).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer
+
+from orchestrator.wire.clock import SystemClock
+from processor.runtime import cut_off
+from processor.runtime.active_consumer import ActiveConsumer
+from processor.runtime.lookups import Lookups
+from tests.brokers import Broker
+
+pytestmark = [pytest.mark.integration]
+
+RECORDS = 40
+
+
+@pytest.fixture
+def quick_watch(monkeypatch: pytest.MonkeyPatch) -> float:
+    """The watch in seconds, not the daemon's tens of seconds; the cut-off bound."""
+    monkeypatch.setattr(cut_off, "PROBE_EVERY_S", 0.5)
+    monkeypatch.setattr(cut_off, "CUT_OFF_S", 1.5)
+    return cut_off.CUT_OFF_S
+
+
+def _dead_address() -> str:
+    """An address nothing listens on (a port bound and closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+class _Made:
+    """The consumers a test makes, closed at its end."""
+
+    def __init__(self, broker: Broker, group: str) -> None:
+        self.settings = broker.settings(**{"group.id": group, "enable.auto.commit": False,
+                                           "isolation.level": "read_committed",
+                                           "fetch.wait.max.ms": 20})
+        self.made: list[Consumer] = []
+
+    def consumer(self, **more: Any) -> Consumer:
+        consumer = Consumer({**self.settings, **more})
+        self.made.append(consumer)
+        return consumer
+
+    def close(self) -> None:
+        for consumer in self.made:
+            try:
+                consumer.close()
+            except RuntimeError:        # closed already (replaced)
+                pass
+
+
+@pytest.fixture
+def made(broker: Broker, unique: Callable[[str], str]) -> Iterator[_Made]:
+    made = _Made(broker, unique("g"))
+    yield made
+    made.close()
+
+
+def _task(topic: str, pending: dict[int, int]) -> Any:
+    """What the active consumer reads of an active task: its name, partitions, T1 and
+    where it goes on."""
+    partitions = [f"{topic}:{p}" for p in pending]
+    return SimpleNamespace(name="t0", partitions=partitions,
+                           committed={p: 0 for p in partitions},
+                           pending={f"{topic}:{p}": o for p, o in pending.items()})
+
+
+def _fill(broker: Broker, topic: str) -> None:
+    producer = broker.producer()
+    for i in range(RECORDS):
+        for p in (0, 1):
+            producer.produce(topic, key=b"k", value=str(i).encode(), partition=p)
+    assert producer.flush(30) == 0
+
+
+def _read(active: ActiveConsumer, tasks: dict[str, Any], seconds: float
+          ) -> dict[int, list[int]]:
+    seen: dict[int, list[int]] = {0: [], 1: []}
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for m in active.poll(100, 0.1, tasks):
+            if m.error() is None:
+                seen[m.partition()].append(m.offset())
+        if all(len(v) and v[-1] == RECORDS - 1 for v in seen.values()):
+            break
+    return seen
+
+
+def test_a_cut_off_consumer_is_replaced_and_reads_on_where_its_task_goes_on(
+        broker: Broker, unique: Callable[[str], str], made: _Made, quick_watch: float
+) -> None:
+    topic = broker.create_topic(unique("in"), 2)
+    _fill(broker, topic)
+    lookups = Lookups(made.consumer(), made.consumer)
+    cut = made.consumer(**{"bootstrap.servers": _dead_address(), "log_level": 0})
+    active = ActiveConsumer(cut, lookups, 0.0, SystemClock(), remake=made.consumer)
+    task = _task(topic, {0: 7, 1: 23})      # processed up to there, uncommitted
+    active.add(task)
+    seen = _read(active, {"t0": task}, 20 * quick_watch)
+    assert active.replaced == 1
+    assert active.consumer is not cut
+    assert seen == {0: list(range(7, RECORDS)), 1: list(range(23, RECORDS))}
+
+
+def test_an_idle_connected_consumer_is_kept(
+        broker: Broker, unique: Callable[[str], str], made: _Made, quick_watch: float
+) -> None:
+    topic = broker.create_topic(unique("in"), 2)
+    lookups = Lookups(made.consumer(), made.consumer)
+    active = ActiveConsumer(made.consumer(), lookups, 0.0, SystemClock(),
+                            remake=made.consumer)
+    task = _task(topic, {0: 0, 1: 0})
+    active.add(task)
+    _read(active, {"t0": task}, 3 * quick_watch)    # nine probes' worth of nothing to read
+    assert active.replaced == 0
+    _fill(broker, topic)
+    assert _read(active, {"t0": task}, 30) == {0: list(range(RECORDS)),
+                                               1: list(range(RECORDS))}
+
+
+def test_consumers_cut_off_with_the_broker_away_are_kept(
+        restartable_broker: Broker, unique: Callable[[str], str], quick_watch: float
+) -> None:
+    broker = restartable_broker
+    assert broker.local is not None, "a broker of the test's own"
+    topic = broker.create_topic(unique("in"), 2)
+    made = _Made(broker, unique("g"))
+    try:
+        lookups = Lookups(made.consumer(), made.consumer)
+        active = ActiveConsumer(made.consumer(), lookups, 0.0, SystemClock(),
+                                remake=made.consumer)
+        task = _task(topic, {0: 0, 1: 0})
+        active.add(task)
+        _read(active, {"t0": task}, 2)
+        broker.local.stop()
+        _read(active, {"t0": task}, 4 * quick_watch)    # both cut off, four times the bound
+        assert active.replaced == 0
+        broker.local.start()
+        _fill(broker, topic)
+        assert _read(active, {"t0": task}, 60) == {0: list(range(RECORDS)),
+                                                   1: list(range(RECORDS))}
+        assert active.replaced == 0
+    finally:
+        made.close()
