@@ -79,8 +79,10 @@ PARTITIONS = 4
 # is full, which the soak's traffic takes hours to reach: the processors' RSS would rise
 # by their memtables all hour, toward that bound (docs/operations.md, "Capacity planning").
 STORE = {"write_buffer_mb": 1, "memtables_mb": 4}
-# a replaced producer's close: aborts for up to 60 s (processor/runtime/producer_close.py)
-CLOSES_S = 75.0
+# a replaced producer's close: it aborts for up to 60 s, and one that could not end its
+# transaction is dropped and goes with the next full collection, at most 30 s later
+# (processor/runtime/producer_close.py, orchestrator/wire/collector.py)
+CLOSES_S = 100.0
 WARM_S = 15.0               # traffic before the first operation: state to move
 MAX_SPACING_S = 40.0
 JOB = "soak"

@@ -10,8 +10,9 @@ the middle of the commit). Each test restarts a broker of its own at that moment
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,10 @@ def broker(restartable_broker: Broker) -> Broker:
 
 def _active(broker: Broker, job_config: Callable[..., dict[str, Any]], tmp_path: Path
             ) -> tuple[Any, TaskRuntime]:
-    raw = job_config(partitions=1)
+    # a restart slowed by a loaded machine must not outlast the open transaction: past
+    # transaction.timeout.ms (Baton's 10 s) the broker aborts it on its return and fences
+    # the producer, and the task takes the fenced path, not the one tested here
+    raw = job_config(partitions=1, kafka={"transaction.timeout.ms": 60_000})
     config = parse_config(raw)
     runtime = new_runtime(raw, tmp_path, "p1")
     runtime.apply(assignment_reply(task_model(config.job.inputs[0], 1), active=[TASK]))
@@ -64,6 +68,18 @@ def _finish(broker: Broker, config: Any, runtime: TaskRuntime, total: int) -> No
     assert result.ok, result
 
 
+@contextlib.contextmanager
+def _closed_on_failure(runtime: TaskRuntime) -> Iterator[None]:
+    """Close the runtime when the test fails before `_finish` does: its clients would
+    otherwise keep dialling the stopped broker's port, which a later test's server may
+    have been given (a Spark iterator's, whose authentication they then failed)."""
+    try:
+        yield
+    except BaseException:
+        runtime.close(commit=False)
+        raise
+
+
 def _records(messages: list[Message]) -> list[Message]:
     """A batch as the runtime hands it to a task: without the consumer's events (the
     ends of partitions the idle back-off listens for)."""
@@ -73,20 +89,28 @@ def _records(messages: list[Message]) -> list[Message]:
 def test_restart_before_the_commit_redoes_the_transaction(broker, job_config, tmp_path,
                                                            caplog) -> None:
     config, runtime = _active(broker, job_config, tmp_path)
-    active = runtime.active[TASK]
-    feed_keys(broker, config.job.inputs[0], 300, 200)
-    wait_for(lambda: active.processed > 0, 30, "an open transaction",
-             lambda: active.process(_records(runtime.active_consumer.consume(500, 0.1))))
-    broker.local.restart()
-    with caplog.at_level(logging.WARNING, logger="baton.processor.runtime"):
-        runtime.active_round.run(TASK, runtime.commits.commit)
-    assert "lost its brokers" in caplog.text
-    assert active.committed == active.pending          # rewound to T1, nothing committed
+    with _closed_on_failure(runtime):
+        active = runtime.active[TASK]
+        feed_keys(broker, config.job.inputs[0], 300, 200)
+        wait_for(lambda: active.processed > 0, 30, "an open transaction",
+                 lambda: active.process(_records(runtime.active_consumer.consume(500, 0.1))))
+        broker.local.restart()
+        with caplog.at_level(logging.WARNING, logger="baton.processor.runtime"):
+            runtime.active_round.run(TASK, runtime.commits.commit)
+        assert "lost its brokers" in caplog.text
+        assert active.committed == active.pending      # rewound to T1, nothing committed
     _finish(broker, config, runtime, 500)
 
 
 def test_restart_inside_the_commit_is_detected(broker, job_config, tmp_path, caplog) -> None:
     config, runtime = _active(broker, job_config, tmp_path)
+    with _closed_on_failure(runtime):
+        _restart_inside_the_commit(broker, config, runtime, caplog)
+    _finish(broker, config, runtime, 500)
+
+
+def _restart_inside_the_commit(broker: Broker, config: Any, runtime: TaskRuntime,
+                               caplog: pytest.LogCaptureFixture) -> None:
     active = runtime.active[TASK]
     before = dict(active.committed)
     commit_transaction = active._commit_transaction
@@ -113,4 +137,3 @@ def test_restart_inside_the_commit_is_detected(broker, job_config, tmp_path, cap
         assert "came back without it" not in caplog.text
         assert active.committed != before
         assert runtime.active.get(TASK) is active and TASK not in runtime.failed
-    _finish(broker, config, runtime, 500)
