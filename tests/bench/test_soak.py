@@ -1,7 +1,7 @@
 """bench/soak.py for 3 minutes under churn: the oracle holds, every operation of its
 cycle ran, and no daemon's open fds grew.
 
-`./run test` runs it after its processor and store session. Alone (about 4
+`./run test` runs it beside its two Kafka sessions. Alone (about 4
 minutes with the broker's start and the final checks):
 
     BATON_TEST_BROKER=kafka .venv/bin/python -m pytest -m soak tests/bench/test_soak.py
