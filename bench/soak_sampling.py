@@ -19,7 +19,8 @@ The RSS slope is a rate per hour after warm-up, so it is each daemon's own warm-
 it skips: its samples count once the run is past the window's start and the daemon has
 been up that long too (a coordinator started by a failover at minute 30 warms up from
 minute 30). A daemon with less than half a window of such samples has no slope (None):
-a few minutes of a fresh daemon's start-up, read as an hourly rate, said +75 MB/hour.
+a few minutes of a fresh daemon's start-up, read as an hourly rate, said +62 to +85
+MB/hour.
 """
 
 from __future__ import annotations

@@ -252,7 +252,7 @@ class Activations:
         dlq = dlq_topic(config.job.name) if config.processor.on_error == "dlq" else None
         resettle(activation.producer, written_topics(config.job.output, config.job.outputs,
                                                      dlq), changelog, settled,
-                 self._consumers.active.consumer.consumer_group_metadata())
+                 self._group_metadata())
         activation.resettled = True
         return settled
 
