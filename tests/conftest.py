@@ -47,12 +47,24 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
         yield local
 
 
-@pytest.fixture
-def restartable_broker(tmp_path: Path) -> Iterator[Broker]:
-    """A broker of the test's own (of BATON_TEST_BROKER's kind), which it may restart: a
-    broker given in BATON_TEST_BOOTSTRAP is shared and not ours to stop."""
-    with local_broker(tmp_path / "broker") as local:
+@pytest.fixture(scope="module")
+def _module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    with local_broker(tmp_path_factory.mktemp("restartable")) as local:
         yield local
+
+
+@pytest.fixture
+def restartable_broker(_module_broker: Broker) -> Broker:
+    """A broker of the module's own (of BATON_TEST_BROKER's kind), which its tests may
+    stop, restart or kill: a broker given in BATON_TEST_BOOTSTRAP is shared and not ours
+    to stop. One per module, not per test: a broker's start is a JVM's, the costliest
+    step of such a test. Each test finds it running (one that failed with it stopped
+    does not fail the next), and tests keep apart by their own topics."""
+    local = _module_broker.local
+    assert local is not None
+    if local.pid is None:           # stopped or killed by a test that then failed
+        local.start()
+    return _module_broker
 
 
 @pytest.fixture

@@ -131,7 +131,7 @@ def test_frozen_old_owner_is_declared_dead_and_fenced(job, broker) -> None:
 
 
 class TestBrokerRestart:
-    """On a broker of the test's own (the shared one is not ours to restart)."""
+    """On a broker of the module's own (the shared one is not ours to restart)."""
 
     @pytest.fixture
     def broker(self, restartable_broker: Broker) -> Broker:

@@ -5,7 +5,7 @@ Kafka keeps it, the embedded broker aborts what it holds of it and then acknowle
 rest. Either way the output must stay exactly once: a transaction during which the
 producer lost its brokers is redone (restart before the commit), and a commit the
 broker came back without is found by reading the committed offsets back (restart in
-the middle of the commit). Each test restarts a broker of its own at that moment.
+the middle of the commit). Each test restarts the module's own broker at that moment.
 """
 
 from __future__ import annotations

@@ -156,7 +156,7 @@ def test_every_consumer_reads_again_after_each_restart(
         broker: Broker, fleet: tuple[str, dict[str, Any], list[Consumers]]) -> None:
     topic, settings, consumers = fleet
     local = broker.local
-    assert local is not None, "a broker of the test's own"
+    assert local is not None, "a broker of the module's own"
     traffic = _Traffic(broker, topic)
     readers = _Readers(consumers, topic)
     try:

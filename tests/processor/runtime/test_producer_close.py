@@ -62,7 +62,7 @@ def test_a_close_waits_out_a_broker_restart(
     on the transaction after the restart (seen in about one run in five), given up at
     its bound and said so. Either way nothing of the transaction is ever read."""
     local = broker.local
-    assert local is not None, "a broker of the test's own"
+    assert local is not None, "a broker of the module's own"
     topic = broker.create_topic(unique("out"), 2)
     producer = _in_transaction(broker, topic)
     local.stop()
@@ -99,7 +99,7 @@ def test_a_close_never_outlives_its_bound(
     not on the daemon's loop, which runs the collection (a destroy that blocks there
     stopped a processor's loop for good)."""
     local = broker.local
-    assert local is not None, "a broker of the test's own"
+    assert local is not None, "a broker of the module's own"
     topic = broker.create_topic(unique("out"), 2)
     producer = _in_transaction(broker, topic)
     destroyed_on: list[str] = []
