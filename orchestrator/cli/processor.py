@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from orchestrator.cli.conventions import epilog, fail
-from orchestrator.wire.c_heap import shape_heap
+from orchestrator.wire.c_heap import limit_arenas
 from orchestrator.wire.config import ConfigError, load_config
 from orchestrator.wire.logs import setup_logging
 
@@ -27,9 +27,9 @@ def processor_command(config_path: Path, processor_id: str, state_dir: Path | No
     """Run a processor daemon: its tasks, catch-up and handoffs, driven by the coordinator."""
     import re
 
-    # before librdkafka's and RocksDB's threads exist: glibc fixes the arena limit at
-    # its first extra arena (orchestrator/wire/c_heap.py)
-    shape_heap()
+    # before librdkafka's and RocksDB's threads exist: glibc fixes the limit at its
+    # first extra arena (orchestrator/wire/c_heap.py)
+    limit_arenas()
 
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", processor_id):
         raise click.BadParameter("use letters, digits, '.', '_' or '-'", param_hint="--id")
