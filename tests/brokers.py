@@ -148,6 +148,22 @@ def local_broker(directory: Path) -> Iterator[Broker]:
     kafka = KafkaBroker(directory)
     kafka.start()
     try:
+        _load_coordinators(kafka.bootstrap)
         yield Broker(kafka.bootstrap, {}, kafka)
     finally:
         kafka.close()
+
+
+def _load_coordinators(bootstrap: str) -> None:
+    """Make a fresh Apache Kafka broker create and load its offsets and transaction-state
+    topics: it does so at their first use, and answers "coordinator load in progress"
+    or "not coordinator" meanwhile, which a test's first lookup of committed offsets
+    then met instead of its own subject (a Spark warmup that found no backlog)."""
+    name = f"load-{uuid.uuid4().hex[:8]}"
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": name})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": name})
+    try:
+        producer.init_transactions(60)
+        consumer.committed([TopicPartition(name, 0)], timeout=60)
+    finally:
+        consumer.close()
