@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Container, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -326,24 +326,6 @@ class Activations:
             if close_store:
                 activation.store.close()
             _close_when_done(activation.producer, activation.fenced)
-
-    def withdraw(self, task: str, replicas: MutableMapping[str, Replay]
-                 ) -> dict[str, dict[str, int]]:
-        """Stop the activation of a task no longer listed active here, replaying in
-        `replicas`; return {task: where it is released}. Its replays wrote no output, so
-        that is the T1 its fence settled, and what it replayed stays in the store. Before
-        that T1 is known it goes on ({}), as it does until its replay has started."""
-        activation = self.pending.get(task)
-        replica = replicas.get(task)
-        if activation is None or not activation.committed or replica is None:
-            return {}
-        del replicas[task]
-        self._consumers.replays.unassign(replica)
-        replica.commit()
-        replica.store.close()
-        self.abandon(task, close_store=False)
-        log.info("task %r: activation withdrawn, released at %s", task, activation.committed)
-        return {task: dict(activation.committed)}
 
     def close(self, replicas: Container[str]) -> None:
         """Abandon every activation: close the stores no replica holds, stop fencing."""

@@ -11,7 +11,6 @@ runtime/replay_consumers.py), and one that reads nothing and only looks offsets 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, Message
 
@@ -57,21 +56,14 @@ class Consumers:
         # a replay never jumps over records the broker no longer holds: a fetch below
         # the first retained offset is an error (processor/retention.py)
         replays = {**settings, "auto.offset.reset": "error"}
-        def replay_consumer(name: str) -> Consumer:       # "replay" or "activation"
-            return Consumer({**replays, **client_logging(f"processor.{name}")})
+        replay = Consumer({**replays, **client_logging("processor.replay")})
+        activation = Consumer({**replays, **client_logging("processor.activation")})
         lookup = {**settings, **client_logging("processor.lookup")}
         self.lookups = Lookups(Consumer(lookup), lambda: Consumer(
             {**lookup, "isolation.level": "read_uncommitted"}))
         self.active = ActiveConsumer(Consumer(active), self.lookups, idle_backoff_s, clock,
                                      remake=lambda: Consumer(active))
-        self.replays = ReplayConsumers(replay_consumer("replay"),
-                                       replay_consumer("activation"), clock, self.lookups,
-                                       remake=replay_consumer)
-
-    def on_replaced(self, count: Callable[[], None]) -> None:
-        """Call `count` whenever a consumer cut off from the brokers is replaced."""
-        self.active.on_replaced = count
-        self.replays.on_replaced = count
+        self.replays = ReplayConsumers(replay, activation, clock)
 
     def close(self) -> None:
         self.active.consumer.close()

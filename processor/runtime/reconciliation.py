@@ -12,11 +12,7 @@ nothing). `reconcile` turns it into changes, in an order that matters:
    come until it declared the whole processor dead;
 2. release active tasks no longer listed active (their new owner waits for final T1);
 3. drop replicas no longer listed or whose partitions changed, and switch the role of
-   the others (warmup <-> standby); a replica replaying for an activation stays while
-   its task is listed active, and is withdrawn when it is not: the coordinator placed
-   the task here and moved it on before the activation ended (a scale-out right after
-   a re-placement), and waiting out a long replay to release it outlasted the
-   coordinator's release timeout, which declared the whole processor dead;
+   the others (warmup <-> standby); a replica replaying for an activation stays;
 4. start the listed replicas this processor does not run yet;
 5. activate the listed active tasks this processor does not run yet;
 6. start the new partitions of active tasks (expansion).
@@ -60,7 +56,6 @@ class Reconcilable(Protocol):
     def replay_partitions(self, task: str) -> list[str]: ...
     def guard(self, task: str, change: Callable[[str], object]) -> None: ...
     def release(self, task: str) -> dict[str, int]: ...
-    def withdraw(self, task: str) -> None: ...
     def drop(self, task: str) -> None: ...
     def start_replica(self, task: str, role: ReplicaRole) -> None: ...
     def activate(self, task: str) -> None: ...
@@ -91,12 +86,9 @@ def reconcile(runtime: Reconcilable, wanted: RoleListing,
         runtime.guard(task, runtime.release)
     for task, replica in list(runtime.replicas.items()):
         stale = replica.partitions != runtime.replay_partitions(task)
-        if replica.role == "activating":
-            if task not in wanted.active:
-                runtime.guard(task, runtime.withdraw)
-        elif stale or task not in listed:
+        if replica.role != "activating" and (stale or task not in listed):
             runtime.guard(task, runtime.drop)   # gone, or its partitions changed
-        elif task in roles:
+        elif task in roles and replica.role != "activating":
             replica.role = roles[task]
     for task, role in roles.items():
         if _idle(runtime, task) and _can_start(runtime, task):

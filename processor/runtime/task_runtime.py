@@ -2,16 +2,16 @@
 
 The role changes come from the coordinator's level-triggered replies (see
 orchestrator/wire/protocol.py) through `apply()`, or from a test harness calling
-`activate()`, `release()`, `start_replica()` and `drop()` directly. Everything runs on the
-caller's thread: the daemon's main loop is the only owner of the consumers, producers and
-stores; the heartbeat thread only exchanges snapshots with it.
+`activate()`, `release()`, `start_replica()` and `drop()` directly. Everything runs
+on the caller's thread: the daemon's main loop is the only owner of the consumers,
+producers and stores; the heartbeat thread only exchanges snapshots with it.
 
-The runtime holds the book of tasks (active, replicas, released, failed) and the loop
-(`poll()`); its collaborators each own one concept: `Consumers` (who reads what), `CatchUp`
-(where replicas rebuild state from: the input or the changelog), `Activations` (fence,
-replay, go active), `BulkPath` (Spark catch-up), `Commits`, `TaskStores`, `TaskPartitions`,
-`SplitChildren`, `reconcile` (a reply -> changes), `task_reports`, `StoreSizes` and
-`close_producer`.
+The runtime holds the book of tasks (active, replicas, released, failed) and the
+loop (`poll()`); its collaborators each own one concept: `Consumers` (who reads what),
+`CatchUp` (where replicas rebuild state from: the input or the changelog), `Activations`
+(fence, replay, go active), `BulkPath` (Spark catch-up), `Commits`, `TaskStores`,
+`TaskPartitions`, `SplitChildren`, `reconcile` (a reply -> changes), `task_reports`,
+`StoreSizes` and `close_producer`.
 """
 
 from __future__ import annotations
@@ -60,8 +60,9 @@ log = logging.getLogger("baton.processor.runtime")
 # nothing to poll): the fence's end, or the activation's next step, is taken within it
 _IDLE_WHILE_ACTIVATING_S = 0.01
 # what a change of one task may raise and still leave the other tasks running
-_TASK_ERRORS = (StoreError, StoreAheadError, KafkaException, OSError, TaskFenced, ProducerFatal,
-                TaskFailed, ChangelogError, InputTrimmedError, OffsetOutOfRange, FenceRefused)
+_TASK_ERRORS = (StoreError, StoreAheadError, KafkaException, OSError, TaskFenced,
+                ProducerFatal, TaskFailed, ChangelogError, InputTrimmedError, OffsetOutOfRange,
+                FenceRefused)
 
 
 class TaskRuntime:
@@ -90,7 +91,6 @@ class TaskRuntime:
         self.jobs = TaskJobs(config, processor_id, job)     # one instance per task
         self.group = f"baton.{config.job.name}"
         self.consumers = Consumers(config, self.group, self.clock)
-        self.consumers.on_replaced(self.metrics.record_consumer_replaced)
         self.barrier_book = BarrierBook(config.job.name, config.job.partitioner,
                                         self.consumers.active.barriers, self._barrier_holders)
         self.active: dict[str, ActiveTask] = {}
@@ -240,10 +240,6 @@ class TaskRuntime:
         log.info("task %r: released at %s", task, active.committed)
         return dict(active.committed)
 
-    def withdraw(self, task: str) -> None:
-        """Stop activating a task no longer listed active here (activation.py)."""
-        self.released.update(self.activations.withdraw(task, self.replicas))
-
     def start_replica(self, task: str, role: ReplicaRole) -> None:
         """Start a warmup or standby of `task`: on Spark first when its store is fresh
         and its backlog large (processor/runtime/bulk_path.py), then on the consumer."""
@@ -347,9 +343,9 @@ class TaskRuntime:
         self.guard(task, self.activate)
 
     def _poll_replicas(self, timeout: float, batch: int) -> int:
-        """While an activation replays (a handoff's pause) only its records are read; while
-        it only fences (broker round trips, 10-60 ms, off the GIL) the others go on, in
-        `replay_bite`'s bites."""
+        """While an activation replays (a handoff's pause) only its records are read;
+        while it only fences (broker round trips, 10-60 ms, waited out on a thread
+        without the GIL) the others go on, in `replay_bite`'s bites."""
         if self.consumers.replays.activating or self.activations.pending:
             timeout = min(timeout, _IDLE_WHILE_ACTIVATING_S)
         return self.replay_round.run(self.replicas, timeout, batch)
@@ -379,6 +375,11 @@ class TaskRuntime:
         return bool(self.activations.pending) \
             or any(r.role == "warmup" and is_caught_up(r.lag(), near)
                    for r in self.replicas.values())
+
+    def positions(self, task: str) -> Mapping[str, int]:
+        if task in self.active:
+            return self.active[task].committed
+        return self.replicas[task].positions
 
     def close(self, commit: bool) -> None:
         """Graceful: release every active task. Not graceful: drop all, commit nothing."""

@@ -47,9 +47,6 @@ class FakeRuntime:
         del self.active[task]
         return {}
 
-    def withdraw(self, task: str) -> None:
-        self.log.append(("withdraw", task))
-
     def drop(self, task: str) -> None:
         self.log.append(("drop", task))
         del self.replicas[task]
@@ -133,14 +130,3 @@ def test_a_failure_is_forgotten_only_once_the_coordinator_has_seen_it() -> None:
     assert runtime.failed == {"t0": "fenced"}          # not reported yet: kept
     reconcile(runtime, RoleListing(), seen_failures=frozenset({"t0"}))
     assert runtime.failed == {}
-
-
-def test_an_activation_no_longer_listed_active_is_withdrawn_not_waited_for() -> None:
-    """Listed active here, then moved on before its replay ended: the release cannot
-    wait for the replay (the coordinator declared the processor dead after 10 s)."""
-    runtime = FakeRuntime(dict(MODEL))
-    runtime.replicas["t0"] = _Replica(["in:0"], "activating")
-    runtime.fencing.add("t0")
-    reconcile(runtime, RoleListing(active=["t1"]))
-    assert runtime.log == [("withdraw", "t0"), ("activate", "t1")]
-    assert runtime.replicas["t0"].role == "activating"
