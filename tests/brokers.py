@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestrator.devkit.embedded import (
@@ -164,6 +164,16 @@ def _load_coordinators(bootstrap: str) -> None:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": name})
     try:
         producer.init_transactions(60)
-        consumer.committed([TopicPartition(name, 0)], timeout=60)
+        # the group coordinator answers "not coordinator" until its partition has loaded
+        wait_for(lambda: _committed_answers(consumer, name), 60,
+                 "the fresh broker's group coordinator")
     finally:
         consumer.close()
+
+
+def _committed_answers(consumer: Consumer, topic: str) -> bool:
+    try:
+        consumer.committed([TopicPartition(topic, 0)], timeout=10)
+    except KafkaException:
+        return False
+    return True
