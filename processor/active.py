@@ -1,21 +1,20 @@
 """An active task: process records and emit output exactly once.
 
-One transactional producer per task (transactional id `baton.<job>.<task>`): outputs
-and the input offsets commit in one Kafka transaction, and only after that commit do
-the task's state writes reach RocksDB, in one WriteBatch with the same offsets. So
-the store may lag the committed offsets by one transaction after a crash (recovery
-replays the gap without output) but never leads them. The per-task transactional id
-is what fences a zombie owner after a handoff.
+One transactional producer per task (transactional id `baton.<job>.<task>`): outputs and
+the input offsets commit in one Kafka transaction, and only after that commit do the
+task's state writes reach RocksDB, in one WriteBatch with the same offsets. So the store
+may lag the committed offsets by one transaction after a crash (recovery replays the gap
+without output) but never leads them. The per-task transactional id is what fences a
+zombie owner after a handoff.
 
-With catch_up.source = "changelog" the transaction also carries the task's state
-changes and input offsets to its changelog partition (processor/changelog.py), and the
-store commits its changelog position with them.
+With catch_up.source = "changelog" the transaction also carries the task's state changes
+and input offsets to its changelog partition (processor/changelog.py), and the store
+commits its changelog position with them.
 
-A transaction during which the producer lost its brokers is not trusted: before the
-commit it is aborted, over every partition the task writes to, and redone; during the
-commit, the group's committed offsets are read back, and a broker that came back
-without the transaction restarts the task from what it does hold (see
-orchestrator/kafka/watched_producer.py).
+A transaction during which the producer lost its brokers is not trusted: before the commit
+it is aborted, over every partition the task writes to, and redone; during the commit, the
+group's committed offsets are read back, and a broker that came back without the
+transaction restarts the task from what it does hold (orchestrator/kafka/watched_producer.py).
 """
 
 from __future__ import annotations
@@ -76,9 +75,8 @@ class ActiveTask:
                  producer: WatchedProducer, output_topic: str, dlq_topic: str,
                  on_error: OnError, group_metadata: Callable[[], Any],
                  committed: dict[str, int],
-                 broker_committed: Callable[[list[str]], dict[str, int]],
-                 *, clock: Clock | None = None,
-                 changelog: ChangelogWriter | None = None,
+                 broker_committed: Callable[[list[str]], dict[str, int]], *,
+                 clock: Clock | None = None, changelog: ChangelogWriter | None = None,
                  outputs: Sequence[str] = ()) -> None:
         self.name = name
         self.partitions = list(partitions)
@@ -129,8 +127,8 @@ class ActiveTask:
         try:
             with collector_paused():
                 self._process(messages)
-        except KafkaException as exc:
-            raise self._producer_failure(exc) from exc
+        except (KafkaException, SystemError) as exc:
+            raise self._producer_failure(callback_error(exc)) from exc
 
     def _producer_failure(self, exc: KafkaException) -> Exception:
         """What a producer error met while processing means for the task. A fatal one
@@ -360,7 +358,8 @@ class ActiveTask:
                     self.output_topic, self.emitter.output_topics,
                     self.dlq_topic if self.on_error == "dlq" else None),
                     None if self.changelog is None else self.changelog.target)
-        except KafkaException as abort_exc:
+        except (KafkaException, SystemError) as failure:
+            abort_exc = callback_error(failure)
             if is_fenced(abort_exc):
                 raise TaskFenced(f"task {self.name!r}: fenced while aborting: {abort_exc}") \
                     from abort_exc
@@ -395,6 +394,6 @@ class ActiveTask:
             self.processed = 0
             try:
                 self.producer.abort_transaction(TXN_TIMEOUT_S)
-            except KafkaException as exc:
-                self.fenced = self.fenced or is_fenced(exc)
-                log.warning("task %r: abort_transaction failed: %s", self.name, exc)
+            except (KafkaException, SystemError) as failure:
+                self.fenced = self.fenced or is_fenced(callback_error(failure))
+                log.warning("task %r: abort_transaction failed: %s", self.name, failure)

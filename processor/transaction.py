@@ -51,11 +51,16 @@ class TransactionAborted(Exception):
     """The open transaction was aborted; the caller rewinds the task to its committed offsets."""
 
 
-def callback_error(exc: SystemError) -> KafkaException:
-    """The KafkaException behind a SystemError from a delivery callback: confluent-kafka
-    runs a pending delivery callback (the changelog's) while a fatal error (a fence) is
-    already raised, and the callback's return then surfaces as a SystemError whose cause
-    is that error. Anything else is re-raised."""
+def callback_error(exc: KafkaException | SystemError) -> KafkaException:
+    """The Kafka error a producer call raised, itself or behind a SystemError.
+
+    confluent-kafka runs pending callbacks (a delivery report, such as the changelog's,
+    or a librdkafka log line handed to Python logging) while a fatal error (a fence) is
+    already raised; the callback's return then surfaces as a SystemError ("returned a
+    result with an exception set") whose cause is that error. Anything else is
+    re-raised."""
+    if isinstance(exc, KafkaException):
+        return exc
     if isinstance(exc.__cause__, KafkaException):
         return exc.__cause__
     raise exc

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -174,3 +175,49 @@ def test_an_undeclared_topic_under_fail_stops_the_task_with_nothing_produced(tmp
         task.process([Msg(0)])
     task.store.close()
     assert producer.sent == []
+
+
+class _FencedInACallback(_Recording):
+    """A producer that loses its brokers inside the commit, and whose flush while the
+    task aborts over every partition meets the fence through a callback: confluent-kafka
+    raises it as a SystemError whose cause is the fence, as a processor met it under a
+    soak's broker restarts on Apache Kafka 4.4."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost = 0
+        self.aborted = False
+
+    def losses(self) -> int:
+        return self.lost
+
+    def flush(self, timeout: float) -> int:
+        if self.aborted:
+            wrapped = SystemError("<class 'logging.LogRecord'> returned a result with an "
+                                  "exception set")
+            wrapped.__cause__ = KafkaException(KafkaError(KafkaError._FENCED, "fenced",
+                                                          fatal=True))
+            raise wrapped
+        return 0
+
+    def send_offsets_to_transaction(self, *args: Any) -> None:
+        self.lost = 1                           # the broker restarts inside the commit
+
+    def abort_transaction(self, timeout: float) -> None:
+        self.aborted = True
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        return SimpleNamespace(topics={topic: SimpleNamespace(partitions={0: None})})
+
+
+def test_a_fence_met_through_a_callback_while_aborting_stops_the_task_as_fenced(
+        tmp_path) -> None:
+    """Not a SystemError out of the processor's loop, which stopped the daemon."""
+    producer = _FencedInACallback()
+    task = ActiveTask("Partition 0", ["in:0"], RunningSum(), TaskStore(tmp_path / "s"),
+                      producer, "out", "dlq", "fail", lambda: None, {"in:0": 0},
+                      lambda partitions: {})
+    task.process([Msg(0)])
+    with pytest.raises(TaskFenced, match="fenced while aborting"):
+        task.commit()
+    task.store.close()

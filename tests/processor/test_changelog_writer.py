@@ -119,6 +119,7 @@ def test_a_fence_raised_through_a_delivery_callback_is_the_fence() -> None:
     wrapped = SystemError("callback returned a result with an exception set")
     wrapped.__cause__ = fenced
     assert _callback_error(wrapped) is fenced
+    assert _callback_error(fenced) is fenced              # raised as itself
     with pytest.raises(SystemError):
         _callback_error(SystemError("something else"))
 
