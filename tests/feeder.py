@@ -31,11 +31,15 @@ class Feeder:
         self.settings = settings
         self.sent = 0
         self.failed = 0                 # deliveries the broker never acknowledged
+        # where each acknowledged record landed: (partition, offset), so a count that
+        # does not match the topic can name the record it misses
+        self.delivered: list[tuple[int, int]] = []
         self._stop = threading.Event()
         self._running = threading.Event()
         self._running.set()
         self._paused = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="feeder", daemon=True)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._guarded, name="feeder", daemon=True)
 
     def start(self) -> Feeder:
         self._thread.start()
@@ -61,6 +65,12 @@ class Feeder:
             return
         producer.commit_transaction(30)
         producer.begin_transaction()
+
+    def _guarded(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:    # noqa: BLE001 - stop() raises it in the test
+            self._error = exc
 
     def _run(self) -> None:
         producer = self._producer()
@@ -96,6 +106,8 @@ class Feeder:
     def _delivered(self, err: Any, msg: Any) -> None:
         if err is not None:
             self.failed += 1
+        else:
+            self.delivered.append((msg.partition(), msg.offset()))
 
     def pause(self) -> None:
         """Stop producing; returns once everything sent so far is acknowledged."""
@@ -112,4 +124,8 @@ class Feeder:
         self._running.set()
         self._stop.set()
         self._thread.join(60)
+        # a count from a producer that did not flush would promise records it never wrote
+        assert not self._thread.is_alive(), "the feeder did not stop within 60 s"
+        if self._error is not None:
+            raise AssertionError(f"the feeder failed: {self._error!r}") from self._error
         return self.sent - self.failed

@@ -22,7 +22,7 @@ from processor.oracle import check_identified_sums, check_running_sums
 if TYPE_CHECKING:
     from tests.brokers import Broker
 
-__all__ = ["Checked", "identified_check", "oracle_check", "report"]
+__all__ = ["Checked", "identified_check", "oracle_check", "report", "unseen"]
 
 
 @dataclass(frozen=True)
@@ -95,3 +95,23 @@ def identified_check(broker: Broker, config: Any) -> Any:
               for m in input_records(broker.read_all(topic))]
     outputs = [(m.key(), m.value()) for m in broker.read_all(config.job.output)]
     return check_identified_sums(inputs, outputs)
+
+
+def unseen(broker: Broker, topic: str, delivered: list[tuple[int, int]]) -> str:
+    """Which acknowledged records (partition, offset) the oracle's input lacks, and what
+    the topic holds at each: nothing visible, or a record a forwarded copy stands for."""
+    everything = broker.read_all(topic, committed_only=False)
+    raw = {(m.partition(), m.offset()): m for m in everything}
+    kept = {(m.partition(), m.offset()) for m in input_records(broker.read_all(topic))}
+    lines = []
+    for where in sorted(set(delivered) - kept):
+        m = raw.get(where)
+        held = ("nothing" if m is None else
+                f"key {m.key()!r} value {m.value()!r} headers {m.headers()}")
+        copies = [_where(c) for c in everything
+                  if dict(c.headers() or ()).get(FORWARDED_HEADER, b"").decode()
+                  == f"{topic}:{where[0]}@{where[1]}"]
+        lines.append(f"{where[0]}@{where[1]}: {held}; copies {copies}")
+    doubled = len(delivered) - len(set(delivered))
+    return (f"{len(lines)} acknowledged records not in the input "
+            f"({doubled} positions acknowledged twice): " + "; ".join(lines[:20]))

@@ -29,7 +29,7 @@ import pytest
 from orchestrator.wire.config import load_config
 from tests.daemon_support import Daemon, wait_for_coordinator
 from tests.feeder import Feeder
-from tests.oracle_report import oracle_check
+from tests.oracle_report import oracle_check, unseen
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -141,7 +141,7 @@ def finish(job: Job, feeder: Feeder, broker: Any) -> None:
     wait_for(lambda: job.all_consumed(sent), 120, f"all {sent} records consumed")
     result = oracle_check(broker, job.config)
     assert result.ok, result
-    assert result.records_in == sent
+    assert result.records_in == sent, unseen(broker, job.config.job.inputs[0], feeder.delivered)
 
 
 def start_two(job: Job, broker: Any, rate: float = 300.0) -> Feeder:
