@@ -40,7 +40,12 @@ __all__ = ["KAFKA_BROKER_SETTINGS", "KafkaBroker", "KafkaBrokerError", "kafka_li
 # by default, which every test joining a group would pay; share groups' state topic
 # likewise defaults to 3 replicas. 50 partitions each for the offsets and transaction
 # logs is for spreading coordinators over many brokers; on one broker it only makes
-# the first group and the first transactional producer wait while all 50 load.
+# the first group and the first transactional producer wait while all 50 load. The
+# controller fences a broker whose heartbeats stop for broker.session.timeout.ms (9 s
+# by default); on a loaded 2-core machine a stall of the one JVM can do that to its own
+# broker, which then leaves the metadata and takes every partition offline with it
+# (clients see leader -1, transactions time out and are fenced by the broker), so one
+# node waits 30 s. A SIGKILLed broker's restart waits out its old session as well.
 KAFKA_BROKER_SETTINGS: dict[str, str] = {
     "offsets.topic.replication.factor": "1",
     "offsets.topic.num.partitions": "4",
@@ -50,6 +55,7 @@ KAFKA_BROKER_SETTINGS: dict[str, str] = {
     "share.coordinator.state.topic.replication.factor": "1",
     "share.coordinator.state.topic.min.isr": "1",
     "group.initial.rebalance.delay.ms": "0",
+    "broker.session.timeout.ms": "30000",
 }
 # A heap that fits beside the suite on a small machine (Kafka's own script gives 1 GB);
 # G1 with short pauses as in Kafka's kafka-run-class.sh.
