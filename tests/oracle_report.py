@@ -103,15 +103,18 @@ def unseen(broker: Broker, topic: str, delivered: list[tuple[int, int]]) -> str:
     everything = broker.read_all(topic, committed_only=False)
     raw = {(m.partition(), m.offset()): m for m in everything}
     kept = {(m.partition(), m.offset()) for m in input_records(broker.read_all(topic))}
+    copies: dict[str, list[str]] = defaultdict(list)     # origin -> its forwarded copies
+    for c in everything:
+        origin = dict(c.headers() or ()).get(FORWARDED_HEADER)
+        if origin is not None:
+            copies[origin.decode()].append(_where(c))
     lines = []
     for where in sorted(set(delivered) - kept):
         m = raw.get(where)
         held = ("nothing" if m is None else
                 f"key {m.key()!r} value {m.value()!r} headers {m.headers()}")
-        copies = [_where(c) for c in everything
-                  if dict(c.headers() or ()).get(FORWARDED_HEADER, b"").decode()
-                  == f"{topic}:{where[0]}@{where[1]}"]
-        lines.append(f"{where[0]}@{where[1]}: {held}; copies {copies}")
+        lines.append(f"{where[0]}@{where[1]}: {held}; "
+                     f"copies {copies.get(f'{topic}:{where[0]}@{where[1]}', [])}")
     doubled = len(delivered) - len(set(delivered))
     return (f"{len(lines)} acknowledged records not in the input "
             f"({doubled} positions acknowledged twice): " + "; ".join(lines[:20]))
