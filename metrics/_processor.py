@@ -61,6 +61,7 @@ PROCESSOR_METRIC_NAMES: tuple[str, ...] = (
     "baton_heartbeats_total",
     "baton_process_errors_total",
     "baton_store_view_errors_total",
+    "baton_consumer_replacements_total",
 )
 
 
@@ -134,6 +135,10 @@ class ProcessorMetrics:
             "its expansion barrier with a key of a child partition (a producer staler than "
             "[job] expansion_grace_ms): forwarded to the child, never applied in place.",
             [*base, "task"], registry=registry)
+        self._replacements = Counter(
+            "baton_consumer_replacements_total", "Active consumers replaced after reaching "
+            "no broker for 30 s while the processor's other clients did (processor/runtime/"
+            "cut_off.py).", base, registry=registry).labels(job=job, processor=processor)
         view_errors = Counter(
             "baton_store_view_errors_total", "Scrapes where a store callback (sizes, memory) "
             "raised.",
@@ -213,6 +218,10 @@ class ProcessorMetrics:
         self._errors.labels(job=self.job, processor=self.processor, task=task,
                             outcome=outcome).inc()
 
+    def record_consumer_replaced(self) -> None:
+        """The active consumer was cut off from the brokers and replaced."""
+        self._replacements.inc()
+
     def record_misrouted(self, task: str, source: str = "", child: str = "") -> None:
         """One misrouted record forwarded from `source` to `child` (not labels: the
         partition vocabulary is unbounded; the processor's log names them)."""
@@ -282,6 +291,9 @@ class NullProcessorMetrics(ProcessorMetrics):
         pass
 
     def record_misrouted(self, task: str, source: str = "", child: str = "") -> None:
+        pass
+
+    def record_consumer_replaced(self) -> None:
         pass
 
     def forget_task(self, task: str) -> None:

@@ -50,6 +50,7 @@ class ActiveConsumer:
         self._remake = remake
         self._watch = cut_off.FetchWatch()
         self.replaced = 0                        # how often it was cut off and replaced
+        self.on_replaced: Callable[[], None] = lambda: None     # counts it (metrics)
         self._lookups = lookups
         self._idle_backoff_s = idle_backoff_s
         self._clock = clock
@@ -115,6 +116,7 @@ class ActiveConsumer:
         self._counts = PartitionCounts()
         self._at_end.clear()
         self.replaced += 1
+        self.on_replaced()
         parts = [topic_partition(p, tasks[t].pending[p])
                  for p, t in self.owner.items() if t in tasks]
         log.warning("the active consumer has reached no broker for %.0f s while the "

@@ -60,9 +60,8 @@ log = logging.getLogger("baton.processor.runtime")
 # nothing to poll): the fence's end, or the activation's next step, is taken within it
 _IDLE_WHILE_ACTIVATING_S = 0.01
 # what a change of one task may raise and still leave the other tasks running
-_TASK_ERRORS = (StoreError, StoreAheadError, KafkaException, OSError, TaskFenced,
-                ProducerFatal, TaskFailed, ChangelogError, InputTrimmedError, OffsetOutOfRange,
-                FenceRefused)
+_TASK_ERRORS = (StoreError, StoreAheadError, KafkaException, OSError, TaskFenced, ProducerFatal,
+                TaskFailed, ChangelogError, InputTrimmedError, OffsetOutOfRange, FenceRefused)
 
 
 class TaskRuntime:
@@ -91,6 +90,7 @@ class TaskRuntime:
         self.jobs = TaskJobs(config, processor_id, job)     # one instance per task
         self.group = f"baton.{config.job.name}"
         self.consumers = Consumers(config, self.group, self.clock)
+        self.consumers.active.on_replaced = self.metrics.record_consumer_replaced
         self.barrier_book = BarrierBook(config.job.name, config.job.partitioner,
                                         self.consumers.active.barriers, self._barrier_holders)
         self.active: dict[str, ActiveTask] = {}

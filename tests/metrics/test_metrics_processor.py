@@ -25,6 +25,7 @@ def test_families_register_with_zero_series_for_fixed_vocabularies(registry):
     assert value(registry, "baton_spark_session_start_seconds_count") == 0
     assert value(registry, "baton_bulk_catchup_seconds_count") == 0
     assert value(registry, "baton_store_view_errors_total") == 0
+    assert value(registry, "baton_consumer_replacements_total") == 0
 
 
 def test_counters_count_per_task(registry):
@@ -41,6 +42,7 @@ def test_counters_count_per_task(registry):
     m.record_bulk_fallback(T1)
     m.record_heartbeat("unreachable")
     m.record_process_error(T1, "dlq")
+    m.record_consumer_replaced()
 
     assert value(registry, "baton_records_processed_total", task=T0) == 101
     assert value(registry, "baton_records_processed_total", task=T1) == 5
@@ -55,6 +57,7 @@ def test_counters_count_per_task(registry):
     assert value(registry, "baton_bulk_fallbacks_total", task=T1) == 1
     assert value(registry, "baton_heartbeats_total", outcome="unreachable") == 1
     assert value(registry, "baton_process_errors_total", task=T1, outcome="dlq") == 1
+    assert value(registry, "baton_consumer_replacements_total") == 1
 
 
 def test_histograms_observe_durations(registry):

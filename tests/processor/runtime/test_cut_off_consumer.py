@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer
+from prometheus_client import CollectorRegistry
 
+from metrics import ProcessorMetrics
 from orchestrator.wire.clock import SystemClock
 from processor.runtime import cut_off
 from processor.runtime.active_consumer import ActiveConsumer
@@ -111,10 +113,14 @@ def test_a_cut_off_consumer_is_replaced_and_reads_on_where_its_task_goes_on(
     lookups = Lookups(made.consumer(), made.consumer)
     cut = made.consumer(**{"bootstrap.servers": _dead_address(), "log_level": 0})
     active = ActiveConsumer(cut, lookups, 0.0, SystemClock(), remake=made.consumer)
+    registry = CollectorRegistry()
+    active.on_replaced = ProcessorMetrics(registry, "j", "p1").record_consumer_replaced
     task = _task(topic, {0: 7, 1: 23})      # processed up to there, uncommitted
     active.add(task)
     seen = _read(active, {"t0": task}, 20 * quick_watch)
     assert active.replaced == 1
+    assert registry.get_sample_value("baton_consumer_replacements_total",
+                                     {"job": "j", "processor": "p1"}) == 1
     assert active.consumer is not cut
     assert seen == {0: list(range(7, RECORDS)), 1: list(range(23, RECORDS))}
 
