@@ -136,9 +136,10 @@ class ProcessorMetrics:
             "[job] expansion_grace_ms): forwarded to the child, never applied in place.",
             [*base, "task"], registry=registry)
         self._replacements = Counter(
-            "baton_consumer_replacements_total", "Active consumers replaced after reaching "
-            "no broker for 30 s while the processor's other clients did (processor/runtime/"
-            "cut_off.py).", base, registry=registry).labels(job=job, processor=processor)
+            "baton_consumer_replacements_total", "Consumers (active, replay, activation) "
+            "replaced after reaching no broker for 30 s while the processor's other clients "
+            "did (processor/runtime/cut_off.py).", base,
+            registry=registry).labels(job=job, processor=processor)
         view_errors = Counter(
             "baton_store_view_errors_total", "Scrapes where a store callback (sizes, memory) "
             "raised.",

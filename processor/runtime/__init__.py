@@ -10,9 +10,9 @@ One module per concept, behind this surface:
 - `active_round`, `replay_round`: a round's active batch and replay batch;
 - `commits`: when and how the active tasks commit, side by side;
 - `consumers`: the four consumers; `active_consumer` (assignment, expansion barriers,
-  idle back-off, replacement when cut off), `replay_consumers` (replays, caps),
-  `lookups` (offsets), `batches` (a batch grouped by task), `idle_fetch`, `cut_off`,
-  `metadata` (partition counts);
+  idle back-off), `replay_consumers` (replays, caps), `lookups` (offsets), `batches` (a
+  batch grouped by task), `idle_fetch`, `metadata` (partition counts); `cut_off` and
+  `consumer_watch`: a consumer cut off from the brokers, found and replaced;
 - `task_partitions`: what each task reads; `children`, `child_release`: split children
   in their parents; `barriers`: the expansion barriers' view;
 - `bulk_path`: the Spark bulk catch-up of a fresh replica's backlog;

@@ -12,16 +12,16 @@
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from confluent_kafka import Consumer, KafkaException, Message
+from confluent_kafka import Consumer, Message
 
 from orchestrator.wire.clock import Clock
 from orchestrator.wire.protocol import Barrier
 from processor.active import ActiveTask
 from processor.runtime import cut_off
 from processor.runtime.batches import ends_of, topic_partition
+from processor.runtime.consumer_watch import ConsumerWatch, close_in_background
 from processor.runtime.idle_fetch import IdleFetch, after_poll, before_poll
 from processor.runtime.lookups import Lookups
 from processor.runtime.metadata import PartitionCounts
@@ -48,7 +48,7 @@ class ActiveConsumer:
                  clock: Clock, remake: Callable[[], Consumer] | None = None) -> None:
         self.consumer = consumer
         self._remake = remake
-        self._watch = cut_off.FetchWatch()
+        self._watch = ConsumerWatch(clock, lookups)
         self.replaced = 0                        # how often it was cut off and replaced
         self.on_replaced: Callable[[], None] = lambda: None     # counts it (metrics)
         self._lookups = lookups
@@ -92,19 +92,10 @@ class ActiveConsumer:
         return messages
 
     def _watch_fetch(self, found: bool, tasks: Mapping[str, ActiveTask]) -> None:
-        """Probe a quiet consumer, and replace it once it is cut off (cut_off.py)."""
-        now = self._clock.monotonic()
-        assigned = bool(self.owner) and not self._idle.paused
-        self._watch, probe = cut_off.after_poll(self._watch, now, found, assigned,
-                                                cut_off.PROBE_EVERY_S)
-        if not probe:
-            return
-        topic = next(iter(self.owner)).rpartition(":")[0]
-        answered = _answers(self.consumer, topic)
-        others = answered or _answers(self._lookups.consumer, topic)
-        self._watch, replace = cut_off.after_probe(self._watch, self._clock.monotonic(),
-                                                   answered, others, cut_off.CUT_OFF_S)
-        if replace:
+        """Replace the consumer once it is cut off (consumer_watch.py)."""
+        fetching = bool(self.owner) and not self._idle.paused
+        topic = next(iter(self.owner)).rpartition(":")[0] if fetching else None
+        if self._watch.cut_off(self.consumer, found, topic):
             self._replace(tasks)
 
     def _replace(self, tasks: Mapping[str, ActiveTask]) -> None:
@@ -124,8 +115,7 @@ class ActiveConsumer:
                     "assigned again where their tasks go on", cut_off.CUT_OFF_S, len(parts))
         self._counts.before_assign(self.consumer, parts)
         self.consumer.incremental_assign(parts)
-        threading.Thread(target=_close_quietly, args=(old,), daemon=True,
-                         name="baton-consumer-close").start()
+        close_in_background(old, "active consumer")
 
     def _pause(self, tasks: Mapping[str, ActiveTask]) -> None:
         """Stop fetching every active partition, noting where each goes on. Unassigned,
@@ -277,19 +267,3 @@ class ActiveConsumer:
                 self._assign(task_now, [p for p in list(held)
                                         if not self._barrier_holds(task_now, p)])
                 held.difference_update(self.owner)
-
-
-def _answers(consumer: Consumer, topic: str) -> bool:
-    """Whether `consumer` gets `topic`'s metadata from a broker within the probe's bound."""
-    try:
-        consumer.list_topics(topic, timeout=cut_off.PROBE_TIMEOUT_S)
-    except KafkaException:
-        return False
-    return True
-
-
-def _close_quietly(consumer: Consumer) -> None:
-    try:
-        consumer.close()
-    except Exception as exc:  # noqa: BLE001 - replaced already; nothing waits on it
-        log.debug("closing a replaced active consumer: %s", exc)

@@ -11,6 +11,7 @@ runtime/replay_consumers.py), and one that reads nothing and only looks offsets 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, Message
 
@@ -56,14 +57,21 @@ class Consumers:
         # a replay never jumps over records the broker no longer holds: a fetch below
         # the first retained offset is an error (processor/retention.py)
         replays = {**settings, "auto.offset.reset": "error"}
-        replay = Consumer({**replays, **client_logging("processor.replay")})
-        activation = Consumer({**replays, **client_logging("processor.activation")})
+        def replay_consumer(name: str) -> Consumer:       # "replay" or "activation"
+            return Consumer({**replays, **client_logging(f"processor.{name}")})
         lookup = {**settings, **client_logging("processor.lookup")}
         self.lookups = Lookups(Consumer(lookup), lambda: Consumer(
             {**lookup, "isolation.level": "read_uncommitted"}))
         self.active = ActiveConsumer(Consumer(active), self.lookups, idle_backoff_s, clock,
                                      remake=lambda: Consumer(active))
-        self.replays = ReplayConsumers(replay, activation, clock)
+        self.replays = ReplayConsumers(replay_consumer("replay"),
+                                       replay_consumer("activation"), clock, self.lookups,
+                                       remake=replay_consumer)
+
+    def on_replaced(self, count: Callable[[], None]) -> None:
+        """Call `count` whenever a consumer cut off from the brokers is replaced."""
+        self.active.on_replaced = count
+        self.replays.on_replaced = count
 
     def close(self) -> None:
         self.active.consumer.close()

@@ -1,5 +1,5 @@
-"""When the active consumer is cut off from the brokers while the rest of the processor
-is not, and is replaced.
+"""When a consumer is cut off from the brokers while the rest of the processor is not,
+and is replaced.
 
 A librdkafka client can lose every broker connection in a broker restart and never make
 a new one: in a 16-minute soak on Apache Kafka 4.4 (librdkafka 2.16), one processor's
@@ -9,15 +9,18 @@ broker. Re-bootstrap (`metadata.recovery.strategy`) did not bring it back. Its t
 read nothing and said nothing; every one the coordinator placed there was released
 at the offset it had started from.
 
-So an active consumer that has partitions assigned and found nothing for
-`PROBE_EVERY_S` is asked for the input's metadata (`list_topics`, within
-`PROBE_TIMEOUT_S`): an idle but connected consumer answers in milliseconds. When it
-does not, the processor's lookup consumer is asked the same; when that one answers, the
-active consumer alone is cut off. Cut off for `CUT_OFF_S` in a row, it is replaced by a
-new consumer, assigned where each task goes on (processor/runtime/active_consumer.py).
-While the brokers are away, nothing answers either consumer, and nothing is replaced.
+So a consumer that fetches partitions and found nothing for `PROBE_EVERY_S` is asked
+for the input's metadata (`list_topics`, within `PROBE_TIMEOUT_S`): an idle but
+connected consumer answers in milliseconds. When it does not, the processor's lookup
+consumer is asked the same; when that one answers, the watched consumer alone is cut
+off. Cut off for `CUT_OFF_S` in a row, it is replaced by a new consumer, assigned where
+each task or replica goes on. The active consumer is watched so, and the replays' two
+(a warmup's consumer cut off would hold a scale-out for good, an activation's a
+handoff's pause until the coordinator's timeout). While the brokers are away, nothing
+answers either consumer, and nothing is replaced.
 
-The decisions are pure functions over `FetchWatch`.
+The decisions are pure functions over `FetchWatch`; the probes and the replacement's
+close are processor/runtime/consumer_watch.py's.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ CUT_OFF_S = 30.0
 
 @dataclass(frozen=True)
 class FetchWatch:
-    """An active consumer's quiet spell: since when its polls found nothing with
+    """A consumer's quiet spell: since when its polls found nothing with
     partitions assigned (None: the last one found records, or it had none), when it was
     last probed, and since when its probes found it cut off (None: not cut off)."""
 

@@ -10,20 +10,31 @@ source's, processor/runtime/catch_up.py) moves it on. A resumed partition is sou
 to its replica's position, and only then do its records count again: the records the
 replica left at the cap (or behind a split child's gate) were read already, and what
 the consumer returns next would skip them (processor/replica.py).
+
+Either consumer, cut off from the brokers while the processor's lookup consumer is not,
+is replaced as the active one is (processor/runtime/cut_off.py): the new one is assigned
+each partition where its replica would start reading it now, and a partition paused at
+its cap stays paused.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 
 from confluent_kafka import Consumer, Message
 
 from orchestrator.wire.clock import Clock, Deadline
 from processor.replica import Replay
+from processor.runtime import cut_off
 from processor.runtime.batches import topic_partition
+from processor.runtime.consumer_watch import ConsumerWatch, close_in_background
+from processor.runtime.lookups import Lookups
 from processor.runtime.metadata import PartitionCounts
 
 __all__ = ["ReplayConsumers"]
+
+log = logging.getLogger("baton.processor.runtime")
 
 _CAP_REFRESH_S = 0.2          # how often replicas re-read the owner's committed offsets
 
@@ -37,12 +48,23 @@ class ReplayConsumers:
     Args:
         replay: the warmups' and standbys' consumer.
         activation: the activations' consumer.
-        clock: paces the refresh of the caps.
+        clock: paces the refresh of the caps and the cut-off watches.
+        lookups: the lookup consumer, which tells a consumer cut off from the brokers
+            from brokers that are away (None: never replaced).
+        remake: makes a consumer like the one named ("replay" or "activation"), to
+            replace one cut off (None: never replaced).
     """
 
-    def __init__(self, replay: Consumer, activation: Consumer, clock: Clock) -> None:
+    def __init__(self, replay: Consumer, activation: Consumer, clock: Clock,
+                 lookups: Lookups | None = None,
+                 remake: Callable[[str], Consumer] | None = None) -> None:
         self.replay = replay
         self.activation = activation
+        self._remake = remake
+        self._watches = {} if lookups is None or remake is None else {
+            name: ConsumerWatch(clock, lookups) for name in ("replay", "activation")}
+        self.replaced = 0                       # how often one was cut off and replaced
+        self.on_replaced: Callable[[], None] = lambda: None     # counts it (metrics)
         self._paused: set[str] = set()
         self._activating: set[str] = set()       # partitions on the activation consumer
         # which replica reads each assigned partition: two replays here may need one
@@ -66,9 +88,48 @@ class ReplayConsumers:
         """While an activation replays (a handoff's pause), only its records are read:
         the warmups and standbys wait, their fetched records kept in the replay
         consumer's queue, and the activation has the CPU to itself."""
-        consumer = self.activation if self._activating else self.replay
-        messages: list[Message] = consumer.consume(batch, timeout)
+        name = "activation" if self._activating else "replay"
+        messages: list[Message] = getattr(self, name).consume(batch, timeout)
+        if self._watches:
+            self._watch_fetch(name, bool(messages))
         return messages
+
+    def _held_on(self, name: str) -> dict[str, Replay]:
+        """The partitions assigned to the consumer named, with the replica of each."""
+        on_activation = name == "activation"
+        return {p: r for p, r in self._holders.items()
+                if (p in self._activating) == on_activation}
+
+    def _watch_fetch(self, name: str, found: bool) -> None:
+        """Replace the consumer named once it is cut off (consumer_watch.py)."""
+        fetching = [] if found else [p for p in self._held_on(name) if p not in self._paused]
+        topic = fetching[0].rpartition(":")[0] if fetching else None
+        if self._watches[name].cut_off(getattr(self, name), found, topic):
+            self._replace(name)
+
+    def _replace(self, name: str) -> None:
+        """A new consumer in place of the one named: each partition assigned where its
+        replica would start reading it now, those paused at their caps paused again."""
+        assert self._remake is not None
+        old, new = getattr(self, name), self._remake(name)
+        setattr(self, name, new)
+        self._counts = PartitionCounts()
+        held = self._held_on(name)
+        assigned = [topic_partition(p, r.start_offset(p)) for p, r in held.items()]
+        self._counts.before_assign(new, assigned)
+        new.incremental_assign(assigned)
+        paused = [topic_partition(p) for p in held if p in self._paused]
+        if paused:
+            new.pause(paused)
+        for p, replica in held.items():
+            replica.rewound([p])
+        self.replaced += 1
+        self.on_replaced()
+        log.warning("the %s consumer has reached no broker for %.0f s while the "
+                    "processor's other clients did: replaced, its %d partition(s) "
+                    "assigned again where their replicas go on", name, cut_off.CUT_OFF_S,
+                    len(assigned))
+        close_in_background(old, f"{name} consumer")
 
     def assign(self, replica: Replay) -> None:
         """Start reading a replica's partitions: an activation's on the activation

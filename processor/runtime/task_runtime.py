@@ -90,7 +90,7 @@ class TaskRuntime:
         self.jobs = TaskJobs(config, processor_id, job)     # one instance per task
         self.group = f"baton.{config.job.name}"
         self.consumers = Consumers(config, self.group, self.clock)
-        self.consumers.active.on_replaced = self.metrics.record_consumer_replaced
+        self.consumers.on_replaced(self.metrics.record_consumer_replaced)
         self.barrier_book = BarrierBook(config.job.name, config.job.partitioner,
                                         self.consumers.active.barriers, self._barrier_holders)
         self.active: dict[str, ActiveTask] = {}

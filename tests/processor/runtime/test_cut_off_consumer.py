@@ -1,6 +1,8 @@
 """An active consumer cut off from the brokers while the processor's lookup consumer is
 not is replaced, and its partitions read on from where their tasks go on; one that is
-only idle, or cut off with every other client while the broker is away, is kept.
+only idle, or cut off with every other client while the broker is away, is kept. A
+replay's or an activation's consumer cut off is replaced too, and reads on from where
+its replica does.
 
 The cut-off consumer is one whose only bootstrap address answers nothing: it never
 reaches a broker, as the consumer that lost its broker in a restart and never
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -24,6 +26,7 @@ from orchestrator.wire.clock import SystemClock
 from processor.runtime import cut_off
 from processor.runtime.active_consumer import ActiveConsumer
 from processor.runtime.lookups import Lookups
+from processor.runtime.replay_consumers import ReplayConsumers
 from tests.brokers import Broker
 
 pytestmark = [pytest.mark.integration]
@@ -169,3 +172,55 @@ def test_consumers_cut_off_with_the_broker_away_are_kept(
         assert active.replaced == 0
     finally:
         made.close()
+
+
+class _Replica:
+    """What the replays' consumers ask of a replica: its partitions, role and where it
+    would start reading each now; and which partitions it was told are read again."""
+
+    def __init__(self, topic: str, role: str, starts: dict[int, int]) -> None:
+        self.name = "t0"
+        self.role = role
+        self.partitions = [f"{topic}:{p}" for p in starts]
+        self._starts = {f"{topic}:{p}": o for p, o in starts.items()}
+        self.read_again: set[str] = set()
+
+    def start_offset(self, partition: str) -> int:
+        return self._starts[partition]
+
+    def rewound(self, partitions: Iterable[str]) -> None:
+        self.read_again.update(partitions)
+
+
+@pytest.mark.parametrize("name", ["replay", "activation"])
+def test_a_cut_off_replay_consumer_is_replaced_and_reads_on_where_its_replica_does(
+        broker: Broker, unique: Callable[[str], str], made: _Made, quick_watch: float,
+        name: str) -> None:
+    """A warmup's consumer (or an activation's) cut off is replaced: the partition it
+    fetched is read from where its replica starts now, and the one paused at its cap
+    stays paused."""
+    topic = broker.create_topic(unique("in"), 2)
+    _fill(broker, topic)
+    lookups = Lookups(made.consumer(), made.consumer)
+    cut = made.consumer(**{"bootstrap.servers": _dead_address(), "log_level": 0})
+    connected = made.consumer()
+    consumers = ReplayConsumers(*((cut, connected) if name == "replay" else (connected, cut)),
+                                SystemClock(), lookups, remake=lambda _: made.consumer())
+    registry = CollectorRegistry()
+    consumers.on_replaced = ProcessorMetrics(registry, "j", "p1").record_consumer_replaced
+    replica = _Replica(topic, "warmup" if name == "replay" else "activating", {0: 5, 1: 11})
+    consumers.assign(replica)               # type: ignore[arg-type]
+    consumers.pause_at_caps([f"{topic}:1"])
+    replica.read_again.clear()
+    seen: dict[int, list[int]] = {0: [], 1: []}
+    deadline = time.monotonic() + 20 * quick_watch
+    while time.monotonic() < deadline and seen[0][-1:] != [RECORDS - 1]:
+        for m in consumers.consume(100, 0.1):
+            if m.error() is None:
+                seen[m.partition()].append(m.offset())
+    assert consumers.replaced == 1
+    assert getattr(consumers, name) is not cut
+    assert seen == {0: list(range(5, RECORDS)), 1: []}
+    assert replica.read_again == set(replica.partitions)
+    assert registry.get_sample_value("baton_consumer_replacements_total",
+                                     {"job": "j", "processor": "p1"}) == 1
