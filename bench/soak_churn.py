@@ -6,6 +6,7 @@ shape (for the samples).
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -33,6 +34,10 @@ _ROOT = Path(__file__).resolve().parents[1]
 _OP_TIMEOUT_S = 300.0       # a broker restart on a loaded 2-core machine takes a minute
 _STATUS_FRESH_S = 2.0       # a status poll older than this says nothing of the shape now
 _STANDBY = "standby: job"
+# a pending line of `baton wait` that names the processor it waits on
+_PENDING = re.compile(r"task '([^']+)': (p\d+) (?:has not|does not)")
+_DIGEST_LINES = 6           # per pending task, of its lines and of the warnings
+_DIGEST_WIDTH = 240
 
 
 class SoakError(RuntimeError):
@@ -206,10 +211,22 @@ class Churn:
             _, err = command.communicate()
         if command.returncode != 0:
             raise SoakError(f"{what}: `baton {' '.join(args)}` exited {command.returncode}: "
-                            f"{err.strip()[-2000:]}")
+                            f"{err.strip()[-2000:]}{self._pending_lines(err)}")
         failed = self._failed()
         if failed:
             raise SoakError(f"{what}: {failed}")
+
+    def _pending_lines(self, said: str) -> str:
+        """The last lines each processor a pending task waits on logged of that task,
+        and its last warnings: what a failed wait's reader looks for first."""
+        out: list[str] = []
+        for task, name in dict.fromkeys(_PENDING.findall(said)):
+            lines = self._log(name).splitlines()
+            mine = [ln for ln in lines if f"'{task}'" in ln][-_DIGEST_LINES:]
+            loud = [ln for ln in lines if " WARNING " in ln or " ERROR " in ln][-_DIGEST_LINES:]
+            out += [f"-- {name}'s last lines on task {task!r}:", *mine,
+                    f"-- {name}'s last warnings and errors:", *loud]
+        return "".join(f"\n{ln[:_DIGEST_WIDTH]}" for ln in out)
 
     def _failed(self) -> str:
         """Which daemon exited on its own with an error, if one did."""
