@@ -5,6 +5,8 @@ client settings, topic creation and a reader of whole topics."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -145,13 +147,34 @@ def local_broker(directory: Path) -> Iterator[Broker]:
         finally:
             embedded.close()
         return
-    kafka = KafkaBroker(directory)
-    kafka.start()
+    with _in_memory("baton-test-kafka-") as logs:
+        kafka = KafkaBroker(directory, logs=logs)
+        kafka.start()
+        try:
+            _load_coordinators(kafka.bootstrap)
+            yield Broker(kafka.bootstrap, {}, kafka)
+        finally:
+            kafka.close()
+
+
+@contextmanager
+def _in_memory(prefix: str) -> Iterator[Path | None]:
+    """A directory on the host's tmpfs (/dev/shm), removed on exit; None without one.
+
+    A test broker keeps its partitions' and metadata log there: KRaft syncs every
+    metadata-log write to disk, and on a 2-core host running the suite's sessions side
+    by side one such write took 22 s ("Exceptionally slow controller event"); the
+    broker then rolled back the tests' 10 s transactions. Its own log stays in
+    `directory` with the test's other files."""
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK)):
+        yield None
+        return
+    made = Path(tempfile.mkdtemp(prefix=prefix, dir=shm))
     try:
-        _load_coordinators(kafka.bootstrap)
-        yield Broker(kafka.bootstrap, {}, kafka)
+        yield made / "log"
     finally:
-        kafka.close()
+        shutil.rmtree(made, ignore_errors=True)
 
 
 def _load_coordinators(bootstrap: str) -> None:

@@ -110,12 +110,15 @@ class KafkaBroker:
     """One Apache Kafka broker (and its KRaft controller) on 127.0.0.1."""
 
     def __init__(self, data_dir: Path | None = None, port: int | None = None,
-                 settings: dict[str, str] | None = None) -> None:
+                 settings: dict[str, str] | None = None, logs: Path | None = None) -> None:
+        """`logs`: where the partitions' and the metadata log live (default: `log` in
+        `data_dir`, beside the broker's own log and settings)."""
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if data_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="baton-kafka-")
             data_dir = Path(self._tmp.name)
         self.data_dir = data_dir
+        self.logs = logs or data_dir / "log"
         self.port = port or free_port()
         self.controller_port = free_port()
         self.settings = {**KAFKA_BROKER_SETTINGS, **(settings or {})}
@@ -152,7 +155,7 @@ class KafkaBroker:
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             **self.listener_properties(),
-            "log.dirs": str(self.data_dir / "log"),
+            "log.dirs": str(self.logs),
             **self.settings,
         }
         path = self.data_dir / "server.properties"
@@ -167,14 +170,14 @@ class KafkaBroker:
 
     def _format(self, properties: Path) -> None:
         """Format the log directory once; a restart keeps what is there."""
-        if (self.data_dir / "log" / "meta.properties").exists():
+        if (self.logs / "meta.properties").exists():
             return
         cmd = self._java("kafka.tools.StorageTool", "format", "-t", new_cluster_id(),
                          "-c", str(properties), "--standalone")
         done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True,
                               timeout=_START_TIMEOUT_S, check=False)
         if done.returncode != 0:
-            raise KafkaBrokerError(f"formatting {self.data_dir / 'log'} failed "
+            raise KafkaBrokerError(f"formatting {self.logs} failed "
                                    f"(exit {done.returncode}): "
                                    f"{(done.stdout + done.stderr).decode(errors='replace')}")
 
