@@ -7,10 +7,12 @@ waits for; heartbeats never decide (orchestrator/daemon/heartbeats.py).
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
 from typing import Any
 
+from orchestrator.core.coordinator import Coordinator
+from orchestrator.daemon.gate import Lease
 from orchestrator.daemon.guarded_core import GuardedCore
 
 __all__ = ["Decisions", "MetricViews"]
@@ -29,17 +31,15 @@ class Decisions:
     def __init__(self, guard: GuardedCore) -> None:
         self._guard = guard
         # whether the lease holds, i.e. processors can be heard (set by the leader)
-        self.answering: Callable[[], bool] = lambda: True
+        self.lease: Lease | None = None
+        self._excused_to = -math.inf        # the last lapse excused
 
     def tick(self) -> None:
         """Decide (the daemon's loop), persist, then answer the waiting heartbeats."""
         guard, core = self._guard, self._guard.core
         with guard.lock:
             guard.take_inbox()
-            if not self.answering():
-                # heartbeats get 503 while the lease lapses (a broker away, a stall):
-                # a processor's silence must not count against it meanwhile
-                core.processors.excuse(core.clock.monotonic())
+            self._excuse_lapse(core)
             placed = core.tick()
             guard.count_decision()
             if placed or guard.unpersisted:
@@ -49,6 +49,22 @@ class Decisions:
                     guard.replies.publish()
             else:   # nothing changed: no records to diff, the replies in force stay so
                 guard.notify()
+
+
+    def _excuse_lapse(self, core: Coordinator) -> None:
+        """Heartbeats get 503 while the lease lapses (a broker away or stalled): no
+        processor's silence counts against it until then. Till now, if it lapses now;
+        else till the last time the gate found it lapsed, which this loop never sees
+        when it waited on the late stream write itself (a tick's commit, 15 s in a broker
+        stall: every processor was then declared lost at the next tick)."""
+        lease = self.lease
+        if lease is None:
+            return
+        if not lease():
+            core.processors.excuse(core.clock.monotonic())
+        elif lease.lapsed_at > self._excused_to:
+            core.processors.excuse(lease.lapsed_at)
+        self._excused_to = lease.lapsed_at
 
 
 class MetricViews:

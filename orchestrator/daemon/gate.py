@@ -15,16 +15,18 @@ without a leader, from the moment the stop begins.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from metrics import CONTENT_TYPE, render
+from orchestrator.wire.clock import Clock
 from orchestrator.wire.http import httpx
 from orchestrator.wire.tls import TlsSettings, client_context
 
-__all__ = ["Gate"]
+__all__ = ["Gate", "Lease"]
 
 _Scope = MutableMapping[str, Any]
 _Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -33,6 +35,30 @@ _App = Callable[[_Scope, _Receive, _Send], Awaitable[None]]
 _PROXY_TIMEOUT_S = 5.0
 # read-only, and the pinned liveness answer keeps its shape for as long as it can
 _ANSWERED_WHILE_STOPPING = frozenset({"/metrics", "/containerHeartbeat"})
+
+
+class Lease:
+    """Whether a leader's lease holds: a stream write within `lease_s`. It remembers
+    when it was last found lapsed, since a processor whose heartbeat was refused then
+    was not silent: the daemon's loop may have waited on that very write meanwhile, and
+    so never saw the lapse itself (orchestrator/daemon/decisions.py).
+
+    Args:
+        clock: the daemon's clock (monotonic).
+        last_write: when the stream was last written.
+        lease_s: how long a write keeps the lease.
+    """
+
+    def __init__(self, clock: Clock, last_write: Callable[[], float], lease_s: float) -> None:
+        self._clock, self._last_write, self._lease_s = clock, last_write, lease_s
+        self.lapsed_at = -math.inf      # when a check last found it lapsed
+
+    def __call__(self) -> bool:
+        now = self._clock.monotonic()
+        if now - self._last_write() < self._lease_s:
+            return True
+        self.lapsed_at = now
+        return False
 
 
 class Gate:

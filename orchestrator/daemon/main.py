@@ -40,7 +40,7 @@ from metrics import CoordinatorMetrics, register_daemon_metrics
 from orchestrator.core.grouping import GroupingError
 from orchestrator.daemon.api import create_app
 from orchestrator.daemon.credentials import Credentials
-from orchestrator.daemon.gate import Gate
+from orchestrator.daemon.gate import Gate, Lease
 from orchestrator.daemon.leader import ChangelogTopicError, Leadership
 from orchestrator.daemon.limits import BodyLimit
 from orchestrator.daemon.tls import PeerNameProtocol, server_context
@@ -303,10 +303,10 @@ class CoordinatorDaemon:
         self.gate.app = create_app(lead.service, self.credentials, self.registry,
                                    bind_ids=bool(self.config.coordinator.tls_client_ca_file))
         self.gate.leader_url = self.url
-        lease_s = 0.75 * self.takeover_s
         guard = lead.service.guard
-        self.gate.confirmed = lambda: self.clock.monotonic() - guard.last_write < lease_s
-        lead.service.decisions.answering = self.gate.confirmed
+        lease = Lease(self.clock, lambda: guard.last_write, 0.75 * self.takeover_s)
+        self.gate.confirmed = lease
+        lead.service.decisions.lease = lease
         self.metrics.set_leader(True)
         log.info("coordinator %s leads job %s", self.url, self.config.job.name)
 

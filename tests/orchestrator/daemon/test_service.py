@@ -11,6 +11,7 @@ from typing import Any
 from test_api import beat, make_service
 
 from orchestrator.daemon.api import create_app
+from orchestrator.daemon.gate import Lease
 from orchestrator.wire.protocol import HeartbeatRequest, TaskReport
 
 
@@ -273,3 +274,28 @@ def test_barriers_are_settled_after_the_grace_with_their_markers_in_one_write() 
     assert not service.growth.settle_barriers(write) and len(calls) == 1
     status = service.operations.status()["barriers"]
     assert status["in:2"]["settled"] and not status["in:2"]["reached"]
+
+
+def test_heartbeats_refused_while_the_loop_waited_on_the_late_write_are_excused() -> None:
+    """A broker stall holds a tick's stream write past the lease: the gate refuses the
+    heartbeats meanwhile, and the loop, waiting on that write, never sees the lapse."""
+    service, _, _ = make_service()
+    core = service.guard.core
+    clock = core.clock
+    written = [clock.monotonic()]
+    lease = Lease(clock, lambda: written[0], 3.0)
+    service.decisions.lease = lease
+    service.heartbeats.register(request())
+    service.heartbeats.heartbeat(request(**active(["Partition 0", "Partition 1"])))
+    service.decisions.tick()
+    timeout = core.config.processor_timeout_s
+    clock.advance(timeout - 1)              # the write waits; the last heartbeat was then
+    assert not lease(), "the gate refuses p1's heartbeat"
+    clock.advance(2)
+    written[0] = clock.monotonic()          # the write is through, the lease holds again
+    service.decisions.tick()
+    assert core.processors.get("p1").valid, "p1 was refused, not silent"
+    clock.advance(timeout)                  # and now it is silent, the lease held
+    written[0] = clock.monotonic()
+    service.decisions.tick()
+    assert not core.processors.get("p1").valid
