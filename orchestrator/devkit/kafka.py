@@ -110,15 +110,18 @@ class KafkaBroker:
     """One Apache Kafka broker (and its KRaft controller) on 127.0.0.1."""
 
     def __init__(self, data_dir: Path | None = None, port: int | None = None,
-                 settings: dict[str, str] | None = None, logs: Path | None = None) -> None:
+                 settings: dict[str, str] | None = None, logs: Path | None = None,
+                 nice: int = 0) -> None:
         """`logs`: where the partitions' and the metadata log live (default: `log` in
-        `data_dir`, beside the broker's own log and settings)."""
+        `data_dir`, beside the broker's own log and settings). `nice`: the JVM's
+        scheduling priority (below 0 needs root; GNU nice runs it unchanged otherwise)."""
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if data_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="baton-kafka-")
             data_dir = Path(self._tmp.name)
         self.data_dir = data_dir
         self.logs = logs or data_dir / "log"
+        self.nice = nice
         self.port = port or free_port()
         self.controller_port = free_port()
         self.settings = {**KAFKA_BROKER_SETTINGS, **(settings or {})}
@@ -165,7 +168,8 @@ class KafkaBroker:
 
     def _java(self, main: str, *args: str) -> list[str]:
         log4j = self.data_dir / "log4j2.properties"
-        return ["java", *_JVM_OPTIONS, f"-Dlog4j2.configurationFile={log4j}",
+        nice = ["nice", "-n", str(self.nice)] if self.nice else []
+        return [*nice, "java", *_JVM_OPTIONS, f"-Dlog4j2.configurationFile={log4j}",
                 "-cp", f"{kafka_libs()}/*", main, *args]
 
     def _format(self, properties: Path) -> None:
