@@ -50,7 +50,6 @@ class Decisions:
             else:   # nothing changed: no records to diff, the replies in force stay so
                 guard.notify()
 
-
     def _excuse_lapse(self, core: Coordinator) -> None:
         """Heartbeats get 503 while the lease lapses (a broker away or stalled): no
         processor's silence counts against it until then. Till now, if it lapses now;
