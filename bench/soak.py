@@ -178,8 +178,37 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             "operations": operations,
             "daemons": daemon_figures(sampler.samples, window),
             "picture": str(picture),
-            "_oracle": oracle, "_window": window, "_seconds": seconds, "_churn": churn,
+            "_oracle": oracle, "_lost": _lost_inputs(inputs, outputs) if oracle.lost else [],
+            "_window": window, "_seconds": seconds, "_churn": churn,
             "_pauses": handoff_pauses(churn.watches(), gaps), "_csv": out / "soak.csv"}
+
+
+def _lost_inputs(inputs: list[Any], outputs: list[Any], most: int = 10) -> list[str]:
+    """Where the inputs whose running sum never came out were, and where the output
+    before each went: their partitions, offsets and times name the operation and the
+    transaction that lost them."""
+    sums: dict[bytes, int] = {}
+    came: dict[tuple[bytes, int], Any] = {(m.key(), int(m.value())): m for m in outputs}
+    lines: list[str] = []
+    before: dict[bytes, Any] = {}
+    for m in inputs:
+        key = m.key()
+        total = sums[key] = sums.get(key, 0) + int(m.value())
+        out = came.get((key, total))
+        if out is None and len(lines) < most:
+            prior = before.get(key)
+            lines.append(f"lost: key {key!r} sum {total}: input {m.topic()}:{m.partition()}"
+                         f"@{m.offset()} written {_at(m)}; the output before it "
+                         + ("none" if prior is None else
+                            f"{prior.topic()}:{prior.partition()}@{prior.offset()} {_at(prior)}"))
+        if out is not None:
+            before[key] = out
+    return lines
+
+
+def _at(message: Any) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(message.timestamp()[1] / 1000)) \
+        + f".{message.timestamp()[1] % 1000:03d}"
 
 
 def _committed(bootstrap: str) -> bool:
@@ -195,7 +224,7 @@ def _lines(args: argparse.Namespace, s: dict[str, Any]) -> list[str]:
              f"{args.keys} keys",
              f"oracle: {oracle.records_in} records in, {oracle.records_out} out; lost "
              f"{oracle.lost}, duplicated {oracle.duplicated}, wrong {oracle.wrong}",
-             *oracle.examples, "operations (count, seconds each):"]
+             *oracle.examples, *s["_lost"], "operations (count, seconds each):"]
     for name, count in s["operations"].items():
         took = [d for _, n, d in s["_churn"].done if n == name]
         lines.append(f"  {name:<15} {count:>3}  " + ", ".join(f"{d:.1f}" for d in took))

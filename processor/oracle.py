@@ -59,9 +59,19 @@ def check_running_sums(inputs: Iterable[tuple[bytes, bytes]],
         in_order = [v for v in want if v in got_set]
         wrong += len(got_set - want_set) + (0 if deduped == in_order else 1)
         if len(examples) < 5:
-            examples.append(f"key {key!r}: expected {want[:8]}... got {got[:8]}...")
+            examples.append(_difference(key, want, got))
     return OracleResult(records_in, records_out, lost, duplicated, wrong,
                         len(expected), examples)
+
+
+def _difference(key: bytes, want: list[int], got: list[int]) -> str:
+    """Where `key`'s outputs first part from its running sums, with a few around it: a
+    loss after hours of traffic shows as itself, not as the key's first sums."""
+    first = next((i for i, (w, g) in enumerate(zip(want, got, strict=False)) if w != g),
+                 min(len(want), len(got)))
+    lo = max(0, first - 2)
+    return (f"key {key!r}: from its output #{first} (of {len(want)} expected, {len(got)} "
+            f"out): expected {want[lo:first + 3]}, got {got[lo:first + 3]}")
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
 
-# only `soak`: no other selection (`-m integration` among them) picks this long run up
-pytestmark = pytest.mark.soak
+from soak import _lost_inputs  # noqa: E402 - a bench module
 
 # fds a daemon may end with above its start, both sampled in the same balanced shape of
 # the job (the same processors alive, so the same tasks held: bench/soak_sampling.py).
@@ -34,6 +34,8 @@ pytestmark = pytest.mark.soak
 FD_SLACK = 16
 
 
+# only `soak`: no other selection (`-m integration` among them) picks this long run up
+@pytest.mark.soak
 @pytest.mark.timeout(1500)
 def test_three_minutes_under_churn(tmp_path: Path) -> None:
     kind = os.environ.get("BATON_TEST_BROKER", "kafka")
@@ -44,7 +46,10 @@ def test_three_minutes_under_churn(tmp_path: Path) -> None:
     summary = json.loads(run.stdout.strip().splitlines()[-1])
     assert list(summary) == ["minutes", "lost", "duplicated", "wrong", "operations",
                              "daemons", "picture"]
-    assert (summary["lost"], summary["duplicated"], summary["wrong"]) == (0, 0, 0), summary
+    verdict = [line for line in run.stderr.splitlines()
+               if line.startswith(("# oracle", "# key", "# lost:"))]
+    assert (summary["lost"], summary["duplicated"], summary["wrong"]) == (0, 0, 0), \
+        (summary, verdict)
     assert run.returncode == 0, run.stderr[-5000:]
     assert summary["minutes"] >= 3
     operations = summary["operations"]
@@ -57,3 +62,41 @@ def test_three_minutes_under_churn(tmp_path: Path) -> None:
         assert daemon["fds_end"] <= daemon["fds_start"] + FD_SLACK, daemon
     assert Path(summary["picture"]).stat().st_size > 0
     assert (tmp_path / "soak.csv").read_text().startswith("t,daemon,pid,")
+
+
+class _Message:
+    """What `_lost_inputs` reads of a consumed record."""
+
+    def __init__(self, topic: str, partition: int, offset: int, key: bytes, value: int,
+                 ms: int) -> None:
+        self._at = (topic, partition, offset, key, str(value).encode(), ms)
+
+    def topic(self) -> str:
+        return self._at[0]
+
+    def partition(self) -> int:
+        return self._at[1]
+
+    def offset(self) -> int:
+        return self._at[2]
+
+    def key(self) -> bytes:
+        return self._at[3]
+
+    def value(self) -> bytes:
+        return self._at[4]
+
+    def timestamp(self) -> tuple[int, int]:
+        return 1, self._at[5]
+
+
+def test_a_lost_sum_is_traced_to_its_input_and_the_output_before_it() -> None:
+    inputs = [_Message("events", 3, 40 + i, b"k", 1, 1_000 * i) for i in range(4)]
+    inputs.append(_Message("events", 7, 9, b"j", 5, 7_000))
+    outputs = [_Message("sums", 3, 100, b"k", 1, 0), _Message("sums", 3, 101, b"k", 2, 0),
+               _Message("sums", 3, 102, b"k", 4, 0), _Message("sums", 7, 5, b"j", 5, 0)]
+    lines = _lost_inputs(inputs, outputs)
+    assert len(lines) == 1
+    assert lines[0].startswith("lost: key b'k' sum 3: input events:3@42 written ")
+    assert "the output before it sums:3@101" in lines[0]
+    assert _lost_inputs(inputs, [*outputs, _Message("sums", 3, 103, b"k", 3, 0)]) == []
