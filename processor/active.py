@@ -15,6 +15,7 @@ A transaction during which the producer lost its brokers is not trusted: before 
 it is aborted, over every partition the task writes to, and redone; during the commit, the
 group's committed offsets are read back, and a broker that came back without the
 transaction restarts the task from what it does hold (orchestrator/kafka/watched_producer.py).
+After any abort the last commit is read back too (processor/transaction.py, `CommitVoided`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from processor.records import (
 from processor.transaction import (
     TXN_TIMEOUT_S,
     BrokerLost,
+    CommitVoided,
     ProducerFatal,
     TaskFailed,
     TaskFenced,
@@ -101,12 +103,13 @@ class ActiveTask:
         self.records_total = 0
         self.activated_at: float | None = None
         self.pause_ms: float | None = None
-        # told about each record process() failed on, with what on_error did (metrics)
+        # told about each record process() failed on, with what on_error did (metrics); of
+        # a commit the store applied that the brokers took back (`CommitVoided`), at once
         self.on_process_error: Callable[[str, OnError], None] = lambda task, outcome: None
+        self.on_voided: Callable[[str], None] = lambda task: None
         self.fenced = False     # a fencing error was seen (later calls fail bare: fatal)
-        # expansion barriers (orchestrator/wire/barrier.py): the job whose markers count,
-        # the parent partitions whose misrouted records go to a child, and who hears of
-        # a marker the model did not name yet (it returns the new reroutes)
+        # expansion barriers (orchestrator/wire/barrier.py): whose markers count, parents whose
+        # misrouted records go to a child, who hears of a marker not yet in the model
         self.job_name = ""
         self.reroutes: dict[str, Reroute] = {}
         self.on_marker: Callable[[str, int, Marker], None] = lambda partition, offset, m: None
@@ -290,8 +293,7 @@ class ActiveTask:
             if offsets:
                 if self.changelog is not None:
                     self.changelog.write(self.producer, self.store, offsets, self.committed)
-                # every output delivered before the offsets: a broker that restarts
-                # during the commit then cannot end up holding only part of them
+                # outputs delivered before the offsets: a restart mid-commit keeps all or none
                 self.producer.flush(TXN_TIMEOUT_S)
                 self.producer.send_offsets_to_transaction(
                     to_topic_partitions(offsets), self._group_metadata(), TXN_TIMEOUT_S)
@@ -329,10 +331,9 @@ class ActiveTask:
             self._clock.sleep(0.1)
             self.producer.commit_transaction(TXN_TIMEOUT_S)
 
-    def _verify_committed(self, offsets: dict[str, int]) -> None:
-        """The brokers went away during or after the commit of `offsets`: do they hold it?
-        (A commit whose markers they skipped never settles: the lookup fails, and the
-        activation that follows resettles it, processor/transaction.py `resettle`.)"""
+    def _verify_committed(self, offsets: dict[str, int], applied: bool = False) -> None:
+        """Do the brokers hold the commit of `offsets` (`applied`: the store holds it)? One
+        whose markers they skipped never settles: the lookup fails, the activation resettles."""
         try:
             held: dict[str, int] | str = self._broker_committed(list(offsets))
         except KafkaException as exc:
@@ -341,9 +342,11 @@ class ActiveTask:
             return
         self.store.abort()
         self.pending = dict(self.committed)
-        raise ProducerFatal(f"task {self.name!r}: the brokers went away and came back without "
-                            f"it, the last commit (committed {held}, expected {offsets}); "
-                            f"the task restarts from the committed offsets")
+        if applied:
+            self.on_voided(self.name)       # a store that must not be served again here
+        raise (CommitVoided if applied else ProducerFatal)(
+            f"task {self.name!r}: the brokers do not hold its last commit (committed {held}, "
+            f"expected {offsets}); the task restarts from the committed offsets")
 
     def _after_failed_commit(self, exc: KafkaException | BrokerLost) -> None:
         self.in_transaction = False
@@ -365,8 +368,7 @@ class ActiveTask:
                     from abort_exc
             raise ProducerFatal(f"task {self.name!r}: abort failed ({abort_exc}); the task "
                                 f"restarts from its committed offsets") from abort_exc
-        if isinstance(exc, BrokerLost):     # and the last commit, do they hold it still?
-            self._verify_committed(dict(self.committed))
+        self._verify_committed(dict(self.committed), applied=True)     # module doc
         reason = "the producer lost its brokers inside it" if isinstance(exc, BrokerLost) \
             else str(exc)
         raise TransactionAborted(f"task {self.name!r}: transaction aborted: {reason}") from exc
@@ -378,12 +380,10 @@ class ActiveTask:
                              f"its open transaction is void: {exc}") from exc
         err = kafka_error(exc)
         if err is None or not err.txn_requires_abort():
-            # fatal, or still failing after the retries (a broker that restarted may have
-            # lost the transaction): whether it committed is unknown, so start over with
-            # a new producer from the committed offsets, which the broker knows
-            raise ProducerFatal(f"task {self.name!r}: commit failed ({exc}); the task "
-                                f"restarts from its committed offsets with a new producer"
-                                ) from exc
+            # fatal, or still failing after the retries (a broker that restarted may have lost
+            # the transaction): whether it committed is unknown, so start over from T1
+            raise ProducerFatal(f"task {self.name!r}: commit failed ({exc}); the task restarts"
+                                f" from its committed offsets with a new producer") from exc
 
     def abort(self) -> None:
         """Drop the open transaction's outputs and state; positions go back to T1."""

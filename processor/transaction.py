@@ -17,8 +17,8 @@ from orchestrator.kafka.offsets import to_topic_partitions
 from orchestrator.kafka.retry import is_fatal, kafka_error
 from processor.changelog import ChangelogTarget
 
-__all__ = ["FENCED_CODES", "TXN_TIMEOUT_S", "BrokerLost", "ProducerFatal", "TaskFailed",
-           "TaskFenced", "TransactionAborted", "abort_everywhere", "callback_error",
+__all__ = ["FENCED_CODES", "TXN_TIMEOUT_S", "BrokerLost", "CommitVoided", "ProducerFatal",
+           "TaskFailed", "TaskFenced", "TransactionAborted", "abort_everywhere", "callback_error",
            "is_fenced", "resettle", "retriable_commit", "written_topics"]
 
 # librdkafka retries inside each call up to this; a broker that does not finish a
@@ -37,6 +37,19 @@ class TaskFenced(Exception):
 
 class ProducerFatal(Exception):
     """The producer failed fatally without being fenced: restart the task's activation."""
+
+
+class CommitVoided(ProducerFatal):
+    """The brokers do not hold the task's last commit, which its store applied.
+
+    A broker's controlled shutdown can end a commit without writing its markers
+    (`resettle`); the commit then stays open in each partition, and the markers of the
+    next transaction that aborts take it back with that one: its outputs and its offset
+    commit, while the store has applied it and the task would go on from past it, its
+    outputs lost. So after an abort the task reads its last commit back, and where the
+    brokers do not hold it the task's activation starts over: it settles the task's
+    partitions (`resettle`) and rebuilds the store from the offsets the brokers hold.
+    """
 
 
 class TaskFailed(Exception):

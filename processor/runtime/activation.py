@@ -102,6 +102,7 @@ class Activation:
     steps: deque[ReplayStep] = field(default_factory=deque)   # the replays still to run
     last: Replay | None = None          # the latest replay: caught up, it goes active
     resettled: bool = False             # T1 was settled past a void commit (module doc)
+    voided: bool = False                # the task's store applied a commit now void
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,7 @@ class Activations:
         self._producer_settings = {k: v for k, v in producer_settings(config.kafka_settings())
                                    .items() if not k.startswith("receive.message")}
         self.pending: dict[str, Activation] = {}
+        self._voided: set[str] = set()      # tasks whose next activation settles (`voided`)
         # connected, not yet fencing: each with its connection attempt on the fencer
         self._standby_producers: dict[str, tuple[WatchedProducer, Future[Any]]] = {}
         self._fencer = ThreadPoolExecutor(max_workers=4, thread_name_prefix="baton-fence")
@@ -145,12 +147,20 @@ class Activations:
     def __contains__(self, task: object) -> bool:
         return task in self.pending
 
+    def voided(self, task: str) -> None:
+        """`task`'s store here applied a commit the brokers no longer hold
+        (processor/transaction.py, `CommitVoided`): its next activation settles the
+        task's partitions as after a void commit, and rebuilds a store ahead of them."""
+        self._voided.add(task)
+
     def begin(self, task: str, store: Store) -> None:
         """Start fencing the previous owner of `task` (on a worker thread)."""
         standby = self._standby_producers.pop(task, None)
         producer = standby[0] if standby else self._producer(task)
         fenced = self._fencer.submit(self._fence, producer)
-        self.pending[task] = Activation(store, producer, self._clock.monotonic(), fenced)
+        self.pending[task] = Activation(store, producer, self._clock.monotonic(), fenced,
+                                        voided=task in self._voided)
+        self._voided.discard(task)
 
     def _fence(self, producer: WatchedProducer) -> None:
         """init_transactions, again while the brokers answer that they cannot yet (a
@@ -217,6 +227,8 @@ class Activations:
         log.debug("task %r: fenced in %.0f ms", task,
                   (self._clock.monotonic() - activation.started) * 1000)
         committed = self._stable_t1(task, activation, partitions, changelog)
+        if activation.voided and not activation.resettled:
+            self._resettle(activation, changelog, committed)
         applied = activation.store.applied_offsets()
         ahead = {p: (applied[p], committed[p]) for p in partitions
                  if applied.get(p, -1) > committed[p]}
@@ -248,13 +260,19 @@ class Activations:
                   "brokers ended a transaction of this task without writing its markers; "
                   "aborting its records and committing the settled offsets %s",
                   task, _STABLE_T1_WAIT_S, settled)
+        self._resettle(activation, changelog, settled)
+        return settled
+
+    def _resettle(self, activation: Activation, changelog: ChangelogTarget | None,
+                  offsets: dict[str, int]) -> None:
+        """Close what a void commit left open in the task's partitions, commit `offsets`
+        in its place (processor/transaction.py `resettle`); the store must not lead them."""
         config = self._config
         dlq = dlq_topic(config.job.name) if config.processor.on_error == "dlq" else None
         resettle(activation.producer, written_topics(config.job.output, config.job.outputs,
-                                                     dlq), changelog, settled,
+                                                     dlq), changelog, offsets,
                  self._group_metadata())
         activation.resettled = True
-        return settled
 
     def _group_metadata(self) -> object:
         """The group's metadata for a transaction's offsets, from the active consumer
@@ -316,6 +334,7 @@ class Activations:
                             changelog=changelog, outputs=config.job.outputs)
         active.activated_at = activation.started
         active.on_process_error = self._metrics.record_process_error
+        active.on_voided = self.voided
         return active
 
     def abandon(self, task: str, close_store: bool) -> None:

@@ -1,4 +1,5 @@
-"""An activation whose committed offsets never settle (Apache Kafka only).
+"""Commits the brokers do not hold: an activation whose committed offsets never settle,
+and an active task whose last commit an abort took back (Apache Kafka only).
 
 After a broker's controlled shutdown Apache Kafka can record a transaction as committed
 while it skipped its markers (processor/transaction.py, `resettle`): the transaction's
@@ -18,7 +19,15 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
 
 from orchestrator.wire.config import parse_config
 from processor.runtime.stores import TaskStores
@@ -92,3 +101,52 @@ def test_a_store_that_applied_a_void_commit_is_moved_aside_and_replaced(
     finally:
         fresh.close()
         stores.close()
+
+
+def test_a_last_commit_an_abort_took_back_is_redone_from_a_rebuilt_store(
+        broker, job_config, tmp_path, caplog) -> None:
+    """A commit Kafka ended without its markers (a controlled shutdown) is taken back by
+    the next abort's markers: its outputs and its offsets, while the store applied it.
+    The task must not go on from past it: it restarts from the offsets the brokers hold,
+    on a rebuilt store. Here the group's offsets are set back by hand instead (the records
+    of that commit stay readable), so the proof is that they come out a second time,
+    with the same sums: without the check the task rewound to its own T1 and went on,
+    and a real void commit's records were lost."""
+    raw = job_config(partitions=1)
+    config = parse_config(raw)
+    topic, group = config.job.inputs[0], f"baton.{config.job.name}"
+    runtime = new_runtime(raw, tmp_path, "p1")
+    try:
+        runtime.apply(assignment_reply(task_model(topic, 1), active=[TASK]))
+        feed_keys(broker, topic, 0, 300)
+        wait_for(lambda: consumed_to([runtime], 300), 90, "300 records committed",
+                 lambda: runtime.poll(0.05))
+        active = runtime.active[TASK]
+        admin = AdminClient(broker.settings())
+        for future in admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
+                group, [TopicPartition(topic, 0, 100)])]).values():
+            future.result(30)
+        commit_transaction = active._commit_transaction
+
+        def abortable() -> None:        # once: the next commits go through
+            active._commit_transaction = commit_transaction  # type: ignore[method-assign]
+            raise KafkaException(KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                            "a broker loading its state", retriable=True,
+                                            txn_requires_abort=True))
+
+        active._commit_transaction = abortable  # type: ignore[method-assign]
+        feed_keys(broker, topic, 300, 50)
+        with caplog.at_level(logging.WARNING, logger="baton.processor.runtime"):
+            wait_for(lambda: runtime.active.get(TASK) not in (None, active), 90,
+                     "the task active again", lambda: runtime.poll(0.05))
+        assert "do not hold its last commit" in caplog.text
+        assert runtime.active[TASK].committed == {f"{topic}:0": 100}
+        state = tmp_path / "p1"
+        assert [p for p in state.rglob("*+void-*")], list(state.rglob("*"))
+        wait_for(lambda: consumed_to([runtime], 350), 90, "all 350 records committed",
+                 lambda: runtime.poll(0.05))
+    finally:
+        runtime.close(commit=True)
+    result = oracle_check(broker, config)
+    assert (result.records_in, result.lost, result.wrong) == (350, 0, 0), result
+    assert result.duplicated == 200, result     # offsets 100-299, each out again
