@@ -178,12 +178,12 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             "operations": operations,
             "daemons": daemon_figures(sampler.samples, window),
             "picture": str(picture),
-            "_oracle": oracle, "_lost": _lost_inputs(inputs, outputs) if oracle.lost else [],
+            "_oracle": oracle, "_lost": lost_inputs(inputs, outputs) if oracle.lost else [],
             "_window": window, "_seconds": seconds, "_churn": churn,
             "_pauses": handoff_pauses(churn.watches(), gaps), "_csv": out / "soak.csv"}
 
 
-def _lost_inputs(inputs: list[Any], outputs: list[Any], most: int = 10) -> list[str]:
+def lost_inputs(inputs: list[Any], outputs: list[Any], most: int = 10) -> list[str]:
     """Where the inputs whose running sum never came out were, and where the output
     before each went: their partitions, offsets and times name the operation and the
     transaction that lost them."""

@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from soak import _lost_inputs  # noqa: E402 - a bench module
+from soak import lost_inputs  # noqa: E402 - a bench module
 
 # fds a daemon may end with above its start, both sampled in the same balanced shape of
 # the job (the same processors alive, so the same tasks held: bench/soak_sampling.py).
@@ -65,7 +65,7 @@ def test_three_minutes_under_churn(tmp_path: Path) -> None:
 
 
 class _Message:
-    """What `_lost_inputs` reads of a consumed record."""
+    """What `lost_inputs` reads of a consumed record."""
 
     def __init__(self, topic: str, partition: int, offset: int, key: bytes, value: int,
                  ms: int) -> None:
@@ -95,8 +95,8 @@ def test_a_lost_sum_is_traced_to_its_input_and_the_output_before_it() -> None:
     inputs.append(_Message("events", 7, 9, b"j", 5, 7_000))
     outputs = [_Message("sums", 3, 100, b"k", 1, 0), _Message("sums", 3, 101, b"k", 2, 0),
                _Message("sums", 3, 102, b"k", 4, 0), _Message("sums", 7, 5, b"j", 5, 0)]
-    lines = _lost_inputs(inputs, outputs)
+    lines = lost_inputs(inputs, outputs)
     assert len(lines) == 1
     assert lines[0].startswith("lost: key b'k' sum 3: input events:3@42 written ")
     assert "the output before it sums:3@101" in lines[0]
-    assert _lost_inputs(inputs, [*outputs, _Message("sums", 3, 103, b"k", 3, 0)]) == []
+    assert lost_inputs(inputs, [*outputs, _Message("sums", 3, 103, b"k", 3, 0)]) == []
