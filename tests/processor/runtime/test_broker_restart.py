@@ -128,12 +128,12 @@ def _restart_inside_the_commit(broker: Broker, config: Any, runtime: TaskRuntime
     if broker.embedded is not None:
         # the embedded broker came back without the transaction: the task restarts from
         # the offsets the broker holds, with a new producer
-        assert "came back without it" in caplog.text
+        assert "do not hold its last commit" in caplog.text
         assert active.committed == before
         assert runtime.active.get(TASK) is not active and TASK not in runtime.failed
     else:
         # Apache Kafka keeps the transaction across the restart: the commit the producer
         # retried went through, the task carries on with the same producer
-        assert "came back without it" not in caplog.text
+        assert "do not hold its last commit" not in caplog.text
         assert active.committed != before
         assert runtime.active.get(TASK) is active and TASK not in runtime.failed
