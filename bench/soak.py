@@ -207,8 +207,8 @@ def lost_inputs(inputs: list[Any], outputs: list[Any], most: int = 10) -> list[s
 
 
 def _at(message: Any) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(message.timestamp()[1] / 1000)) \
-        + f".{message.timestamp()[1] % 1000:03d}"
+    ms = message.timestamp()[1]
+    return time.strftime("%H:%M:%S", time.localtime(ms / 1000)) + f".{ms % 1000:03d}"
 
 
 def _committed(bootstrap: str) -> bool:
