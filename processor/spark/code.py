@@ -7,12 +7,16 @@ may not exist on the worker's host. Each `[job] path` directory is therefore zip
 `SparkContext.addPyFile`, which puts the zip on every executor's sys.path (and the
 driver's). A directory is shipped once per SparkContext; the zip's name carries a hash
 of its contents, so new job code (a processor restarted after a deploy) ships anew.
+The zips are written to a directory of the process's own (0700), removed when it
+exits: a daemon that runs for months leaves no zip per deploy behind.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
+import shutil
 import tempfile
 import threading
 import zipfile
@@ -20,11 +24,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JobCodeError", "ship_job_code", "zip_directory"]
+__all__ = ["JobCodeError", "code_directory", "ship_job_code", "zip_directory"]
 
 _SKIPPED_DIRS = {"__pycache__", ".git", ".venv", ".mypy_cache", ".pytest_cache"}
 _lock = threading.Lock()
 _shipped: dict[tuple[int, str], str] = {}   # (id of the SparkContext, directory) -> zip
+_directory: list[Path] = []                  # this process's directory of zips, once made
 
 
 class JobCodeError(ValueError):
@@ -38,6 +43,18 @@ def _files(directory: Path) -> list[Path]:
         found.extend(Path(root) / name for name in sorted(names)
                      if not name.endswith((".pyc", ".pyo")))
     return found
+
+
+def code_directory() -> Path:
+    """The directory this process writes its zips to: made on first use, private to the
+    process's user (0700), and removed when the process exits (a SIGKILLed one leaves
+    it in the temp dir)."""
+    with _lock:
+        if not _directory:
+            made = Path(tempfile.mkdtemp(prefix="baton-job-code-"))
+            atexit.register(shutil.rmtree, made, True)
+            _directory.append(made)
+        return _directory[0]
 
 
 def zip_directory(directory: Path, into: Path) -> Path:
@@ -69,6 +86,7 @@ def ship_job_code(sc: Any, path: Sequence[str | Path]) -> list[str]:
         JobCodeError: a directory is missing or unreadable.
     """
     added: list[str] = []
+    into = code_directory()
     with _lock:
         for entry in path:
             directory = Path(entry).resolve()
@@ -76,7 +94,7 @@ def ship_job_code(sc: Any, path: Sequence[str | Path]) -> list[str]:
             if key in _shipped:
                 continue
             try:
-                archive = zip_directory(directory, Path(tempfile.gettempdir()))
+                archive = zip_directory(directory, into)
             except OSError as exc:
                 raise JobCodeError(f"job.path {directory}: cannot zip it: {exc}") from None
             sc.addPyFile(str(archive))

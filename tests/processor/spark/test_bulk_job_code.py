@@ -96,6 +96,28 @@ def test_the_zip_is_named_by_its_contents(tmp_path: Path) -> None:
         [p.relative_to(root).as_posix() for p in root.rglob("*.py")])
 
 
+
+def test_a_process_zips_into_a_private_directory_that_goes_when_it_exits(
+        tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root, _ = _package(tmp_path)
+    script = ("import os, sys\n"
+              "from pathlib import Path\n"
+              "from processor.spark.code import code_directory, zip_directory\n"
+              "into = code_directory()\n"
+              "assert code_directory() == into\n"
+              "archive = zip_directory(Path(sys.argv[1]), into)\n"
+              "print(into, oct(into.stat().st_mode & 0o777), archive.parent == into)\n")
+    run = subprocess.run([sys.executable, "-c", script, str(root)], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    directory, mode, inside = run.stdout.split()
+    assert (mode, inside) == ("0o700", "True")
+    assert Path(directory).name.startswith("baton-job-code-")
+    assert not Path(directory).exists()
+
 # a driver on the standalone cluster: the job package is on no worker's path, so its
 # code reaches the executors only as the shipped zip
 _CLUSTER_DRIVER = r"""
