@@ -6,10 +6,13 @@ whole backlog whatever fetch.max.bytes says, and librdkafka refuses a reply larg
 receive.message.max.bytes. This script writes --records records (one per key, 4
 partitions) to a fresh broker (`--broker`: Apache Kafka by default, or the embedded
 noida-db) and replays them from offset 0 with a read_committed consumer polled as a
-warmup's (batches of 10,000), once with librdkafka's defaults and once with the
-embedded profile's client settings: records/s of each, and defaults / profile. A replay
-that makes no progress for --stall seconds is reported as stalled, with the records it
-got.
+warmup's (batches of 10,000): with librdkafka's defaults, with the bounds a
+processor's consumers fetch within (processor/runtime/consumers.py, FETCH_BOUNDS), and
+with the embedded profile's client settings. For each: records/s, and how far the
+script's RSS rose above its start while the replay ran (sampled every 50 ms, after
+glibc gave back what it could before the replay); then defaults / profile, and the
+processor's bounds against the defaults. A replay that makes no progress for --stall
+seconds is reported as stalled, with the records it got.
 
     .venv/bin/python bench/replay_fetch.py [--records 1000000] [--broker kafka|embedded]
         [--json]
@@ -18,10 +21,14 @@ got.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import sys
+import threading
 import time
 import uuid
 import zlib
+from pathlib import Path
 from typing import Any
 
 from _common import broker_option, log, preload, report, start_broker
@@ -29,6 +36,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestrator.devkit.embedded import EMBEDDED_CLIENT_SETTINGS
+from processor.runtime.consumers import FETCH_BOUNDS
 
 PARTITIONS = 4
 
@@ -37,9 +45,45 @@ def _partition_of(key: bytes) -> int:
     return zlib.crc32(key) % PARTITIONS
 
 
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class _Peak:
+    """The highest RSS seen while it runs, sampled on a thread of its own."""
+
+    def __init__(self) -> None:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        libc.malloc_trim(0)         # what an earlier replay freed is not counted here
+        self.start = self.peak = _rss_mb()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            self.peak = max(self.peak, _rss_mb())
+
+    def rise(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return round(self.peak - self.start, 1)
+
+
 def replay(bootstrap: str, topic: str, records: int, extra: dict[str, Any],
            stall_s: float) -> dict[str, Any]:
-    """Seconds to read `records` records of `topic` from offset 0 (or the stall)."""
+    """Seconds to read `records` records of `topic` from offset 0 (or the stall), and
+    the RSS it took ("rss_rise_mb")."""
+    peak = _Peak()
+    row = _replay(bootstrap, topic, records, extra, stall_s)
+    return {**row, "rss_rise_mb": peak.rise()}
+
+
+def _replay(bootstrap: str, topic: str, records: int, extra: dict[str, Any],
+            stall_s: float) -> dict[str, Any]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"replay-{uuid.uuid4()}",
                          "enable.auto.commit": False, "isolation.level": "read_committed",
                          **extra})
@@ -76,20 +120,30 @@ def main(argv: list[str] | None = None) -> int:
         preload(broker.bootstrap, topic, args.records, _partition_of)
         log(f"{args.records:,} records written")
         rows = {"defaults": replay(broker.bootstrap, topic, args.records, {}, args.stall),
+                "bounded": replay(broker.bootstrap, topic, args.records,
+                                  dict(FETCH_BOUNDS), args.stall),
                 "profile": replay(broker.bootstrap, topic, args.records,
                                   dict(EMBEDDED_CLIENT_SETTINGS), args.stall)}
-    ratio = (round(rows["defaults"]["records_per_s"] / rows["profile"]["records_per_s"], 2)
-             if rows["defaults"]["records_per_s"] and rows["profile"]["records_per_s"]
-             else None)
+    ratio = _ratio(rows["defaults"], rows["profile"])
+    bounded = _ratio(rows["bounded"], rows["defaults"])
     summary = {"broker": args.broker, "records": args.records, **rows,
-               "defaults_to_profile": ratio}
+               "defaults_to_profile": ratio, "bounded_to_defaults": bounded}
     lines = [f"broker: {args.broker}"] + [
         f"{name:>8}: {'STALLED after ' if row['stalled'] else ''}{row['records']:,} records "
         f"in {row['seconds']} s" + (f", {row['records_per_s']:,}/s" if row["records_per_s"]
-                                    else "") for name, row in rows.items()]
+                                    else "") + f", RSS +{row['rss_rise_mb']} MB"
+        for name, row in rows.items()]
     lines.append(f"librdkafka defaults / receive.message.max.bytes 1e9: {ratio}")
+    lines.append(f"a processor's fetch bounds / librdkafka defaults: {bounded} (records/s)")
     report(summary, args.json, lines)
     return 0
+
+
+def _ratio(a: dict[str, Any], b: dict[str, Any]) -> float | None:
+    """a's records/s over b's; None when either stalled."""
+    if not a["records_per_s"] or not b["records_per_s"]:
+        return None
+    return round(float(a["records_per_s"]) / float(b["records_per_s"]), 2)
 
 
 if __name__ == "__main__":

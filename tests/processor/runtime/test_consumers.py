@@ -1,12 +1,20 @@
-"""Grouping a replay batch by task: runs are taken whole only when that is safe."""
+"""A processor's consumers: grouping a replay batch by task (runs are taken whole only
+when that is safe), and the bounds on what each consumer fetches ahead of its polls."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import pytest
 from confluent_kafka import KafkaError, Message
 from hypothesis import given
 from hypothesis import strategies as st
 
+from orchestrator.wire.clock import SystemClock
+from orchestrator.wire.config import load_config
 from processor.runtime.batches import by_task, ends_of, replay_by_task
+from processor.runtime.consumers import FETCH_BOUNDS
 
 OWNERS = {"a:0": "t0", "a:1": "t1", "b:0": "t2"}
 
@@ -120,3 +128,41 @@ def test_end_events_change_no_grouping(records: list[tuple[str, int, str]]) -> N
     without = [m for m, (_, _, kind) in zip(batch, records, strict=True) if kind != "end"]
     assert _seen(by_task(batch, OWNERS.get, lambda m: None)) == \
         _seen(by_task(without, OWNERS.get, lambda m: None))
+
+
+# ---- what the consumers fetch ahead -------------------------------------------------------
+
+
+def _built_consumers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                     kafka: str) -> list[dict[str, Any]]:
+    """The settings each of a processor's consumers is made with, for a [kafka] table."""
+    from processor.runtime import consumers
+
+    path = tmp_path / "job.toml"
+    path.write_text('[job]\nname = "sums"\nclass = "processor.examples:RunningSum"\n'
+                    'inputs = ["events"]\noutput = "sums"\n'
+                    f'[kafka]\nbootstrap_servers = "127.0.0.1:9092"\n{kafka}\n')
+    built: list[dict[str, Any]] = []
+    monkeypatch.setattr(consumers, "Consumer", lambda settings: built.append(settings))
+    consumers.Consumers(load_config(path), "baton.sums", SystemClock())
+    return built
+
+
+def test_every_consumer_fetches_within_bounds(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    built = _built_consumers(tmp_path, monkeypatch, "")
+    assert len(built) == 4                      # active, replay, activation, lookup
+    for settings in built:
+        assert {k: settings[k] for k in FETCH_BOUNDS} == {
+            "fetch.max.bytes": 4 << 20, "max.partition.fetch.bytes": 256 << 10,
+            "queued.max.messages.kbytes": 4096, "queued.min.messages": 5000}
+
+
+def test_kafka_table_sets_the_fetch_bounds(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    built = _built_consumers(tmp_path, monkeypatch, '"fetch.max.bytes" = 52428800\n'
+                                                    '"queued.min.messages" = 1')
+    for settings in built:
+        assert settings["fetch.max.bytes"] == 52428800
+        assert settings["queued.min.messages"] == 1
+        assert settings["max.partition.fetch.bytes"] == 256 << 10
