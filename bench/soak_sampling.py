@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SETTLE_S", "Sample", "Sampler", "daemon_figures", "draw", "slope_window"]
+__all__ = ["QUIET_S", "SETTLE_S", "Sample", "Sampler", "daemon_figures", "draw", "slope_window"]
 
 # a daemon's first seconds (imports, its clients' start, its first tasks' stores opened)
 # are its start-up, not its steady state; its memory keeps growing a while longer (the
@@ -45,6 +45,10 @@ _WARM_S = 600.0             # runs of 20 minutes or more: the slope after 10 min
 # (not a processor drained of its tasks and on its way out)
 _STEADY_ROLES = ("active", "leader", "standby")
 _NO_FLOOR = 1 << 30         # a daemon with no sample of the shape yet: nothing to wait for
+# how long every daemon's count of librdkafka clients must hold still, the job balanced,
+# for the end sample to be taken above a daemon's floor (`Sampler.settle_clients`): a
+# replaced producer tries to end its transaction for up to 60 s before it closes
+QUIET_S = 75.0
 
 
 @dataclass(frozen=True)
@@ -149,14 +153,21 @@ class Sampler:
                                        balanced, processors,
                                        roles.get(label.split("#")[0], "")))
 
-    def settle_clients(self, timeout_s: float) -> None:
+    def settle_clients(self, timeout_s: float, quiet_s: float = QUIET_S) -> None:
         """Wait, up to `timeout_s`, until every live daemon holds no more librdkafka
         clients than in its fewest-client balanced sample of the job's current shape
-        in its current role.
+        in its current role, or until the job is balanced and no daemon's count of
+        clients has changed for `quiet_s`.
         After a broker restart a processor's replaced producers close on threads of
         their own for up to a minute (processor/runtime/producer_close.py); an end
-        sample taken meanwhile counts their sockets as if they had leaked. A client
-        that never goes still shows: the wait ends and the end sample holds it."""
+        sample taken meanwhile counts their sockets as if they had leaked. A daemon may
+        also keep one client above its floor for good without leaking: one it makes at
+        its first need and keeps (a processor's read_uncommitted lookup consumer, made
+        at its first fenced or void commit: processor/runtime/lookups.py). And on a
+        loaded host, transactions the broker timed out fence tasks after the last
+        operation: new producers start while the fenced ones close. So the wait ends
+        once the counts hold still, not at a fixed time that may fall in the middle of
+        such a change. A client that never goes holds still too: the end sample holds it."""
         _, processors, roles = self._shape()
         floor: dict[str, int] = {}
         for s in self.samples:      # a leading coordinator holds more than a standby
@@ -164,9 +175,16 @@ class Sampler:
                     and s.role == roles.get(s.daemon.split("#")[0], "")):
                 floor[s.daemon] = min(floor.get(s.daemon, s.kafka_clients), s.kafka_clients)
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if all(_kafka_clients(pid) <= floor.get(label, _NO_FLOOR)
-                   for label, (pid, _) in self._daemons().items()):
+        last: dict[str, int] = {}
+        still_since = time.monotonic()
+        while (now := time.monotonic()) < deadline:
+            counts = {label: _kafka_clients(pid)
+                      for label, (pid, _) in self._daemons().items()}
+            if all(n <= floor.get(label, _NO_FLOOR) for label, n in counts.items()):
+                return
+            if counts != last or not self._shape()[0]:
+                last, still_since = counts, now
+            elif now - still_since >= quiet_s:
                 return
             time.sleep(1.0)
 

@@ -59,9 +59,18 @@ def test_three_minutes_under_churn(tmp_path: Path) -> None:
     names = {d["name"] for d in summary["daemons"]}
     assert {"c0", "c1", "p1", "p2"} <= names, names
     for daemon in summary["daemons"]:
-        assert daemon["fds_end"] <= daemon["fds_start"] + FD_SLACK, daemon
+        assert daemon["fds_end"] <= daemon["fds_start"] + FD_SLACK, (
+            daemon, _last_samples(tmp_path / "soak.csv", daemon["name"]))
     assert Path(summary["picture"]).stat().st_size > 0
     assert (tmp_path / "soak.csv").read_text().startswith("t,daemon,pid,")
+
+
+def _last_samples(csv: Path, daemon: str, count: int = 15) -> list[str]:
+    """A daemon's last samples (t, fds, clients, store files, balanced, role): what a
+    failed fd check needs to tell a leak from clients still closing."""
+    rows = [line.split(",") for line in csv.read_text().splitlines()[1:]]
+    return [f"t={r[0]} fds={r[5]} clients={r[7]} store_files={r[8]} balanced={r[9]} "
+            f"role={r[11]}" for r in rows if r[1] == daemon][-count:]
 
 
 class _Message:

@@ -1,17 +1,19 @@
 """The soak's per-daemon figures (bench/soak_sampling.py): which samples they compare
 (the same shape of the job, the same role, each settled: a standby that has just taken
 over opens its leader's clients in its first seconds as the leader, which is start-up,
-not growth), and an RSS slope that is a rate after each daemon's own warm-up, not over
-a fresh daemon's start-up."""
+not growth), an RSS slope that is a rate after each daemon's own warm-up, not over
+a fresh daemon's start-up, and when the end sample is taken."""
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from soak_sampling import Sample, daemon_figures  # noqa: E402 - a bench module
+from soak_sampling import Sample, Sampler, daemon_figures  # noqa: E402 - a bench module
 
 WINDOW_S = 600.0
 
@@ -75,3 +77,23 @@ def test_a_daemon_that_never_outlives_its_warm_up_has_no_slope() -> None:
     figures = _by_name(_samples("c1", 1200.0, 1680.0, 66.0, 80.0, role="leader"))
     assert figures["c1"]["rss_slope_mb_per_hour"] is None
     assert figures["c1"]["rss_mb_end"] > figures["c1"]["rss_mb_start"]    # still reported
+
+
+def _waited(balanced: bool, timeout_s: float, tmp_path: Path) -> float:
+    """Seconds `settle_clients` waited for this process (no librdkafka client), labelled
+    p1, whose floor is below what it holds (-1): it can never reach it."""
+    shape = (balanced, "p1+p2", {"p1": "active"})
+    sampler = Sampler(lambda: {"p1": (os.getpid(), 0.0)}, lambda: shape, tmp_path)
+    sampler.samples = [Sample(t=1.0, daemon="p1", pid=os.getpid(), age_s=1.0, rss_mb=1.0,
+                              fds=1, threads=1, kafka_clients=-1, store_files=0,
+                              balanced=True, processors="p1+p2", role="active")]
+    started = time.monotonic()
+    sampler.settle_clients(timeout_s, quiet_s=1.5)
+    return time.monotonic() - started
+
+
+def test_the_end_sample_waits_until_the_clients_hold_still(tmp_path: Path) -> None:
+    # above its floor for good (a client kept once made), but still: the wait ends
+    assert 1.4 <= _waited(True, 30.0, tmp_path) < 10.0
+    # not balanced: the job is still moving, so the wait runs to its bound
+    assert _waited(False, 4.0, tmp_path) >= 4.0
