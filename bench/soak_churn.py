@@ -33,6 +33,10 @@ CYCLE = ["expand_split", "scale_out", "processor_kill", "drain", "failover",
 _ROOT = Path(__file__).resolve().parents[1]
 _OP_TIMEOUT_S = 300.0       # a broker restart on a loaded 2-core machine takes a minute
 _STATUS_FRESH_S = 2.0       # a status poll older than this says nothing of the shape now
+# An operation under way is no resting shape, though the coordinator may still call the
+# job balanced (a broker restart: every client's sockets close, and the processors' fds
+# fall by a dozen or more until they reconnect), nor are its first seconds after.
+_AFTER_OPERATION_S = 10.0
 _STANDBY = "standby: job"
 # a pending line of `baton wait` that names the processor it waits on
 _PENDING = re.compile(r"task '([^']+)': (p\d+) (?:has not|does not)")
@@ -104,6 +108,7 @@ class Churn:
         self._starts: dict[str, int] = {}
         self._watch: StatusWatch | None = None
         self._token = ""
+        self._moving_until = 0.0    # monotonic: an operation runs, or has just ended
 
     # ---- daemons -----------------------------------------------------------------------
 
@@ -160,8 +165,9 @@ class Churn:
     def shape(self) -> tuple[bool, str, dict[str, str]]:
         """(balanced, the alive processors "+"-joined, each daemon's role) from a fresh
         status; not balanced when no fresh one is at hand (a failover, a broker
-        restart). Roles: a processor "active" (alive, holding tasks), "idle" or "gone"; a
-        coordinator "leader" (the one that answered) or "standby"."""
+        restart), nor while an operation runs and `_AFTER_OPERATION_S` after. Roles: a
+        processor "active" (alive, holding tasks), "idle" or "gone"; a coordinator
+        "leader" (the one that answered) or "standby"."""
         at, status, leader = self._watch.latest if self._watch else (0.0, {}, "")
         if time.monotonic() - at > _STATUS_FRESH_S or not status:
             return False, "", {}
@@ -172,7 +178,8 @@ class Churn:
             if name.startswith("c"):
                 roles[name] = "leader" if self.urls[int(name[1:])] == leader else "standby"
             roles.setdefault(name, "gone")
-        return is_balanced(status), "+".join(alive), roles
+        resting = time.monotonic() >= self._moving_until
+        return resting and is_balanced(status), "+".join(alive), roles
 
     def status(self) -> dict[str, Any]:
         return dict(self._client.status())
@@ -190,7 +197,11 @@ class Churn:
             "failover": self._failover, "broker_restart": self._broker_restart}
         began = time.monotonic()
         log(f"{name} ...")
-        operations[name]()
+        self._moving_until = float("inf")
+        try:
+            operations[name]()
+        finally:
+            self._moving_until = time.monotonic() + _AFTER_OPERATION_S
         self.done.append((began, name, time.monotonic() - began))
         log(f"{name} done in {self.done[-1][2]:.1f}s")
 
