@@ -22,7 +22,7 @@ from processor.runtime.active_consumer import ActiveConsumer
 from processor.runtime.lookups import Lookups
 from processor.runtime.replay_consumers import ReplayConsumers
 
-__all__ = ["FETCH_BOUNDS", "Consumers", "log_error"]
+__all__ = ["FETCH_BOUNDS", "FETCH_PACE", "Consumers", "log_error"]
 
 log = logging.getLogger("baton.processor.runtime")
 
@@ -37,10 +37,13 @@ _FETCH_QUEUE_BACKOFF_MS = 5
 # partition, up to 64 MiB). A replay of a backlog (a warmup, a store rebuilt from its
 # changelog) filled it, and the processor's RSS with it (spikes of 25-45 MB in an hour's
 # soak, each leaving a few MB that glibc did not give back). With these bounds a replay
-# of 1,000,000 records peaks about 18 MB above its start instead of 85-92, at the same
-# rate or faster (bench/replay_fetch.py). Defaults only: [kafka] sets any of them.
+# of 1,000,000 records rose 19 MB above its start instead of 84, at the same rate
+# (bench/replay_fetch.py). Defaults only: [kafka] sets any of them.
 FETCH_BOUNDS = {"fetch.max.bytes": 4 << 20, "max.partition.fetch.bytes": 256 << 10,
                 "queued.max.messages.kbytes": 4 << 10, "queued.min.messages": 5_000}
+# how every consumer of a processor fetches, whatever [kafka] says
+FETCH_PACE = {"fetch.wait.max.ms": _FETCH_WAIT_MS,
+              "fetch.queue.backoff.ms": _FETCH_QUEUE_BACKOFF_MS}
 
 
 class Consumers:
@@ -57,8 +60,7 @@ class Consumers:
         settings = {**FETCH_BOUNDS, **config.kafka_settings(**{
             "group.id": group, "enable.auto.commit": False,
             "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-            "enable.partition.eof": False, "fetch.wait.max.ms": _FETCH_WAIT_MS,
-            "fetch.queue.backoff.ms": _FETCH_QUEUE_BACKOFF_MS})}
+            "enable.partition.eof": False, **FETCH_PACE})}
         # an idle back-off needs to know when a fetch has read a partition to its end
         idle_backoff_s = config.processor.idle_fetch_backoff_ms / 1000
         active = {**settings, **client_logging("processor.active"),
