@@ -42,7 +42,7 @@ __all__ = [
     "broker_option",
     "caught_up_records",
     "cpu_seconds", "last_done", "log", "machine_cpu_seconds", "own_cpu_seconds",
-    "percentile", "preload", "report", "start_broker", "stop_on_sigterm",
+    "percentile", "preload", "report", "rss_mb", "start_broker", "stop_on_sigterm",
     "thread_cpu_seconds",
     "wait_broker_quiet", "wait_until",
 ]
@@ -322,6 +322,14 @@ def stop_on_sigterm() -> None:
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def rss_mb() -> float:
+    """This process's resident memory now, in MB (VmRSS, Linux /proc)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
 
 
 def log(text: str) -> None:

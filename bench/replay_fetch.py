@@ -22,21 +22,19 @@ seconds is reported as stalled, with the records it got.
 from __future__ import annotations
 
 import argparse
-import ctypes
-import ctypes.util
 import sys
 import threading
 import time
 import uuid
 import zlib
-from pathlib import Path
 from typing import Any
 
-from _common import broker_option, log, preload, report, start_broker
+from _common import broker_option, log, preload, report, rss_mb, start_broker
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestrator.devkit.embedded import EMBEDDED_CLIENT_SETTINGS
+from orchestrator.wire import c_heap
 from processor.runtime.consumers import FETCH_BOUNDS, FETCH_PACE
 
 PARTITIONS = 4
@@ -46,27 +44,19 @@ def _partition_of(key: bytes) -> int:
     return zlib.crc32(key) % PARTITIONS
 
 
-def _rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 class _Peak:
     """The highest RSS seen while it runs, sampled on a thread of its own."""
 
     def __init__(self) -> None:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
-        libc.malloc_trim(0)         # what an earlier replay freed is not counted here
-        self.start = self.peak = _rss_mb()
+        c_heap.trim()               # what an earlier replay freed is not counted here
+        self.start = self.peak = rss_mb()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.wait(0.05):
-            self.peak = max(self.peak, _rss_mb())
+            self.peak = max(self.peak, rss_mb())
 
     def rise(self) -> float:
         self._stop.set()

@@ -35,7 +35,7 @@ _FETCH_QUEUE_BACKOFF_MS = 5
 # What a consumer fetches ahead of its polls, bounded (librdkafka's defaults: up to
 # 50 MiB a fetch, 1 MiB a partition, and a queue refilled below 100,000 records a
 # partition, up to 64 MiB). A replay of a backlog (a warmup, a store rebuilt from its
-# changelog) filled it, and the processor's RSS with it (spikes of 25-45 MB in an hour's
+# changelog) filled it, and the processor's RSS with it (bursts of 15-45 MB in an hour's
 # soak, each leaving a few MB that glibc did not give back). With these bounds a replay
 # of 1,000,000 records rose 19 MB above its start instead of 84, at the same rate
 # (bench/replay_fetch.py). Defaults only: [kafka] sets any of them.

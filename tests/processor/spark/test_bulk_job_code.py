@@ -96,7 +96,6 @@ def test_the_zip_is_named_by_its_contents(tmp_path: Path) -> None:
         [p.relative_to(root).as_posix() for p in root.rglob("*.py")])
 
 
-
 def test_a_process_zips_into_a_private_directory_that_goes_when_it_exits(
         tmp_path: Path) -> None:
     import subprocess
@@ -117,6 +116,7 @@ def test_a_process_zips_into_a_private_directory_that_goes_when_it_exits(
     assert (mode, inside) == ("0o700", "True")
     assert Path(directory).name.startswith("baton-job-code-")
     assert not Path(directory).exists()
+
 
 # a driver on the standalone cluster: the job package is on no worker's path, so its
 # code reaches the executors only as the shipped zip
