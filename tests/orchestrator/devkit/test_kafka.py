@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestrator.devkit.kafka import KafkaBroker, KafkaBrokerError
@@ -19,7 +19,7 @@ def _committed_values(bootstrap: str, topic: str) -> list[bytes]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "devkit-reader",
                          "isolation.level": "read_committed", "enable.auto.commit": False})
     try:
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+        high = _high_watermark(consumer, topic)
         consumer.assign([TopicPartition(topic, 0, 0)])
         values: list[bytes] = []
         deadline = time.monotonic() + 30
@@ -29,6 +29,24 @@ def _committed_values(bootstrap: str, topic: str) -> list[bytes]:
         return values
     finally:
         consumer.close()
+
+
+_LEADERLESS = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+
+
+def _high_watermark(consumer: Consumer, topic: str) -> int:
+    """Partition 0's high watermark, once it has a leader: a broker answers metadata as
+    soon as it is up, but leads its partitions again only once the controller has
+    unfenced it, a few seconds later on a loaded host (NOT_LEADER_FOR_PARTITION until
+    then)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1])
+        except KafkaException as exc:
+            if exc.args[0].code() not in _LEADERLESS or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def test_a_killed_broker_restarts_with_its_log(tmp_path: Path) -> None:

@@ -97,7 +97,14 @@ def test_restart_before_the_commit_redoes_the_transaction(broker, job_config, tm
         broker.local.restart()
         with caplog.at_level(logging.WARNING, logger="baton.processor.runtime"):
             runtime.active_round.run(TASK, runtime.commits.commit)
-        assert "lost its brokers" in caplog.text
+        # Which way the transaction is redone is librdkafka's timing: mostly the producer
+        # tells of the lost brokers and the transaction is aborted and redone with it; but
+        # a request the restart stranded in the producer's queue (librdkafka issue 5511)
+        # times out instead, and the task starts again from T1 with a new producer.
+        # Either way nothing of it was committed, and `_finish`'s oracle checks the redo.
+        assert ("lost its brokers" in caplog.text
+                or "restarts from its committed offsets with a new producer" in caplog.text), \
+            caplog.text
         assert active.committed == active.pending      # rewound to T1, nothing committed
     _finish(broker, config, runtime, 500)
 
