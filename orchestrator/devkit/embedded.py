@@ -68,6 +68,7 @@ EMBEDDED_CATCH_UP_SETTINGS: dict[str, Any] = {"changelog_read_from": "beginning"
 # Kafka parks an empty fetch for fetch.wait.max.ms: there the back-off saves nothing and
 # the default (0) is right (bench/idle_consumer.py --processor-backoffs 0 10).
 EMBEDDED_PROCESSOR_SETTINGS: dict[str, Any] = {"idle_fetch_backoff_ms": 10}
+_AUTOSAVE_WAIT_S = 5.0    # how long start() looks for the autosave thread
 _START_TIMEOUT_S = 30.0
 _STOP_GRACE_S = 10.0
 _SERVICE_STOP_TIMEOUT_S = 30.0
@@ -136,19 +137,33 @@ class EmbeddedBroker:
         writes go on it rewrites all it holds every few seconds, and on a two-core
         machine it took up to half a core from the daemons under test (bench/
         join_catchup.py). A clean stop still saves everything. Linux only; elsewhere,
-        or if the thread is gone, autosave keeps its share."""
+        or if the thread is gone, autosave keeps its share.
+
+        The broker may answer before its autosave thread exists or has its name (seen on
+        a loaded host), so the thread is looked for again for up to `_AUTOSAVE_WAIT_S`."""
         if self._proc is None or not hasattr(os, "sched_setscheduler"):
             return
+        deadline = time.monotonic() + _AUTOSAVE_WAIT_S
+        while not self._deferred(self._proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    @staticmethod
+    def _deferred(pid: int) -> bool:
+        """Set the autosave thread of `pid` to SCHED_IDLE; False while it is not there
+        (or the process is gone)."""
         try:
-            threads = list(Path(f"/proc/{self._proc.pid}/task").iterdir())
+            threads = list(Path(f"/proc/{pid}/task").iterdir())
         except OSError:
-            return
+            return True         # gone: nothing to wait for
+        found = False
         for thread in threads:
             try:
                 if (thread / "comm").read_text().strip() == "autosave":
                     os.sched_setscheduler(int(thread.name), os.SCHED_IDLE, os.sched_param(0))
+                    found = True
             except OSError:
                 continue
+        return found
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + _START_TIMEOUT_S
