@@ -27,6 +27,7 @@ from metrics._vocab import (
     PROCESS_ERROR_OUTCOMES,
     PROCESSOR_STEPS,
     SPARK_BUCKETS,
+    STALL_ROLES,
     STEP_BUCKETS,
     TRANSACTION_OUTCOMES,
     CatchUpPath,
@@ -62,6 +63,7 @@ PROCESSOR_METRIC_NAMES: tuple[str, ...] = (
     "baton_process_errors_total",
     "baton_store_view_errors_total",
     "baton_consumer_replacements_total",
+    "baton_task_stalls_total",
 )
 
 
@@ -140,6 +142,13 @@ class ProcessorMetrics:
             "replaced after reaching no broker for 30 s while the processor's other clients "
             "did (processor/runtime/cut_off.py).", base,
             registry=registry).labels(job=job, processor=processor)
+        # kept when the task is dropped (not in forget_task): a stall is a fault to look
+        # into even once recovered, and the alert reads its increase
+        self._stalls = Counter(
+            "baton_task_stalls_total", "Reads of a task's partition found stalled: the "
+            "partition's end moved and the read stood still for processor.stall_timeout_ms; "
+            "each was recovered with a new consumer.", [*base, "task", "role"],
+            registry=registry)
         view_errors = Counter(
             "baton_store_view_errors_total", "Scrapes where a store callback (sizes, memory) "
             "raised.",
@@ -223,6 +232,12 @@ class ProcessorMetrics:
         """The active consumer was cut off from the brokers and replaced."""
         self._replacements.inc()
 
+    def record_stall(self, task: str, role: str) -> None:
+        """A read of `task` (in `role`) was found stalled (processor/runtime/stalls.py)."""
+        check_label(role, STALL_ROLES, "role")
+        self._stalls.labels(job=self.job, processor=self.processor, task=task, role=role
+                            ).inc()
+
     def record_misrouted(self, task: str, source: str = "", child: str = "") -> None:
         """One misrouted record forwarded from `source` to `child` (not labels: the
         partition vocabulary is unbounded; the processor's log names them)."""
@@ -295,6 +310,9 @@ class NullProcessorMetrics(ProcessorMetrics):
         pass
 
     def record_consumer_replaced(self) -> None:
+        pass
+
+    def record_stall(self, task: str, role: str) -> None:
         pass
 
     def forget_task(self, task: str) -> None:

@@ -24,6 +24,7 @@ __all__ = [
     "PROCESSOR_STEPS",
     "PROCESS_ERROR_OUTCOMES",
     "SPARK_BUCKETS",
+    "STALL_ROLES",
     "STEP_BUCKETS",
     "TRANSACTION_OUTCOMES",
     "CatchUpPath",
@@ -77,6 +78,10 @@ PROCESS_ERROR_OUTCOMES: tuple[ProcessErrorOutcome, ...] = ("fail", "skip", "dlq"
 # acknowledged; `activating` = activate seen -> first committed output (`pause_ms`).
 ProcessorStep = Literal["releasing", "activating"]
 PROCESSOR_STEPS: tuple[ProcessorStep, ...] = ("releasing", "activating")
+
+# The role of a task whose read stalled (processor/runtime/stalls.py): an active task,
+# a warmup, a standby, or an activation replaying towards active.
+STALL_ROLES: tuple[str, ...] = ("active", "warmup", "standby", "activating")
 
 # Only a warmup is a task on the move; actives and standbys have nothing to catch up
 # towards a handoff, so their lag is exported but no remaining records or ETA.

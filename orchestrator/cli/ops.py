@@ -108,8 +108,11 @@ def _render_status(status: dict[str, Any], console: Console) -> None:
     console.print(table)
     tasks = Table("task", "partitions", "active on", "lag", title="tasks")
     for t in status["tasks"]:
-        tasks.add_row(t["name"], " ".join(t["partitions"]), t["active"] or "[red]none[/]",
-                      "?" if t["lag"] is None else str(t["lag"]))
+        lag = "?" if t["lag"] is None else str(t["lag"])
+        stalled = [f"{s['processor']} {s['role']}" for s in t.get("stalled", [])]
+        if stalled:
+            lag += f" [red](stalled: {', '.join(stalled)})[/]"
+        tasks.add_row(t["name"], " ".join(t["partitions"]), t["active"] or "[red]none[/]", lag)
     console.print(tasks)
     if status["handoffs"]:
         moves = Table("task", "from", "to", "phase", "lag", title="handoffs in flight")

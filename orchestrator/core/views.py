@@ -41,6 +41,7 @@ def status(core: Coordinator) -> dict[str, Any]:
         "tasks": [{"name": task, "partitions": parts, "active": core.holder(task),
                    "lag": _input_lag(core, task),
                    "failed": core.failures.describe(task, now),
+                   "stalled": _stalled(core, task),
                    **({"split_from": core.model.pending[task]}
                       if task in core.model.pending else {}),
                    **({"changelog_partition": core.model.changelog[task]}
@@ -60,6 +61,14 @@ def status(core: Coordinator) -> dict[str, Any]:
         "inputs": [{"topic": t, "partitions": n} for t, n in core.model.grouping.inputs],
         "barriers": {c: _barrier(core, c) for c in core.model.barriers},
     }
+
+
+def _stalled(core: Coordinator, task: str) -> list[dict[str, Any]]:
+    """The reads of `task` its processors report stalled (processor/runtime/stalls.py):
+    who, in which role, which partitions."""
+    return [{"processor": p.id, "role": report.role, "partitions": list(report.stalled)}
+            for p in core.processors.live()
+            if (report := p.reports.get(task)) is not None and report.stalled]
 
 
 def _barrier(core: Coordinator, child: str) -> dict[str, Any]:
@@ -127,8 +136,8 @@ def pending(core: Coordinator) -> list[str]:
     """Why the job is not balanced yet; empty when it is.
 
     Balanced: every task active on a live processor that reports it active and
-    consumes all of its partitions, no handoff in flight, the assignor wants no move,
-    and no draining processor still holds a task.
+    consumes all of its partitions, no read of a task stalled, no handoff in flight, the
+    assignor wants no move, and no draining processor still holds a task.
     """
     out: list[str] = []
     live = core.processors.live()
@@ -152,6 +161,10 @@ def pending(core: Coordinator) -> list[str]:
         elif missing := [p for p in partitions if p not in report.positions]:
             out.append(f"task {task!r}: {owner} does not consume {', '.join(missing)} yet "
                        f"(generation {core.model.generation})")
+    for task in core.model.tasks:
+        out += [f"task {task!r}: {s['processor']}'s {s['role']} read of "
+                f"{', '.join(s['partitions'])} has stalled (being recovered)"
+                for s in _stalled(core, task)]
     if core.follow_up and not core.handoffs:
         out.append("the assignor has more moves to make (warm-ups pending)")
     out += _newcomers_without_tasks(core, live)

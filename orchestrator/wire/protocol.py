@@ -54,6 +54,8 @@ class TaskReport(_Message):
     error: str | None = Field(default=None, max_length=4000)
     # active only: the pause (ms) between activation and the first committed output
     pause_ms: float | None = Field(default=None, ge=0)
+    # partitions whose read has stalled (processor/runtime/stalls.py), until they move
+    stalled: list[str] = Field(default_factory=list, max_length=100_000)
 
 
 class HeartbeatRequest(_Message):

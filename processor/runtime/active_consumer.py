@@ -96,26 +96,48 @@ class ActiveConsumer:
         fetching = bool(self.owner) and not self._idle.paused
         topic = next(iter(self.owner)).rpartition(":")[0] if fetching else None
         if self._watch.cut_off(self.consumer, found, topic):
-            self._replace(tasks)
+            self._replace(tasks, f"has reached no broker for {cut_off.CUT_OFF_S:.0f} s "
+                                 "while the processor's other clients did")
+            self.on_replaced()
 
-    def _replace(self, tasks: Mapping[str, ActiveTask]) -> None:
-        """A new consumer in place of one cut off from the brokers, each partition
-        assigned where its task goes on; the old one is closed on a thread of its own (a
-        client that lost its brokers may wait on them in its close)."""
+    def recover(self, tasks: Mapping[str, ActiveTask]) -> None:
+        """A read found stalled (processor/runtime/stalls.py): a new consumer, every
+        partition of every active task that no barrier holds assigned where its task
+        goes on (whatever the old consumer's state or this one's books said)."""
+        if self._remake is None:
+            return
+        for name, active in tasks.items():
+            held = self._held.get(name, set())
+            for p in active.partitions:
+                if p not in held and p in active.pending:
+                    self.owner[p] = name
+        self._replace(tasks, "stopped reading a partition whose end moved")
+
+    def _replace(self, tasks: Mapping[str, ActiveTask], why: str) -> None:
+        """A new consumer in place of the current one, each partition assigned where its
+        task goes on; the old one is closed on a thread of its own (a client that lost
+        its brokers may wait on them in its close)."""
         assert self._remake is not None
         old, self.consumer = self.consumer, self._remake()
         self._counts = PartitionCounts()
         self._at_end.clear()
+        self._idle, self._resume_at, self._read_to = IdleFetch(), {}, {}
         self.replaced += 1
-        self.on_replaced()
         parts = [topic_partition(p, tasks[t].pending[p])
                  for p, t in self.owner.items() if t in tasks]
-        log.warning("the active consumer has reached no broker for %.0f s while the "
-                    "processor's other clients did: replaced, its %d partition(s) "
-                    "assigned again where their tasks go on", cut_off.CUT_OFF_S, len(parts))
+        log.warning("the active consumer %s: replaced, its %d partition(s) assigned again "
+                    "where their tasks go on", why, len(parts))
         self._counts.before_assign(self.consumer, parts)
         self.consumer.incremental_assign(parts)
         close_in_background(old, "active consumer")
+
+    def reading(self) -> dict[str, str]:
+        """Partition -> the task reading it: every partition assigned (or idly paused)."""
+        return dict(self.owner)
+
+    def read_positions(self, partitions: Sequence[str]) -> dict[str, int]:
+        """How far the consumer has read each partition (see `_position`)."""
+        return self._position(partitions)
 
     def _pause(self, tasks: Mapping[str, ActiveTask]) -> None:
         """Stop fetching every active partition, noting where each goes on. Unassigned,

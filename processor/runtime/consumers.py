@@ -75,6 +75,9 @@ class Consumers:
             {**lookup, "isolation.level": "read_uncommitted"}))
         self.active = ActiveConsumer(Consumer(active), self.lookups, idle_backoff_s, clock,
                                      remake=lambda: Consumer(active))
+        # the stall watch's lookups of the ends, on a thread of their own
+        self.make_end_lookup: Callable[[], Consumer] = lambda: Consumer(
+            {**lookup, **client_logging("processor.ends")})
         self.replays = ReplayConsumers(replay_consumer("replay"),
                                        replay_consumer("activation"), clock, self.lookups,
                                        remake=replay_consumer)

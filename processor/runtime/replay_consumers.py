@@ -105,9 +105,23 @@ class ReplayConsumers:
         fetching = [] if found else [p for p in self._held_on(name) if p not in self._paused]
         topic = fetching[0].rpartition(":")[0] if fetching else None
         if self._watches[name].cut_off(getattr(self, name), found, topic):
-            self._replace(name)
+            self._replace(name, f"has reached no broker for {cut_off.CUT_OFF_S:.0f} s while "
+                                "the processor's other clients did")
+            self.on_replaced()
 
-    def _replace(self, name: str) -> None:
+    def holder(self, partition: str) -> Replay | None:
+        """The replica reading `partition` here (None: none)."""
+        return self._holders.get(partition)
+
+    def recover(self, partitions: Iterable[str]) -> None:
+        """Reads found stalled (processor/runtime/stalls.py): a new consumer in place of
+        each one reading any of `partitions`."""
+        names = {"activation" if p in self._activating else "replay"
+                 for p in partitions if p in self._holders}
+        for name in sorted(names) if self._remake is not None else ():
+            self._replace(name, "stopped reading a partition its replica may read on")
+
+    def _replace(self, name: str, why: str) -> None:
         """A new consumer in place of the one named: each partition assigned where its
         replica would start reading it now, those paused at their caps paused again."""
         assert self._remake is not None
@@ -124,11 +138,8 @@ class ReplayConsumers:
         for p, replica in held.items():
             replica.rewound([p])
         self.replaced += 1
-        self.on_replaced()
-        log.warning("the %s consumer has reached no broker for %.0f s while the "
-                    "processor's other clients did: replaced, its %d partition(s) "
-                    "assigned again where their replicas go on", name, cut_off.CUT_OFF_S,
-                    len(assigned))
+        log.warning("the %s consumer %s: replaced, its %d partition(s) assigned again "
+                    "where their replicas go on", name, why, len(assigned))
         close_in_background(old, f"{name} consumer")
 
     def assign(self, replica: Replay) -> None:

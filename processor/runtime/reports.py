@@ -26,8 +26,8 @@ _ERROR_CHARS = 4000           # a failed task's reason, cut to keep heartbeats s
 def task_reports(active: Mapping[str, ActiveTask], replicas: Mapping[str, Replay],
                  activating: Collection[str], released: Mapping[str, Mapping[str, int]],
                  failed: Mapping[str, str],
-                 t1: Callable[[ActiveTask], dict[str, int]] | None = None
-                 ) -> list[TaskReport]:
+                 t1: Callable[[ActiveTask], dict[str, int]] | None = None,
+                 stalled: Mapping[str, list[str]] | None = None) -> list[TaskReport]:
     """One report per task the processor holds, in its role.
 
     Args:
@@ -39,13 +39,17 @@ def task_reports(active: Mapping[str, ActiveTask], replicas: Mapping[str, Replay
         released: final T1 of tasks released and not taken back.
         failed: the reason each failed task stopped.
         t1: an active task's reported positions (default: its committed offsets).
+        stalled: task -> its partitions whose read has stalled (processor/runtime/
+            stalls.py).
     """
+    stalled = stalled or {}
     out = [TaskReport(task=t, role="active", positions=t1(a) if t1 else dict(a.committed),
-                      pause_ms=a.pause_ms) for t, a in active.items()]
+                      pause_ms=a.pause_ms, stalled=stalled.get(t, []))
+           for t, a in active.items()]
     for task, replica in replicas.items():
         out.append(TaskReport(task=task, role=replica.role,
                               positions=replica.reported_positions(), lag=replica.lag(),
-                              rate=replica.update_rate()))
+                              rate=replica.update_rate(), stalled=stalled.get(task, [])))
     out.extend(TaskReport(task=t, role="activating") for t in activating
                if t not in replicas)
     out.extend(TaskReport(task=t, role="released", positions=dict(p))

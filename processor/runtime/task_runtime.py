@@ -47,6 +47,7 @@ from processor.runtime.producer_close import close_producer
 from processor.runtime.reconciliation import reconcile
 from processor.runtime.replay_round import BATCH, ReplayRound, replay_bite
 from processor.runtime.reports import StoreSizes, task_reports
+from processor.runtime.stall_watch import StallWatch
 from processor.runtime.stores import TaskStores
 from processor.runtime.task_partitions import TaskPartitions
 from processor.sources import topic_counts
@@ -117,6 +118,8 @@ class TaskRuntime:
         self.child_releases = ChildReleases(self)
         self.replay_round = ReplayRound(self.consumers.replays, self.source, self.metrics,
                                         self.guard, self._replay_done)
+        self.stalls = StallWatch(config.processor.stall_timeout_ms / 1000, self.consumers,
+                                 self.consumers.make_end_lookup, self.metrics, self.clock)
 
     @property
     def active_consumer(self) -> Consumer:
@@ -319,6 +322,7 @@ class TaskRuntime:
             room = replay_bite(took, self._activation_next(),
                                self.source.replays_input(self.replicas.values()))
             handled += self._poll_replicas(split, room)
+        self.stalls.look(self.active, self.replicas, self.bulk)
         if not self.active and not self.replicas:
             self.clock.sleep(min(timeout, _IDLE_WHILE_ACTIVATING_S)
                              if self.activations.pending else timeout)
@@ -361,7 +365,8 @@ class TaskRuntime:
         # a failed task's reason ends up in `baton status`: a Kafka error may quote a secret
         failed = {task: self.config.mask(reason) for task, reason in self.failed.items()}
         return task_reports(self.active, self.replicas, self.activations.pending,
-                            self.released, failed, self.consumers.active.consumed_through)
+                            self.released, failed, self.consumers.active.consumed_through,
+                            self.stalls.stalled())
 
     def handoff_imminent(self) -> bool:
         """A warmup has caught up (its activation is next), an activation is running, or
@@ -394,6 +399,7 @@ class TaskRuntime:
         self.activations.close(self.replicas)
         self.jobs.close_all()
         self.bulk.close()
+        self.stalls.close()
         self.consumers.close()
         self.commits.close()
         self.stores.close()

@@ -21,7 +21,7 @@ ALERT_NAMES = {
     "BatonCatchUpStalled", "BatonHandoffStuck", "BatonHandoffNotStarting",
     "BatonInvalidHeartbeats", "BatonProcessorDead", "BatonCoordinatorDown",
     "BatonProcessorTargetDown", "BatonLagGrowing", "BatonTaskFailed",
-    "BatonMisroutedRecords", "BatonInputTrimmed",
+    "BatonMisroutedRecords", "BatonInputTrimmed", "BatonTaskStalled",
 }
 
 
@@ -267,6 +267,21 @@ CASES: dict[str, dict[str, Any]] = {
             firing("BatonInputTrimmed", "2m", {"job": "sums", "task": "Partition 1",
                                                "processor": "p2", "severity": "critical"}),
             firing("BatonInputTrimmed", "20m"),
+        ],
+    },
+    "a stalled read fires at once and resolves 15 minutes after the last one": {
+        "input_series": [
+            {"series": f'baton_task_stalls_total{{{J},task="Partition 1",processor="p3",'
+                       'role="active"}', "values": "_ 0 0 1 1x30"},
+            {"series": f'baton_task_stalls_total{{{J},task="Partition 2",processor="p3",'
+                       'role="standby"}', "values": "0x35"},
+        ],
+        "promql_expr_test": [
+            firing("BatonTaskStalled", "2m"),
+            firing("BatonTaskStalled", "4m", {"job": "sums", "task": "Partition 1",
+                                              "processor": "p3", "role": "active",
+                                              "severity": "warning"}),
+            firing("BatonTaskStalled", "25m"),
         ],
     },
     "a task failed for 10 minutes fires; one retried within minutes does not": {

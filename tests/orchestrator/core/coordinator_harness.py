@@ -104,6 +104,7 @@ class FakeProcessor:
         self.pause_ms: float | None = 12.0  # None: no output yet (a task without traffic)
         self.failing: dict[str, str] = {}  # task -> error: it fails in any role it is given
         self.lags: dict[str, int] = {}  # task -> the lag a replica reports (changelog)
+        self.stalled: dict[str, list[str]] = {}  # task -> partitions whose read stalled
 
     def request(self, leaving: bool = False) -> HeartbeatRequest:
         return HeartbeatRequest(
@@ -113,7 +114,8 @@ class FakeProcessor:
                               positions=self.positions.get(t, {}),
                               pause_ms=self.pause_ms if r == "active" else None,
                               lag=self.lags.get(t) if r != "active" else None,
-                              error=self.failing.get(t) if r == "failed" else None)
+                              error=self.failing.get(t) if r == "failed" else None,
+                              stalled=self.stalled.get(t, []))
                    for t, r in self.roles.items()])
 
     def register(self) -> HeartbeatReply:

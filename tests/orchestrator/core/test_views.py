@@ -57,3 +57,28 @@ def test_a_newcomer_without_tasks_keeps_the_job_unbalanced() -> None:
     p3.register()
     assert "processor p3 joined and holds no task yet" in pending(h.core)
     assert not status(h.core)["balanced"]
+
+
+def test_a_stalled_read_is_shown_and_keeps_the_job_unbalanced() -> None:
+    """A processor reports a task's read stalled (processor/runtime/stalls.py): status
+    names who and where, and the job is not balanced until the read moves again."""
+    h = Harness()
+    p1 = FakeProcessor(h, "p1")
+    p1.register()
+    p1.positions = at(1000, *ALL)
+    p1.beat()
+    assert not pending(h.core)
+    task = sorted(p1.roles)[0]
+    partition = h.core.model.tasks[task][0]
+    p1.stalled = {task: [partition]}
+    p1.beat()
+    shown = status(h.core)
+    row = next(t for t in shown["tasks"] if t["name"] == task)
+    assert row["stalled"] == [{"processor": "p1", "role": "active", "partitions": [partition]}]
+    assert not shown["balanced"]
+    assert f"task {task!r}: p1's active read of {partition} has stalled (being recovered)" \
+        in shown["pending"]
+    p1.stalled = {}
+    p1.beat()
+    assert status(h.core)["balanced"]
+    assert all(t["stalled"] == [] for t in status(h.core)["tasks"])
