@@ -94,12 +94,13 @@ def _catch_up_window(coordinator_log: Path, to: str) -> float | None:
 
 def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
              keep_logs: Path | None = None, read_from: str | None = None,
-             kind: str = "kafka", kafka: dict[str, Any] | None = None) -> dict[str, Any]:
+             kind: str = "kafka", kafka: dict[str, Any] | None = None,
+             defaults: bool = False) -> dict[str, Any]:
     """Preload `keys` keys, let p2 join (catching up half of them), then `handoffs`
     handoffs under traffic; `source`: catch_up.source; `read_from`:
     catch_up.changelog_read_from (None: the broker's profile's); `kind`: the broker;
     `kafka`: [kafka] settings on top of its profile's; the daemons' logs are copied to
-    `keep_logs`/<keys> when given."""
+    `keep_logs`/<keys> when given; `defaults`: Baton's defaults, not the demo's settings."""
     with tempfile.TemporaryDirectory(prefix="baton-pause-") as tmp, start_broker(kind) as broker:
         workdir = Path(tmp)
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
@@ -107,7 +108,7 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
                                            NewTopic("sums", PARTITIONS, 1)]).values():
             future.result(30)
         daemon = {**broker.daemon, "kafka": {**broker.daemon.get("kafka", {}), **(kafka or {})}}
-        config = make_config(workdir, broker.bootstrap, ("events", "sums"), daemon)
+        config = make_config(workdir, broker.bootstrap, ("events", "sums"), daemon, defaults)
         if source != "input" or read_from is not None:
             import tomllib
 

@@ -17,8 +17,12 @@ p1 has processed it all, then
 
 Targets: p99 <= 500 ms, and the 1M-key p99 within 1.5x of the 10k-key p99.
 
+The daemons run the demo's settings (orchestrator/devkit/demo.py, DEMO_SETTINGS) unless
+`--defaults` is given (Baton's defaults only); either way the output lists every setting
+that differs from the defaults (`settings`), the broker profile's included.
+
     .venv/bin/python bench/handoff_pause.py [--keys 10000 1000000] [--handoffs 20] [--json]
-        [--broker kafka|embedded]
+        [--broker kafka|embedded] [--defaults]
         [--logs DIR] [--source input|changelog] [--changelog-read-from beginning|store]
 
 With `--source changelog` the embedded profile reads changelog partitions from their
@@ -35,7 +39,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from _common import broker_option, log, report
+from _common import broker_option, changed_settings, log, report
 from _handoffs import run_size
 
 
@@ -47,6 +51,8 @@ def main() -> None:
                         help="catch_up.source")
     parser.add_argument("--changelog-read-from", choices=["beginning", "store"], default=None,
                         help="catch_up.changelog_read_from (default: the broker profile's)")
+    parser.add_argument("--defaults", action="store_true",
+                        help="Baton's defaults (not the demo's heartbeat, lag, warmups)")
     parser.add_argument("--json", action="store_true")
     broker_option(parser)
     parser.add_argument("--logs", type=Path, default=None,
@@ -54,12 +60,17 @@ def main() -> None:
     args = parser.parse_args()
 
     results = [run_size(k, args.handoffs, log, source=args.source, keep_logs=args.logs,
-                        read_from=args.changelog_read_from, kind=args.broker) for k in args.keys]
-    summary: dict[str, Any] = {"broker": args.broker, "sizes": results}
+                        read_from=args.changelog_read_from, kind=args.broker,
+                        defaults=args.defaults) for k in args.keys]
+    settings = changed_settings(args.broker, args.defaults, args.source,
+                                args.changelog_read_from)
+    summary: dict[str, Any] = {"broker": args.broker, "settings": settings, "sizes": results}
     if len(results) >= 2 and results[0]["pause_ms_p99"]:
         summary["p99_ratio_largest_to_smallest"] = round(
             results[-1]["pause_ms_p99"] / results[0]["pause_ms_p99"], 2)
-    lines = [f"broker: {args.broker}"] + [
+    lines = [f"broker: {args.broker}",
+             "settings changed from the defaults: " + (", ".join(
+                 f"{k} = {v}" for k, v in settings.items()) or "none")] + [
         f"{r['keys']:>9} keys: pause p50 {r['pause_ms_p50']} ms, p99 {r['pause_ms_p99']} "
         f"ms (max {r['pause_ms_max']}, {r['handoffs']} handoffs); join -> balanced "
         f"{r['join_to_balanced_s']} s for ~{r['catch_up_records']} catch-up records "

@@ -104,7 +104,8 @@ class ProcessorMetrics:
         self._steps = Histogram(
             "baton_processor_handoff_seconds", "This processor's share of a handoff: "
             "releasing (release seen -> final commit acknowledged), activating (activate "
-            "seen -> first committed output).", [*base, "phase"], registry=registry,
+            "seen -> first committed output), and the steps of activating: fence, t1, "
+            "replay, first_read, first_commit.", [*base, "phase"], registry=registry,
             buckets=STEP_BUCKETS)
         self._spark_start = Histogram(
             "baton_spark_session_start_seconds", "Time to obtain a SparkSession for bulk "

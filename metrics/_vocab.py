@@ -75,9 +75,14 @@ ProcessErrorOutcome = Literal["fail", "skip", "dlq"]
 PROCESS_ERROR_OUTCOMES: tuple[ProcessErrorOutcome, ...] = ("fail", "skip", "dlq")
 
 # The processor's own share of a handoff: `releasing` = release seen -> final commit
-# acknowledged; `activating` = activate seen -> first committed output (`pause_ms`).
-ProcessorStep = Literal["releasing", "activating"]
-PROCESSOR_STEPS: tuple[ProcessorStep, ...] = ("releasing", "activating")
+# acknowledged; `activating` = activate seen -> first committed output (`pause_ms`), and
+# the steps of `activating` (processor/handoff_steps.py): `fence` (init_transactions),
+# `t1` (the committed offsets read), `replay` (T2 -> T1, then active), `first_read` (its
+# first records fetched), `first_commit` (its first transaction committed).
+ProcessorStep = Literal["releasing", "activating", "fence", "t1", "replay", "first_read",
+                        "first_commit"]
+PROCESSOR_STEPS: tuple[ProcessorStep, ...] = ("releasing", "activating", "fence", "t1",
+                                              "replay", "first_read", "first_commit")
 
 # The role of a task whose read stalled (processor/runtime/stalls.py): an active task,
 # a warmup, a standby, or an activation replaying towards active.

@@ -103,6 +103,9 @@ class ActiveTask:
         self.records_total = 0
         self.activated_at: float | None = None
         self.pause_ms: float | None = None
+        # when the activation that made it active began and each of its steps ended
+        # (processor/handoff_steps.py; "first_read" and "first_commit" are stamped here)
+        self.stamps: dict[str, float] = {}
         # told about each record process() failed on, with what on_error did (metrics); of
         # a commit the store applied that the brokers took back (`CommitVoided`), at once
         self.on_process_error: Callable[[str, OnError], None] = lambda task, outcome: None
@@ -149,6 +152,8 @@ class ActiveTask:
                           f"task stopped at its committed offsets")
 
     def _process(self, messages: Sequence[Message]) -> None:
+        if self.pause_ms is None and self.stamps and "first_read" not in self.stamps:
+            self.stamps["first_read"] = self._clock.monotonic()
         if not self.in_transaction:
             self._losses = self.producer.losses()
             self.producer.begin_transaction()
@@ -317,7 +322,10 @@ class ActiveTask:
         committed, self.processed = self.processed, 0
         self.records_total += committed
         if self.activated_at is not None and self.pause_ms is None and offsets:
-            self.pause_ms = (self._clock.monotonic() - self.activated_at) * 1000
+            now = self._clock.monotonic()
+            self.pause_ms = (now - self.activated_at) * 1000
+            if self.stamps:
+                self.stamps["first_commit"] = now
         return committed
 
     def _commit_transaction(self) -> None:

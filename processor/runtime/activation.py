@@ -95,7 +95,7 @@ class Activation:
     store: Store
     producer: WatchedProducer
     started: float
-    fenced: Future[None]
+    fenced: Future[float]           # when init_transactions returned
     replaying: bool = False
     # T1 as read once the fence was up: final, nobody else can commit the task's offsets
     committed: dict[str, int] = field(default_factory=dict)
@@ -103,6 +103,8 @@ class Activation:
     last: Replay | None = None          # the latest replay: caught up, it goes active
     resettled: bool = False             # T1 was settled past a void commit (module doc)
     voided: bool = False                # the task's store applied a commit now void
+    # the ends of its steps so far (processor/handoff_steps.py)
+    stamps: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -157,20 +159,23 @@ class Activations:
         """Start fencing the previous owner of `task` (on a worker thread)."""
         standby = self._standby_producers.pop(task, None)
         producer = standby[0] if standby else self._producer(task)
+        started = self._clock.monotonic()
         fenced = self._fencer.submit(self._fence, producer)
-        self.pending[task] = Activation(store, producer, self._clock.monotonic(), fenced,
-                                        voided=task in self._voided)
+        self.pending[task] = Activation(store, producer, started, fenced,
+                                        voided=task in self._voided,
+                                        stamps={"began": started})
         self._voided.discard(task)
 
-    def _fence(self, producer: WatchedProducer) -> None:
+    def _fence(self, producer: WatchedProducer) -> float:
         """init_transactions, again while the brokers answer that they cannot yet (a
         transaction coordinator loading its log after a restart, or still completing
-        the previous owner's transaction), within `_INIT_TXN_TIMEOUT_S` in all."""
+        the previous owner's transaction), within `_INIT_TXN_TIMEOUT_S` in all; returns
+        when it was done."""
         deadline = Deadline.after(self._clock, _INIT_TXN_TIMEOUT_S)
         while True:
             try:
                 producer.init_transactions(max(1.0, deadline.remaining()))
-                return
+                return self._clock.monotonic()
             except KafkaException as exc:
                 err = kafka_error(exc)
                 if err is None or err.code() not in _FENCE_AGAIN or deadline.expired():
@@ -218,15 +223,14 @@ class Activations:
         """
         activation = self.pending[task]
         try:
-            activation.fenced.result()             # raises what init_transactions raised
+            activation.stamps["fence"] = activation.fenced.result()   # raises what it raised
         except KafkaException as exc:
             refused = fence_refused(self._config, task, exc)     # a limit or an ACL: say so
             if refused is not None:
                 raise refused from exc
             raise
-        log.debug("task %r: fenced in %.0f ms", task,
-                  (self._clock.monotonic() - activation.started) * 1000)
         committed = self._stable_t1(task, activation, partitions, changelog)
+        activation.stamps["t1"] = self._clock.monotonic()
         if activation.voided and not activation.resettled:
             self._resettle(activation, changelog, committed)
         applied = activation.store.applied_offsets()
@@ -333,6 +337,7 @@ class Activations:
                             self._stable_t1_once, clock=self._clock,
                             changelog=changelog, outputs=config.job.outputs)
         active.activated_at = activation.started
+        active.stamps = {**activation.stamps, "replay": self._clock.monotonic()}
         active.on_process_error = self._metrics.record_process_error
         active.on_voided = self.voided
         return active

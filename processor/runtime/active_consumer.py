@@ -131,6 +131,11 @@ class ActiveConsumer:
         self.consumer.incremental_assign(parts)
         close_in_background(old, "active consumer")
 
+    def warm(self, partitions: Sequence[str]) -> None:
+        """Before a task comes here: the metadata of its topics, asked now (once per
+        topic), so its first assign does not ask inside the handoff pause."""
+        self._counts.before_assign(self.consumer, [topic_partition(p) for p in partitions])
+
     def reading(self) -> dict[str, str]:
         """Partition -> the task reading it: every partition assigned (or idly paused)."""
         return dict(self.owner)

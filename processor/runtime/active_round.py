@@ -54,7 +54,8 @@ class ActiveRound:
 
     def poll(self, batch: int, timeout: float, commit: bool = True) -> int:
         """Process one batch of at most `batch` records; with `commit`, commit every
-        open transaction after it. Returns the records read."""
+        open transaction after it (without, only a newly active task's first one).
+        Returns the records read."""
         self._consumer.release_barriers(self._active)
         self._children.prune(self._active)
         messages = self._consumer.poll(batch, timeout, self._active)
@@ -62,6 +63,8 @@ class ActiveRound:
             self.run(task, functools.partial(ActiveTask.process, messages=records))
         if commit:
             self._commits.commit_all(self._active, self.run)
+        elif messages:
+            self._commits.commit_first(self._active, self.run)
         return len(messages)
 
     def run(self, task: str, step: Callable[[ActiveTask], None]) -> None:

@@ -109,6 +109,11 @@ class ReplayConsumers:
                                 "the processor's other clients did")
             self.on_replaced()
 
+    def warm(self, partitions: Sequence[str]) -> None:
+        """Before an activation comes: the activation consumer asks for the metadata of
+        its topics now (once per topic), not inside the handoff pause."""
+        self._counts.before_assign(self.activation, [topic_partition(p) for p in partitions])
+
     def holder(self, partition: str) -> Replay | None:
         """The replica reading `partition` here (None: none)."""
         return self._holders.get(partition)

@@ -254,6 +254,10 @@ class TaskRuntime:
             raise
         self.replicas[task] = replica
         self.activations.prepare_producer(task)
+        # the clients an activation of it will use, told its topics now (a cold
+        # consumer's metadata request would sit inside the handoff pause)
+        self.consumers.active.warm(self.tasks.of(task))
+        self.consumers.replays.warm(self.replay_partitions(task))
         plan = self.source.bulk_plan(replica) if not store.applied_offsets() else None
         if plan is not None:
             self.bulk.start(task, plan)
