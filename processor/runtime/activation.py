@@ -53,7 +53,7 @@ from processor.runtime.stores import TaskStores
 from processor.transaction import resettle, written_topics
 from store import Store
 
-__all__ = ["Activation", "Activations", "ReplayStep", "StoreAheadError"]
+__all__ = ["Activation", "Activations", "Fenced", "ReplayStep", "StoreAheadError"]
 
 log = logging.getLogger("baton.processor.runtime")
 
@@ -95,7 +95,7 @@ class Activation:
     store: Store
     producer: WatchedProducer
     started: float
-    fenced: Future[float]           # when init_transactions returned
+    fenced: Future[Fenced]
     replaying: bool = False
     # T1 as read once the fence was up: final, nobody else can commit the task's offsets
     committed: dict[str, int] = field(default_factory=dict)
@@ -105,6 +105,18 @@ class Activation:
     voided: bool = False                # the task's store applied a commit now void
     # the ends of its steps so far (processor/handoff_steps.py)
     stamps: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Fenced:
+    """What the fence's thread found: when init_transactions returned, and T1 read right
+    after it (stable: nobody else can commit the task's offsets now), or the error of
+    that one lookup (the loop then takes the slow path: `_stable_t1`)."""
+
+    at: float
+    committed: dict[str, int] | None
+    error: KafkaException | None
+    t1_at: float
 
 
 @dataclass(frozen=True)
@@ -155,27 +167,35 @@ class Activations:
         task's partitions as after a void commit, and rebuilds a store ahead of them."""
         self._voided.add(task)
 
-    def begin(self, task: str, store: Store) -> None:
-        """Start fencing the previous owner of `task` (on a worker thread)."""
+    def begin(self, task: str, store: Store, partitions: Sequence[str]) -> None:
+        """Start fencing the previous owner of `task`, then reading T1 of `partitions`
+        (on a worker thread: both are broker round trips other tasks must not wait for,
+        and T1 read there is not delayed by the loop's round)."""
         standby = self._standby_producers.pop(task, None)
         producer = standby[0] if standby else self._producer(task)
         started = self._clock.monotonic()
-        fenced = self._fencer.submit(self._fence, producer)
+        fenced = self._fencer.submit(self._fence, producer, list(partitions))
         self.pending[task] = Activation(store, producer, started, fenced,
                                         voided=task in self._voided,
                                         stamps={"began": started})
         self._voided.discard(task)
 
-    def _fence(self, producer: WatchedProducer) -> float:
+    def _fence(self, producer: WatchedProducer, partitions: list[str]) -> Fenced:
         """init_transactions, again while the brokers answer that they cannot yet (a
         transaction coordinator loading its log after a restart, or still completing
-        the previous owner's transaction), within `_INIT_TXN_TIMEOUT_S` in all; returns
-        when it was done."""
+        the previous owner's transaction), within `_INIT_TXN_TIMEOUT_S` in all; then one
+        stable lookup of T1."""
         deadline = Deadline.after(self._clock, _INIT_TXN_TIMEOUT_S)
         while True:
             try:
                 producer.init_transactions(max(1.0, deadline.remaining()))
-                return self._clock.monotonic()
+                at = self._clock.monotonic()
+                try:
+                    committed = self._consumers.lookups.committed_once(partitions,
+                                                                       _STABLE_T1_WAIT_S)
+                except KafkaException as exc:
+                    return Fenced(at, None, exc, self._clock.monotonic())
+                return Fenced(at, committed, None, self._clock.monotonic())
             except KafkaException as exc:
                 err = kafka_error(exc)
                 if err is None or err.code() not in _FENCE_AGAIN or deadline.expired():
@@ -223,14 +243,16 @@ class Activations:
         """
         activation = self.pending[task]
         try:
-            activation.stamps["fence"] = activation.fenced.result()   # raises what it raised
+            fenced = activation.fenced.result()      # raises what init_transactions raised
         except KafkaException as exc:
             refused = fence_refused(self._config, task, exc)     # a limit or an ACL: say so
             if refused is not None:
                 raise refused from exc
             raise
-        committed = self._stable_t1(task, activation, partitions, changelog)
-        activation.stamps["t1"] = self._clock.monotonic()
+        activation.stamps["fence"] = fenced.at
+        committed = self._stable_t1(task, activation, partitions, changelog, fenced)
+        activation.stamps["t1"] = fenced.t1_at if fenced.committed is not None \
+            else self._clock.monotonic()
         if activation.voided and not activation.resettled:
             self._resettle(activation, changelog, committed)
         applied = activation.store.applied_offsets()
@@ -250,15 +272,17 @@ class Activations:
         return committed, applied
 
     def _stable_t1(self, task: str, activation: Activation, partitions: Sequence[str],
-                   changelog: ChangelogTarget | None) -> dict[str, int]:
-        """T1, stable; past a void commit, settled and committed again (module doc)."""
+                   changelog: ChangelogTarget | None, fenced: Fenced) -> dict[str, int]:
+        """T1, stable (as the fence's thread read it); past a void commit, settled and
+        committed again (module doc)."""
         lookups = self._consumers.lookups
-        try:
-            return lookups.committed_once(partitions, _STABLE_T1_WAIT_S)
-        except KafkaException as exc:
-            err = kafka_error(exc)
-            if err is None or err.code() != KafkaError._TIMED_OUT:
-                return lookups.committed(partitions)        # retried, as any lookup
+        if fenced.committed is not None and set(partitions) <= fenced.committed.keys():
+            return {p: fenced.committed[p] for p in partitions}
+        if fenced.error is None:
+            return lookups.committed(partitions)    # the task's partitions changed meanwhile
+        err = kafka_error(fenced.error)
+        if err is None or err.code() != KafkaError._TIMED_OUT:
+            return lookups.committed(partitions)            # retried, as any lookup
         settled = lookups.settled(partitions)
         log.error("task %r: the group's offsets stayed pending %.0f s after the fence: the "
                   "brokers ended a transaction of this task without writing its markers; "

@@ -194,7 +194,7 @@ class TaskRuntime:
             self.consumers.replays.unassign(replica)
         store = replica.store if replica else self.stores.open(task)
         store.expect_reads()        # a changelog replica's store was only written so far
-        self.activations.begin(task, store)
+        self.activations.begin(task, store, self.tasks.of(task))
 
     def _after_fence(self, task: str) -> None:
         self.activations.verify_fenced(task, self.tasks.of(task),
