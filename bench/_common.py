@@ -123,39 +123,6 @@ def start_broker(kind: str) -> Iterator[BenchBroker]:
                                "catch_up": dict(EMBEDDED_CATCH_UP_SETTINGS)},
                               restart=embedded.restart)
 
-def changed_settings(kind: str, defaults: bool, source: str = "input",
-                     read_from: str | None = None) -> dict[str, Any]:
-    """Every setting a bench's daemons run with that differs from Baton's defaults, as
-    "section.key" -> value: the demo's (unless `defaults`), the broker profile's (the
-    embedded broker's quirks), and the catch-up source's; printed beside the figures."""
-    from orchestrator.devkit.demo import DEMO_SETTINGS
-
-    out: dict[str, Any] = {}
-    if not defaults:
-        out.update({f"{s}.{k}": v for s, keys in DEMO_SETTINGS.items() for k, v in keys.items()})
-    if kind == "embedded":
-        for section, keys in (("kafka", EMBEDDED_KAFKA_SETTINGS),
-                              ("processor", EMBEDDED_PROCESSOR_SETTINGS),
-                              ("catch_up", EMBEDDED_CATCH_UP_SETTINGS)):
-            out.update({f"{section}.{k}": v for k, v in keys.items()})
-    if source != "input":
-        out["catch_up.source"] = source
-    if read_from is not None:
-        out["catch_up.changelog_read_from"] = read_from
-    return {k: v for k, v in sorted(out.items()) if _default_of(k) != v}
-
-
-def _default_of(dotted: str) -> Any:
-    from orchestrator.wire import config as model
-
-    section, key = dotted.split(".", 1)
-    table = {"processor": model.ProcessorConfig, "catch_up": model.CatchUpConfig,
-             "coordinator": model.CoordinatorConfig}.get(section)
-    if table is None or key not in table.model_fields:
-        return object()                     # [kafka] keys: librdkafka's, always listed
-    return table.model_fields[key].default
-
-
 # the partition of a key: the benches' inputs spread keys by their crc32, or use one
 Partitioner = Callable[[bytes], int]
 

@@ -36,6 +36,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestrator.devkit.cluster import Cluster, committed_all, read_topic
 from orchestrator.devkit.demo import Demo, make_config
+from orchestrator.devkit.handoff_phases import phase_summary, read_phases
 from orchestrator.devkit.pauses import pause_gaps, percentile
 from orchestrator.wire.client import CoordinatorClient
 from orchestrator.wire.config import dump_config
@@ -123,6 +124,7 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
         preload(broker.bootstrap, "events", keys, _partition_of, flush_s=120)
         log(f"{keys} keys preloaded in {time.monotonic() - started:.1f}s")
         cluster.start("coordinator", "coordinator")
+        measured_from = float("inf")        # the handoffs under traffic: their phases
         try:
             token = workdir / "coordinator.token"
             while not token.exists():
@@ -154,6 +156,7 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
             log(f"p2 joined -> balanced in {join_s:.2f}s (caught up {volume} records; "
                 f"catching up {catch_up_s}s; CPU seconds meanwhile {join_cpu})")
             traffic = Traffic(broker.bootstrap, "events", keys, RATE, _partition_of).start()
+            measured_from = time.time()
             time.sleep(2)
             demo.watches.clear()
             victim = "p1"
@@ -173,6 +176,9 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
             tasks = {t["name"]: t["partitions"] for t in status["tasks"]}
         finally:
             cluster.stop_all()
+            phases = [h for h in read_phases(workdir / "coordinator.log",
+                                             {p: workdir / f"{p}.log" for p in ("p1", "p2")})
+                      if h.decided >= measured_from]
             if keep_logs is not None:
                 kept = keep_logs / str(keys)
                 kept.mkdir(parents=True, exist_ok=True)
@@ -192,4 +198,5 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
                 "pause_ms_max": round(max(pauses), 1) if pauses else 0.0,
                 "join_to_balanced_s": round(join_s, 2), "catch_up_records": volume,
                 "catch_up_records_per_s": round(volume / join_s, 1) if join_s else 0.0,
-                "catching_up_s": catch_up_s, "join_cpu_s": join_cpu}
+                "catching_up_s": catch_up_s, "join_cpu_s": join_cpu,
+                "phases_ms": phase_summary(phases)}

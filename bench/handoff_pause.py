@@ -39,8 +39,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from _common import broker_option, changed_settings, log, report
+from _common import broker_option, log, report
 from _handoffs import run_size
+
+from orchestrator.devkit.demo import changed_settings
 
 
 def main() -> None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
@@ -43,6 +44,7 @@ from orchestrator.devkit.embedded import (
     EmbeddedBroker,
     free_port,
 )
+from orchestrator.devkit.handoff_phases import phase_summary, read_phases
 from orchestrator.devkit.pauses import (
     Gap,
     Watch,
@@ -54,12 +56,18 @@ from orchestrator.devkit.pauses import (
 )
 from orchestrator.wire.barrier import input_records
 from orchestrator.wire.client import CoordinatorClient
-from orchestrator.wire.config import dump_config, load_config
+from orchestrator.wire.config import (
+    CatchUpConfig,
+    CoordinatorConfig,
+    ProcessorConfig,
+    dump_config,
+    load_config,
+)
 from orchestrator.wire.status import is_balanced
 from orchestrator.wire.token import read_token
 from processor.oracle import OracleResult, check_running_sums
 
-__all__ = ["DemoResult", "make_config", "run_demo"]
+__all__ = ["DEMO_SETTINGS", "DemoResult", "changed_settings", "make_config", "run_demo"]
 
 INPUT_PARTITIONS = 4
 EXPANDED_PARTITIONS = 8
@@ -87,6 +95,11 @@ class DemoResult:
     # (done | cancelled | failed), "pause_ms", "at"}, so one slow handoff shows which
     # and where to look in the daemons' logs (orchestrator/devkit/pauses.py)
     handoff_pauses: list[dict[str, Any]] = field(default_factory=list)
+    # where the pauses went: each phase's p50 and p99 in ms, from the daemons' logs
+    # (orchestrator/devkit/handoff_phases.py)
+    phases_ms: dict[str, dict[str, float]] = field(default_factory=dict)
+    # what the demo's daemons run with that differs from Baton's defaults
+    settings: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     ok: bool = False
     metrics: dict[str, str] = field(default_factory=dict)
@@ -176,6 +189,38 @@ def make_config(workdir: Path, bootstrap: str, topics: tuple[str, str],
     path = workdir / "demo.toml"
     path.write_text(dump_config(raw))
     return path
+
+
+def changed_settings(kind: str, defaults: bool, source: str = "input",
+                     read_from: str | None = None) -> dict[str, Any]:
+    """Every setting a bench's daemons run with that differs from Baton's defaults, as
+    "section.key" -> value: the demo's (unless `defaults`), the broker profile's (the
+    embedded broker's quirks), and the catch-up source's; printed beside the figures."""
+    out: dict[str, Any] = {}
+    if not defaults:
+        out.update({f"{s}.{k}": v for s, keys in DEMO_SETTINGS.items() for k, v in keys.items()})
+    if kind == "embedded":
+        for section, keys in (("kafka", EMBEDDED_KAFKA_SETTINGS),
+                              ("processor", EMBEDDED_PROCESSOR_SETTINGS),
+                              ("catch_up", EMBEDDED_CATCH_UP_SETTINGS)):
+            out.update({f"{section}.{k}": v for k, v in keys.items()})
+    if source != "input":
+        out["catch_up.source"] = source
+    if read_from is not None:
+        out["catch_up.changelog_read_from"] = read_from
+    return {k: v for k, v in sorted(out.items()) if _default_of(k) != v}
+
+
+def _default_of(dotted: str) -> Any:
+    section, key = dotted.split(".", 1)
+    tables: dict[str, type[BaseModel]] = {"processor": ProcessorConfig,
+                                          "catch_up": CatchUpConfig,
+                                          "coordinator": CoordinatorConfig}
+    table = tables.get(section)
+    if table is None or key not in table.model_fields:
+        return object()                     # [kafka] keys: librdkafka's, always listed
+    return table.model_fields[key].default
+
 
 
 class Demo:
@@ -322,6 +367,7 @@ def run_demo(console: Console | None, keep_logs: Path | None = None) -> DemoResu
                                            NewTopic(topics[1], INPUT_PARTITIONS, 1)]).values():
             future.result(30)
         config_file = make_config(workdir, broker.bootstrap, topics)
+        demo.result.settings = changed_settings("embedded", defaults=False)
         demo.log(f"embedded broker on {broker.bootstrap}; config {config_file}")
         cluster = Cluster(workdir, config_file, demo.log)
         feeder = _Feeder(broker.bootstrap, topics[0])
@@ -347,6 +393,9 @@ def run_demo(console: Console | None, keep_logs: Path | None = None) -> DemoResu
         finally:
             feeder.stop()
             cluster.stop_all()
+            demo.result.phases_ms = phase_summary(read_phases(
+                workdir / "coordinator.log",
+                {p.stem: p for p in workdir.glob("p*.log")}))
             if keep_logs is not None:
                 keep_logs.mkdir(parents=True, exist_ok=True)
                 for daemon_log in workdir.glob("*.log"):

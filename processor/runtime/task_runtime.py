@@ -238,9 +238,11 @@ class TaskRuntime:
             self.stores.close_later(active.store)   # once the release is reported: stores.py
         self.released[task] = dict(active.committed)
         self._sizes.forget(task)
-        self.metrics.record_handoff_step("releasing", self.clock.monotonic() - started)
+        took = self.clock.monotonic() - started
+        self.metrics.record_handoff_step("releasing", took)
         self.metrics.forget_task(task)      # its series now belong to the new owner
-        log.info("task %r: released at %s", task, active.committed)
+        log.info("task %r: released at %s (release %.0f ms)", task, active.committed,
+                 took * 1000)
         return dict(active.committed)
 
     def start_replica(self, task: str, role: ReplicaRole) -> None:
