@@ -38,6 +38,7 @@ from orchestrator.devkit.cluster import Cluster, committed_all, read_topic
 from orchestrator.devkit.demo import Demo, make_config
 from orchestrator.devkit.handoff_phases import phase_summary, read_phases
 from orchestrator.devkit.pauses import pause_gaps, percentile
+from orchestrator.devkit.settings_report import changed_settings
 from orchestrator.wire.client import CoordinatorClient
 from orchestrator.wire.config import dump_config
 from orchestrator.wire.status import is_balanced
@@ -118,6 +119,7 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
             if read_from is not None:
                 raw["catch_up"]["changelog_read_from"] = read_from
             config.write_text(dump_config(raw))
+        settings = changed_settings(config)
         demo = Demo(None)
         cluster = Cluster(workdir, config, log)
         started = time.monotonic()
@@ -199,4 +201,4 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
                 "join_to_balanced_s": round(join_s, 2), "catch_up_records": volume,
                 "catch_up_records_per_s": round(volume / join_s, 1) if join_s else 0.0,
                 "catching_up_s": catch_up_s, "join_cpu_s": join_cpu,
-                "phases_ms": phase_summary(phases)}
+                "phases_ms": phase_summary(phases), "settings": settings}

@@ -40,6 +40,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from orchestrator.devkit.cluster import Cluster
 from orchestrator.devkit.demo import make_config
 from orchestrator.devkit.embedded import free_port
+from orchestrator.devkit.settings_report import changed_settings
 from orchestrator.wire.config import dump_config
 from orchestrator.wire.token import read_token
 
@@ -84,6 +85,7 @@ def run(broker: BenchBroker, takeover_ms: int, rounds: int) -> dict[str, Any]:
         raw["coordinator"].update({"url": [f"http://{x}" for x in listens],
                                    "takeover_ms": takeover_ms})
         config.write_text(dump_config(raw))
+        settings = changed_settings(config)
         cluster = Cluster(workdir, config, log)
         names = ["c0", "c1"]
         rows: list[dict[str, float]] = []
@@ -116,7 +118,7 @@ def run(broker: BenchBroker, takeover_ms: int, rounds: int) -> dict[str, Any]:
         finally:
             cluster.stop_all()
     leads = [r["leads_s"] for r in rows]
-    return {"takeover_ms": takeover_ms, "rounds": rows,
+    return {"takeover_ms": takeover_ms, "rounds": rows, "settings": settings,
             "leads_s_median": round(statistics.median(leads), 3),
             "leads_s_max": round(max(leads), 3),
             "ratio_to_takeover": round(statistics.median(leads) / (takeover_ms / 1000), 2)}

@@ -42,8 +42,6 @@ from typing import Any
 from _common import broker_option, log, report
 from _handoffs import run_size
 
-from orchestrator.devkit.demo import changed_settings
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -64,8 +62,7 @@ def main() -> None:
     results = [run_size(k, args.handoffs, log, source=args.source, keep_logs=args.logs,
                         read_from=args.changelog_read_from, kind=args.broker,
                         defaults=args.defaults) for k in args.keys]
-    settings = changed_settings(args.broker, args.defaults, args.source,
-                                args.changelog_read_from)
+    settings = results[0]["settings"] if results else {}
     summary: dict[str, Any] = {"broker": args.broker, "settings": settings, "sizes": results}
     if len(results) >= 2 and results[0]["pause_ms_p99"]:
         summary["p99_ratio_largest_to_smallest"] = round(

@@ -68,6 +68,7 @@ from orchestrator.devkit.cluster import committed_all, create_topics, read_topic
 from orchestrator.devkit.demo import make_config
 from orchestrator.devkit.embedded import free_port
 from orchestrator.devkit.pauses import handoff_pauses, pause_gaps, percentile
+from orchestrator.devkit.settings_report import changed_settings
 from orchestrator.wire.barrier import input_records
 from orchestrator.wire.config import dump_config
 from processor.oracle import OracleResult, check_running_sums
@@ -176,7 +177,8 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     shutil.rmtree(out / "state", ignore_errors=True)
     operations = {name: sum(1 for _, n, _ in churn.done if n == name) for name in CYCLE}
     window = slope_window(seconds)
-    return {"minutes": round(seconds / 60, 2), "lost": oracle.lost,
+    return {"minutes": round(seconds / 60, 2), "settings": changed_settings(config),
+            "lost": oracle.lost,
             "duplicated": oracle.duplicated, "wrong": oracle.wrong,
             "operations": operations,
             "daemons": daemon_figures(sampler.samples, window),

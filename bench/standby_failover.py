@@ -43,6 +43,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestrator.devkit.cluster import Cluster, committed_all
 from orchestrator.devkit.demo import make_config
+from orchestrator.devkit.settings_report import changed_settings
 from orchestrator.wire.client import CoordinatorClient
 from orchestrator.wire.config import dump_config
 from orchestrator.wire.token import read_token
@@ -115,6 +116,7 @@ def run(keys: int, standbys: int, log: Any, kind: str = "kafka") -> dict[str, An
                                            NewTopic("sums", 1, 1)]).values():
             future.result(30)
         config = _config(workdir, broker, standbys)
+        settings = changed_settings(config)
         listen = tomllib.loads(config.read_text())["coordinator"]["listen"]
         preload(broker.bootstrap, "events", keys, _one_partition)
         cluster = Cluster(workdir, config, log)
@@ -139,7 +141,8 @@ def run(keys: int, standbys: int, log: Any, kind: str = "kafka") -> dict[str, An
             traffic.stop()
         finally:
             cluster.stop_all()
-    return {"keys": keys, "standbys": standbys, "failover_s": round(first - killed, 2)}
+    return {"keys": keys, "standbys": standbys, "failover_s": round(first - killed, 2),
+            "settings": settings}
 
 
 def main() -> int:

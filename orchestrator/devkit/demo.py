@@ -31,7 +31,6 @@ from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
@@ -54,20 +53,15 @@ from orchestrator.devkit.pauses import (
     pause_gaps,
     percentile,
 )
+from orchestrator.devkit.settings_report import changed_settings
 from orchestrator.wire.barrier import input_records
 from orchestrator.wire.client import CoordinatorClient
-from orchestrator.wire.config import (
-    CatchUpConfig,
-    CoordinatorConfig,
-    ProcessorConfig,
-    dump_config,
-    load_config,
-)
+from orchestrator.wire.config import dump_config, load_config
 from orchestrator.wire.status import is_balanced
 from orchestrator.wire.token import read_token
 from processor.oracle import OracleResult, check_running_sums
 
-__all__ = ["DEMO_SETTINGS", "DemoResult", "changed_settings", "make_config", "run_demo"]
+__all__ = ["DEMO_SETTINGS", "DemoResult", "make_config", "run_demo"]
 
 INPUT_PARTITIONS = 4
 EXPANDED_PARTITIONS = 8
@@ -189,38 +183,6 @@ def make_config(workdir: Path, bootstrap: str, topics: tuple[str, str],
     path = workdir / "demo.toml"
     path.write_text(dump_config(raw))
     return path
-
-
-def changed_settings(kind: str, defaults: bool, source: str = "input",
-                     read_from: str | None = None) -> dict[str, Any]:
-    """Every setting a bench's daemons run with that differs from Baton's defaults, as
-    "section.key" -> value: the demo's (unless `defaults`), the broker profile's (the
-    embedded broker's quirks), and the catch-up source's; printed beside the figures."""
-    out: dict[str, Any] = {}
-    if not defaults:
-        out.update({f"{s}.{k}": v for s, keys in DEMO_SETTINGS.items() for k, v in keys.items()})
-    if kind == "embedded":
-        for section, keys in (("kafka", EMBEDDED_KAFKA_SETTINGS),
-                              ("processor", EMBEDDED_PROCESSOR_SETTINGS),
-                              ("catch_up", EMBEDDED_CATCH_UP_SETTINGS)):
-            out.update({f"{section}.{k}": v for k, v in keys.items()})
-    if source != "input":
-        out["catch_up.source"] = source
-    if read_from is not None:
-        out["catch_up.changelog_read_from"] = read_from
-    return {k: v for k, v in sorted(out.items()) if _default_of(k) != v}
-
-
-def _default_of(dotted: str) -> Any:
-    section, key = dotted.split(".", 1)
-    tables: dict[str, type[BaseModel]] = {"processor": ProcessorConfig,
-                                          "catch_up": CatchUpConfig,
-                                          "coordinator": CoordinatorConfig}
-    table = tables.get(section)
-    if table is None or key not in table.model_fields:
-        return object()                     # [kafka] keys: librdkafka's, always listed
-    return table.model_fields[key].default
-
 
 
 class Demo:
@@ -367,7 +329,7 @@ def run_demo(console: Console | None, keep_logs: Path | None = None) -> DemoResu
                                            NewTopic(topics[1], INPUT_PARTITIONS, 1)]).values():
             future.result(30)
         config_file = make_config(workdir, broker.bootstrap, topics)
-        demo.result.settings = changed_settings("embedded", defaults=False)
+        demo.result.settings = changed_settings(config_file)
         demo.log(f"embedded broker on {broker.bootstrap}; config {config_file}")
         cluster = Cluster(workdir, config_file, demo.log)
         feeder = _Feeder(broker.bootstrap, topics[0])
