@@ -29,6 +29,12 @@ def test_demo_passes_its_oracle() -> None:
     assert summary["handoffs"] > 0
     assert summary["split_children"] == 4        # 4 -> 8 tasks, run on 5 processors
     _assert_handoff_list(summary)
+    # where the pauses went, from the daemons' logs, and what the demo runs with
+    phases = summary["phases_ms"]
+    assert {"release", "activate_told", "fence", "replay", "first_commit"} <= set(phases)
+    assert all(0 <= p["p50"] <= p["p99"] and p["n"] > 0 for p in phases.values()), phases
+    assert summary["settings"]["processor.heartbeat_interval_ms"] == 100
+    assert summary["settings"]["processor.idle_fetch_backoff_ms"] == 10     # embedded
 
 
 def _assert_handoff_list(summary: dict[str, Any]) -> None:
