@@ -177,13 +177,13 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     shutil.rmtree(out / "state", ignore_errors=True)
     operations = {name: sum(1 for _, n, _ in churn.done if n == name) for name in CYCLE}
     window = slope_window(seconds)
-    return {"minutes": round(seconds / 60, 2), "settings": changed_settings(config),
-            "lost": oracle.lost,
+    return {"minutes": round(seconds / 60, 2), "lost": oracle.lost,
             "duplicated": oracle.duplicated, "wrong": oracle.wrong,
             "operations": operations,
             "daemons": daemon_figures(sampler.samples, window),
             "picture": str(picture),
-            "_oracle": oracle, "_lost": lost_inputs(inputs, outputs) if oracle.lost else [],
+            "_settings": changed_settings(config), "_oracle": oracle,
+            "_lost": lost_inputs(inputs, outputs) if oracle.lost else [],
             "_window": window, "_seconds": seconds, "_churn": churn,
             "_pauses": handoff_pauses(churn.watches(), gaps), "_csv": out / "soak.csv"}
 
@@ -227,6 +227,8 @@ def _lines(args: argparse.Namespace, s: dict[str, Any]) -> list[str]:
               "over the second half of the run (runs under 20 minutes)")
     lines = [f"broker: {args.broker}; {s['minutes']} minutes; {args.rate:g} records/s over "
              f"{args.keys} keys",
+             "settings changed from the defaults: "
+             + ", ".join(f"{k} = {v}" for k, v in s["_settings"].items()),
              f"oracle: {oracle.records_in} records in, {oracle.records_out} out; lost "
              f"{oracle.lost}, duplicated {oracle.duplicated}, wrong {oracle.wrong}",
              *oracle.examples, *s["_lost"], "operations (count, seconds each):"]

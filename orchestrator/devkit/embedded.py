@@ -10,7 +10,10 @@ fetch that starts past an aborted transaction's marker returns nothing more from
 producer (it lists every aborted transaction of the partition, finished ones included,
 and librdkafka then waits for their markers forever), so changelog reads start from the
 partition's beginning here
-(`catch_up.changelog_read_from = "beginning"`). On SIGTERM it saves first and keeps
+(`catch_up.changelog_read_from = "beginning"`); a read that passes such a marker skips
+that producer's later transactions too (every owner of a task writes under one
+transactional id), which an activation repairs by replaying the input
+(docs/operations.md, "Brokers without long polls"). On SIGTERM it saves first and keeps
 answering for a few tens of milliseconds, acknowledging writes it then loses, so a
 clean stop here first stops its Kafka service through its own control command, which
 closes the listener and then saves. Baton's
