@@ -358,6 +358,12 @@ class TaskRuntime:
         without the GIL) the others go on, in `replay_bite`'s bites."""
         if self.consumers.replays.activating or self.activations.pending:
             timeout = min(timeout, _IDLE_WHILE_ACTIVATING_S)
+        if self.consumers.replays.activating:
+            # a consume() waits out its timeout unless its batch fills: asking for no
+            # more than the activation lacks returns as soon as the last of it arrives
+            # (transaction markers take offsets too: then it waits, as before)
+            left = sum(r.lag() for r in self.replicas.values() if r.role == "activating")
+            batch = min(batch, max(1, left))
         return self.replay_round.run(self.replicas, timeout, batch)
 
     def _replay_done(self, replay: Replay) -> None:
