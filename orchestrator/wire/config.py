@@ -143,9 +143,10 @@ class ProcessorConfig(_Section):
     dead-letter topic `baton.<job>.dlq`."""
     idle_fetch_backoff_ms: int = Field(default=0, ge=0, le=10_000)
     """An idle consumer pauses this long on brokers without long polls; 0: never."""
-    stall_timeout_ms: int = Field(default=30_000, ge=1000)
+    stall_timeout_ms: int = Field(default=120_000, ge=1000)
     """A task's read of a partition whose end moved and whose position stood still this
-    long is stalled: logged, counted and recovered with a new consumer."""
+    long is stalled: logged, counted and recovered with a new consumer (long enough that
+    a consumer reconnecting after a broker restart is not taken for one)."""
     min_free_disk_mb: int = Field(default=256, ge=0)
     """Below this much free space on state_dir's disk a processor takes no new task
     (it keeps those it runs) until there is again; 0: no check."""
