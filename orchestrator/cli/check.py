@@ -3,7 +3,9 @@
 Every config error at once (each `file: key: message`), then, for a valid config,
 the probes of `orchestrator.cli.checks`: the job class imports, the broker answers,
 the topics exist with their partition counts, the coordinator(s) answer. One line per
-finding, naming its key, topic or URL. Exit codes: 0 all good, 1 something did not
+finding, naming its key, topic or URL; first, each value that came from a
+`BATON_<SECTION>__<KEY>` variable rather than the file, with the variable's name
+(a secret's value shown redacted). Exit codes: 0 all good, 1 something did not
 answer (broker, coordinator), 2 a config or permission error.
 """
 
@@ -17,7 +19,8 @@ import click
 
 from orchestrator.cli.checks import Finding, exit_code, probe
 from orchestrator.cli.conventions import epilog
-from orchestrator.wire.config import ConfigError, load_config
+from orchestrator.wire.config import Config, ConfigError, load_config
+from orchestrator.wire.secrets import REDACTED
 
 __all__ = ["check_command"]
 
@@ -35,7 +38,7 @@ def check_command(config_path: str, as_json: bool) -> None:
     except ConfigError as exc:
         findings = [Finding("error", "config", problem) for problem in exc.problems]
     else:
-        findings = probe(config)
+        findings = _from_environment(config) + probe(config)
         findings = [Finding(f.status, f.subject, config.mask(f.message)) for f in findings]
     code = exit_code(findings)
     if as_json:
@@ -51,3 +54,22 @@ def check_command(config_path: str, as_json: bool) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _from_environment(config: Config) -> list[Finding]:
+    """A note per key the environment set: `key = value (from BATON_...)`."""
+    return [Finding("note", key, f"= {_shown(config, key)} (from {name}, over the file)")
+            for key, name in sorted(config.sources.items())]
+
+
+def _shown(config: Config, key: str) -> str:
+    section, _, rest = key.partition(".")
+    if section == "kafka":
+        return REDACTED if rest in config.secret_keys else json.dumps(config.kafka.get(rest))
+    if key.startswith("spark.conf"):
+        return REDACTED
+    value: object = getattr(config, section)
+    for part in rest.split("."):
+        value = (value.get(part) if isinstance(value, dict)
+                 else getattr(value, part, getattr(value, f"{part}_", None)))
+    return json.dumps(value, default=str)

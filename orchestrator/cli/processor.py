@@ -1,4 +1,9 @@
-"""`baton processor -c FILE --id ID`: run a processor daemon."""
+"""`baton processor -c FILE --id ID`: run a processor daemon.
+
+The id may come from the environment instead (`BATON_PROCESSOR_ID`), and without either
+it is the host's name up to its first dot: a Kubernetes StatefulSet's pod name
+(`baton-processor-0`), stable across the pod's restarts as an id must be.
+"""
 
 from __future__ import annotations
 
@@ -18,21 +23,28 @@ __all__ = ["processor_command"]
 @click.command("processor", epilog=epilog("processor"))
 @click.option("-c", "--config", "config_path", required=True, type=click.Path(path_type=Path),
               help="the job's TOML config")
-@click.option("--id", "processor_id", required=True,
-              help="stable processor id, e.g. p1 ([A-Za-z0-9._-]+)")
+@click.option("--id", "processor_id", envvar="BATON_PROCESSOR_ID", default=None,
+              help="stable processor id, e.g. p1 ([A-Za-z0-9._-]+); default: "
+                   "$BATON_PROCESSOR_ID, else the host name up to its first dot")
 @click.option("--state-dir", type=click.Path(path_type=Path), default=None,
               help="override processor.state_dir (processors sharing one already keep "
                    "their stores apart, under their ids)")
-def processor_command(config_path: Path, processor_id: str, state_dir: Path | None) -> None:
+def processor_command(config_path: Path, processor_id: str | None,
+                      state_dir: Path | None) -> None:
     """Run a processor daemon: its tasks, catch-up and handoffs, driven by the coordinator."""
     import re
+    import socket
+
+    if not processor_id:
+        processor_id = socket.gethostname().split(".")[0]
 
     # before librdkafka's and RocksDB's threads exist: glibc fixes the limit at its
     # first extra arena (orchestrator/wire/c_heap.py)
     limit_arenas()
 
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", processor_id):
-        raise click.BadParameter("use letters, digits, '.', '_' or '-'", param_hint="--id")
+        raise click.BadParameter(f"{processor_id!r}: use letters, digits, '.', '_' or '-'",
+                                 param_hint="--id")
     try:
         config = load_config(config_path)
     except ConfigError as exc:

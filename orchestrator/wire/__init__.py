@@ -1,7 +1,8 @@
 """The contract both daemons share.
 
-Protocol, config (its `[job]` section in job_config, its validation, its reference
-docs/configuration.md, and writing one as TOML), token, `[kafka]` secrets, TLS, clock,
+Protocol, config (its `[job]` section in job_config, its validation, its values from
+`BATON_<SECTION>__<KEY>` variables in environment, its reference docs/configuration.md,
+and writing one as TOML), token, `[kafka]` secrets, TLS, clock,
 partition names, partitioners, lineage (S2), expansion barriers, the catch-up rule, the coordinator
 client, HTTP helpers, the status document, the garbage collector's schedule and the C
 heap's arenas and trim, logging setup. (Job
@@ -11,7 +12,7 @@ orchestrator must not import below its CLI.)
 
 __all__ = [
     "barrier", "c_heap", "catchup", "changelog", "client", "clock", "collector", "config",
-    "config_doc",
+    "config_doc", "environment",
     "http", "job_config", "lineage", "logs", "partitioners", "partitions", "protocol",
     "secrets", "status", "store_config", "tls", "token", "toml_dump",
     "validation",

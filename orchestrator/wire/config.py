@@ -4,7 +4,9 @@ is described in docs/configuration.md, generated from these models).
 Every error names the file and the dotted key, so an operator can fix it without
 reading code; daemons load the config before touching anything and exit 2 on error.
 `[kafka]` values may come from a 0600 file or the environment, and are redacted
-wherever settings are shown (`orchestrator.wire.secrets`).
+wherever settings are shown (`orchestrator.wire.secrets`); any key may come from a
+`BATON_<SECTION>__<KEY>` variable, which wins over the file
+(`orchestrator.wire.environment`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from orchestrator.wire.environment import overlay
 from orchestrator.wire.job_config import Format, JobConfig
 from orchestrator.wire.job_config import Section as _Section
 from orchestrator.wire.secrets import SecretError, mask, redact, resolve, secret_values
@@ -207,6 +210,8 @@ class Config(_Section):
     path: Path = Path("<memory>")
     # the [kafka] keys whose values came from a file or the environment
     secret_keys: frozenset[str] = frozenset()
+    # dotted key -> the BATON_<SECTION>__<KEY> variable its value came from
+    sources: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("kafka")
     @classmethod
@@ -329,20 +334,31 @@ def parse_config(raw: dict[str, Any], path: Path = Path("<memory>"),
     `[kafka]` values given as `{ file = ... }` or `{ env = ... }` are read here, from
     `environ` (default: the process environment); see `load_config` for `read_secrets`.
     """
-    for derived in ("path", "secret_keys"):
+    for derived in _DERIVED:
         if derived in raw:
             raise ConfigError(f"{path}: {derived}: unknown top-level key")
     env = os.environ if environ is None else environ
-    problems: list[str] = []
+    laid = overlay(raw, env, path, [s for s in Config.model_fields if s not in _DERIVED])
+    raw = laid.raw
+    problems: list[str] = list(laid.problems)
     kafka = _resolve_kafka(raw, path, env, read_secrets, problems)
     spark = _resolve_spark(raw, path, env, read_secrets, problems)
+    if laid.kafka_secrets and "secret_keys" in kafka:
+        kafka["secret_keys"] = kafka["secret_keys"] | laid.kafka_secrets
+    if laid.spark_secrets and "secret_keys" in spark.get("spark", {}):
+        spark["spark"]["secret_keys"] = spark["spark"]["secret_keys"] | laid.spark_secrets
     try:
-        config = Config.model_validate({**raw, **kafka, **spark, "path": path.resolve()})
+        config = Config.model_validate({**raw, **kafka, **spark, "path": path.resolve(),
+                                        "sources": laid.sources})
     except ValidationError as exc:
-        problems.extend(describe_errors(path, exc.errors()))
+        problems.extend(describe_errors(path, exc.errors(), laid.sources))
     if problems:
         raise ConfigError("\n".join(problems), problems) from None
     return config
+
+
+# fields of Config the loader sets, which no file or variable may
+_DERIVED = ("path", "secret_keys", "sources")
 
 
 def _resolve_kafka(raw: dict[str, Any], path: Path, environ: Mapping[str, str], read: bool,

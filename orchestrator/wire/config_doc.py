@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from orchestrator.wire.config import Config
+from orchestrator.wire.environment import env_name
 
 __all__ = ["DOC", "missing_descriptions", "render"]
 
@@ -31,7 +32,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 # fields of Config that are no sections of the file, and of a section that are no keys
 # of it (set by the loader)
-_DERIVED = {"path", "secret_keys"}
+_DERIVED = {"path", "secret_keys", "sources"}
 _DERIVED_KEYS = {"secret_keys"}
 
 _INTRO = """\
@@ -52,6 +53,32 @@ file (`baton coordinator -c job.toml`, `baton processor -c job.toml --id p1`, ..
 - Durations are in milliseconds (`_ms`), sizes in bytes or records as named.
 - A daemon reads the file at start: a change takes effect when it restarts (token files
   are re-read on SIGHUP by the coordinator, and by processors on every request).
+"""
+
+_ENVIRONMENT = f"""\
+## From the environment
+
+Any key may also come from an environment variable named for it, which wins over the
+file: `BATON_<SECTION>__<KEY>`, upper case, two underscores between section and key
+(`{env_name("processor.state_dir")}`, `{env_name("coordinator.listen")}`,
+`{env_name("catch_up.acceptable_lag")}`), two more for a key inside a table
+(`{env_name("job.params.region")}`). A container platform then gives every pod the
+same file and each its own addresses and paths.
+
+- Values are validated like the file's, and an error names the variable beside the key
+  (`job.toml: processor.heartbeat_interval_ms (from
+  {env_name("processor.heartbeat_interval_ms")}): Input should be a valid integer`). A
+  variable for no section is an error too; `baton check` lists every value that came
+  from the environment, with its variable.
+- A value is text (numbers and booleans are read out of it as from the file); one that
+  starts with `[` or `{{` is a TOML list or inline table:
+  `{env_name("coordinator.url")}='["https://10.0.0.2:8700", "https://10.0.0.3:8700"]'`.
+- In `[kafka]` a key's underscores are librdkafka's dots (`{env_name("kafka.sasl.password")}`
+  sets `sasl.password`), and `[spark] conf` is given whole as an inline table (Spark's
+  property names have capitals). Values of both from the environment are secrets:
+  redacted wherever settings are shown.
+- The processor's id comes from `--id`, else `BATON_PROCESSOR_ID`, else the host's name
+  up to its first dot (a StatefulSet's pod name: `baton-processor-0`).
 """
 
 _KAFKA = """\
@@ -252,7 +279,7 @@ def _complete() -> list[str]:
 
 def render() -> str:
     """docs/configuration.md as the models give it."""
-    out = [_INTRO, "## A complete job.toml", "",
+    out = [_INTRO, _ENVIRONMENT, "## A complete job.toml", "",
            "Every key, the required ones with an example value and the others at their "
            "default (a file needs only `[job]` and `[kafka] bootstrap_servers`):", "",
            *_complete(), ""]

@@ -5,7 +5,7 @@ together in one ConfigError)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +18,12 @@ _FORMS = {"dict": "a table", "list": "a list", "int": "a number", "str": "a stri
           "float": "a number", "bool": "true or false"}
 
 
-def describe_errors(path: Path, errors: Sequence[Any]) -> list[str]:
+def describe_errors(path: Path, errors: Sequence[Any],
+                    sources: Mapping[str, str] | None = None) -> list[str]:
     """Each validation error as `file: key: message` (a rule across keys names them);
-    a value that fits no form of a union is one line naming the forms."""
+    a value that fits no form of a union is one line naming the forms. A key whose
+    value came from the environment (`sources`: key -> variable) names the variable:
+    `file: key (from BATON_...): message`."""
     lines: dict[str, str] = {}
     for error in errors:
         message = str(error["msg"]).removeprefix("Value error, ")
@@ -35,7 +38,8 @@ def describe_errors(path: Path, errors: Sequence[Any]) -> list[str]:
                 lines[key] += f"; or {form}: {message}"
                 continue
             message = f"expected {form}: {message}"
-        lines.setdefault(key, f"{path}: {key}: {message}" if key else f"{path}: {message}")
+        shown = f"{key} (from {(sources or {})[key]})" if key in (sources or {}) else key
+        lines.setdefault(key, f"{path}: {shown}: {message}" if key else f"{path}: {message}")
     return list(lines.values())
 
 
