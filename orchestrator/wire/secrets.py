@@ -6,8 +6,9 @@ Any `[kafka]` value may be an inline table instead of a plain value::
     sasl.password = { file = "/etc/baton/kafka.password" }   # the file's content
     sasl.password = { env = "KAFKA_PASSWORD" }                # an environment variable
 
-A file must be a regular file with mode 0600 or stricter (the coordinator token's rule,
-`orchestrator.wire.token.is_private`); its content counts without one trailing newline.
+A file must be a regular file with mode 0600 or stricter, or 0640 with a group of the
+process's own (the coordinator token's rule, `orchestrator.wire.token.is_private`); its
+content counts without one trailing newline.
 A missing, open, empty or unreadable file, and a missing or empty variable, are config
 errors naming the key (`SecretError`); their messages never hold a value.
 
@@ -165,12 +166,14 @@ def _from_file(key: str, path: Path) -> str:
     except OSError as exc:
         raise SecretError(key, f"cannot open secret file {path}: {exc.strerror}") from None
     try:
-        mode = os.fstat(fd).st_mode
+        status = os.fstat(fd)
+        mode = status.st_mode
         if not stat.S_ISREG(mode):
             raise SecretError(key, f"secret file {path} is not a regular file")
-        if not is_private(mode):
-            raise SecretError(key, f"secret file {path} is accessible by group/others (mode "
-                                   f"{stat.S_IMODE(mode):04o}); run 'chmod 600 {path}'")
+        if not is_private(status):
+            raise SecretError(key, f"secret file {path} is accessible by others or by a group "
+                                   f"not this process's (mode {stat.S_IMODE(mode):04o}); "
+                                   f"run 'chmod 600 {path}'")
         with os.fdopen(fd, "rb", closefd=False) as file:
             data = file.read()
     except OSError as exc:

@@ -2,6 +2,9 @@
 
 The daemon creates the file on first start; everyone else only reads it. A file that
 others can read is refused rather than repaired: someone may already have copied it.
+Group read is accepted when the file's group is one of this process's own: a
+Kubernetes secret volume mounted with `fsGroup` gives every file exactly that (group
+read, owner root), and only the pod's processes are in that group.
 """
 
 from __future__ import annotations
@@ -22,10 +25,18 @@ class TokenError(RuntimeError):
     """The token file is missing, unreadable, empty or too open; the message names it."""
 
 
-def is_private(mode: int) -> bool:
-    """A secret file's rule (token, `[kafka]` secrets): 0600 or stricter, no group or
-    other bits at all."""
-    return not mode & (stat.S_IRWXG | stat.S_IRWXO)
+def is_private(status: os.stat_result) -> bool:
+    """A secret file's rule (token, `[kafka]` secrets): no bits for others; for the
+    group none, or read only when the group is one of this process's own."""
+    mode = status.st_mode
+    if mode & stat.S_IRWXO:
+        return False
+    group = mode & stat.S_IRWXG
+    return not group or (group == stat.S_IRGRP and _own_group(status.st_gid))
+
+
+def _own_group(gid: int) -> bool:
+    return gid == os.getegid() or gid in os.getgroups()
 
 
 def load_or_create_token(path: Path) -> str:
@@ -67,12 +78,12 @@ def read_token(path: Path) -> str:
         TokenError: naming the file and what to do.
     """
     try:
-        mode = path.stat().st_mode
-        if not is_private(mode):
+        status = path.stat()
+        if not is_private(status):
             raise TokenError(
-                f"token file {path} is accessible by group/others (mode "
-                f"{stat.S_IMODE(mode):04o}); run 'chmod 600 {path}', or delete it to get a "
-                f"new token on the next coordinator start")
+                f"token file {path} is accessible by others or by a group not this "
+                f"process's (mode {stat.S_IMODE(status.st_mode):04o}); run 'chmod 600 "
+                f"{path}', or delete it to get a new token on the next coordinator start")
         token = path.read_text(encoding="ascii").strip()
     except FileNotFoundError:
         raise TokenError(f"token file {path} not found: start the coordinator first "

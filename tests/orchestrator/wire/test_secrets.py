@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import sys
 import threading
 from pathlib import Path
@@ -139,10 +140,12 @@ def test_missing_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o620, 0o601])
 def test_file_open_to_group_or_others(tmp_path: Path, mode: int) -> None:
     pw = _secret_file(tmp_path / "pw", mode=mode)
+    os.chown(pw, -1, _foreign_gid())
     path = _write(tmp_path, 'sasl.password = { file = "pw" }')
     message = _error(path)
     assert message.startswith(f"{path}: kafka.sasl.password: secret file {pw} is accessible "
-                              f"by group/others (mode {mode:04o})")
+                              f"by others or by a group not this process's "
+                              f"(mode {mode:04o})")
     assert f"chmod 600 {pw}" in message
     assert PASSWORD not in message
 
@@ -202,21 +205,33 @@ def test_derived_fields_cannot_be_set_in_the_file(tmp_path: Path) -> None:
 # ---- the one 0600 rule, shared with the token file ----------------------------------------
 
 
-@pytest.mark.parametrize("mode,private", [(0o600, True), (0o400, True), (0o700, True),
-                                          (0o640, False), (0o604, False), (0o660, False)])
-def test_secret_files_follow_the_token_file_rule(tmp_path: Path, mode: int,
+@pytest.mark.parametrize("mode,own_group,private", [
+    (0o600, True, True), (0o400, True, True), (0o700, True, True),
+    # a Kubernetes secret volume with fsGroup: group read, the pod's own group
+    (0o640, True, True), (0o440, True, True),
+    (0o640, False, False), (0o440, False, False), (0o604, True, False),
+    (0o660, True, False), (0o650, True, False)])
+def test_secret_files_follow_the_token_file_rule(tmp_path: Path, mode: int, own_group: bool,
                                                  private: bool) -> None:
     token = _secret_file(tmp_path / "token", mode=mode)
-    _secret_file(tmp_path / "pw", mode=mode)
+    pw = _secret_file(tmp_path / "pw", mode=mode)
+    for made in (token, pw):
+        os.chown(made, -1, os.getegid() if own_group else _foreign_gid())
     path = _write(tmp_path, 'sasl.password = { file = "pw" }')
     if private:
         read_token(token)
         load_config(path)
     else:
-        with pytest.raises(TokenError, match="group/others"):
+        with pytest.raises(TokenError, match="by others or by a group not this process's"):
             read_token(token)
-        with pytest.raises(ConfigError, match="group/others"):
+        with pytest.raises(ConfigError, match="by others or by a group not this process's"):
             load_config(path)
+
+
+def _foreign_gid() -> int:
+    """A group this process is not in (the tests run as root, which may chown to it)."""
+    own = {os.getegid(), *os.getgroups()}
+    return next(gid for gid in range(54321, 60000) if gid not in own)
 
 
 # ---- redaction ----------------------------------------------------------------------------
