@@ -5,18 +5,26 @@ reports to the coordinator as its `metrics_url`). The coordinator returns `rende
 from the /metrics route of its own HTTP API, with `CONTENT_TYPE`.
 
 The server is prometheus_client's threading WSGI server: one daemon thread accepts,
-one short-lived daemon thread per request. Its owner stops it with `close()`, which is
+one short-lived daemon thread per request. Besides `/metrics` it answers the paths its
+owner gives (`extra`: the processor's `/healthz` and `/readyz`), each a function
+called per request, and 404 to any other path. Its owner stops it with `close()`, which is
 bounded: the accept loop notices within its poll interval (0.5 s).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from wsgiref.simple_server import WSGIServer
+from typing import Any
+from wsgiref.simple_server import WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, generate_latest, start_http_server
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
+from prometheus_client.exposition import (
+    CONTENT_TYPE_PLAIN_0_0_4,
+    ThreadingWSGIServer,
+    _SilentHandler,
+)
 
 __all__ = ["CONTENT_TYPE", "MetricsServer", "render", "serve_metrics"]
 
@@ -70,14 +78,20 @@ class MetricsServer:
         self.close()
 
 
+# a path's answer: (HTTP status, JSON body)
+Answer = Callable[[], tuple[int, bytes]]
+
+
 def serve_metrics(registry: CollectorRegistry, host: str = "127.0.0.1",
-                  port: int = 0) -> tuple[MetricsServer, int]:
+                  port: int = 0, extra: Mapping[str, Answer] | None = None
+                  ) -> tuple[MetricsServer, int]:
     """Serve `registry` at http://host:port/metrics on a background thread.
 
     Args:
         registry: the registry to expose.
         host: the address to bind (loopback unless the operator says otherwise).
         port: the port; 0 picks a free one.
+        extra: further paths and their answers (JSON).
 
     Returns:
         The server (close it when done) and the port it actually listens on.
@@ -85,6 +99,36 @@ def serve_metrics(registry: CollectorRegistry, host: str = "127.0.0.1",
     Raises:
         OSError: the address cannot be bound (in use, or not local).
     """
-    httpd, thread = start_http_server(port, addr=host, registry=registry)
+    class Server(ThreadingWSGIServer):
+        address_family = _family(host)
+
+    httpd = make_server(host, port, _app(registry, dict(extra or {})), Server,
+                        handler_class=_SilentHandler)
+    thread = threading.Thread(target=httpd.serve_forever, name="baton-metrics", daemon=True)
+    thread.start()
     server = MetricsServer(httpd, thread)
     return server, server.port
+
+
+def _family(host: str) -> int:
+    import socket
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def _app(registry: CollectorRegistry, extra: dict[str, Answer]) -> Callable[..., Any]:
+    metrics = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path == "/metrics":
+            return metrics(environ, start_response)   # type: ignore[no-any-return]
+        answer = extra.get(path)
+        if answer is None:
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found: /metrics" + b"".join(b", " + p.encode() for p in extra)]
+        status, body = answer()
+        start_response(f"{status} {'OK' if status == 200 else 'Service Unavailable'}",
+                       [("Content-Type", "application/json"),
+                        ("Content-Length", str(len(body)))])
+        return [body]
+    return app

@@ -51,6 +51,8 @@ EXIT_CODES: dict[str, str] = {
            "daemon stopped on its own; 2 bad usage, configuration or job class",
     "group": "0 done; 2 bad usage (the message names the argument)",
     "assign": "0 done; 1 the scenario file cannot be read or parsed; 2 bad usage",
+    "deploy": ("0 written; 1 this installation lacks its data files; 2 bad usage, or a file "
+               "exists there (without --force)"),
 }
 
 _ID = re.compile(r"[A-Za-z0-9._-]{1,200}")

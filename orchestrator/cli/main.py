@@ -33,6 +33,7 @@ _COMMANDS = {
     "assign": "orchestrator.cli.assign:assign_command",
     "audit": "orchestrator.cli.audit:audit_command",
     "check": "orchestrator.cli.check:check_command",
+    "deploy": "orchestrator.cli.deploy:deploy_group",
 }
 
 

@@ -10,6 +10,11 @@ URL (clients with several `coordinator.url`s go there next), serves its own
 `GET /containerHeartbeat` with the leader's answer, so a liveness probe may ask any
 coordinator. A coordinator that is stopping answers every other request the same way,
 without a leader, from the moment the stop begins.
+
+`/healthz` and `/readyz` (orchestrator/wire/health.py) are the gate's own, answered
+without a token in every state: live whenever it answers at all (its event loop turns);
+ready when it leads with a confirmed lease, or is a standby that knows its leader, so a
+platform never restarts a standby because the leader is down.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from prometheus_client import CollectorRegistry
 
 from metrics import CONTENT_TYPE, render
 from orchestrator.wire.clock import Clock
+from orchestrator.wire.health import LIVE_PATH, READY_PATH, Probe
 from orchestrator.wire.http import httpx
 from orchestrator.wire.tls import TlsSettings, client_context
 
@@ -84,6 +90,10 @@ class Gate:
         if scope["type"] != "http":
             return
         path = scope.get("path", "")
+        if path in (LIVE_PATH, READY_PATH):
+            probe = self.live() if path == LIVE_PATH else self.ready()
+            await _respond(send, probe.status, probe.body(), "application/json")
+            return
         if self.stopping and path not in _ANSWERED_WHILE_STOPPING:
             # not a write against the stream the stop is closing: the others answer
             await self._refuse(send, "it is stopping; another coordinator takes over "
@@ -102,6 +112,23 @@ class Gate:
             await self._relay(scope, send, self.leader_url)
         else:
             await self._refuse(send)
+
+    def live(self) -> Probe:
+        """`/healthz`: answering at all means the event loop turns."""
+        return Probe(True, "stopping" if self.stopping else "the event loop turns")
+
+    def ready(self) -> Probe:
+        """`/readyz`: leading with a confirmed lease, or a standby knowing its leader."""
+        if self.stopping:
+            return Probe(False, "stopping; another coordinator takes over")
+        if self.app is not None:
+            return (Probe(True, "leading") if self.confirmed() else
+                    Probe(False, "leading, but the lease is unconfirmed (no stream write "
+                                 "within it)"))
+        if self.leader_url:
+            return Probe(True, f"standby; the leader is at {self.leader_url}")
+        return Probe(False, "standby; no leader is known yet (one takes over within "
+                            "coordinator.takeover_ms)")
 
     async def _refuse(self, send: _Send, why: str | None = None) -> None:
         where = (f"the leader is at {self.leader_url}" if self.leader_url

@@ -378,12 +378,21 @@ class CoordinatorDaemon:
 
 def own_url(listen: str, tls: bool, urls: Sequence[str] = ()) -> str:
     """The URL clients reach this coordinator at: the one of `coordinator.url` with the
-    listening port when exactly one has it, else made from `listen` (a wildcard
-    address advertised by host name)."""
+    listening port when exactly one has it, or when several do the one naming this host
+    (`http://baton-coordinator-0.baton-coordinator:8700` on the host
+    `baton-coordinator-0`: coordinators of a StatefulSet share one list and one port);
+    else made from `listen` (a wildcard address advertised by host name)."""
     host, _, port = listen.rpartition(":")
     same_port = [u for u in urls if u.rsplit(":", 1)[-1].rstrip("/") == port]
+    if len(same_port) > 1:
+        me = socket.gethostname().split(".")[0]
+        same_port = [u for u in same_port if _url_host(u).split(".")[0] == me]
     if len(same_port) == 1:
         return str(same_port[0])
     if host in ("0.0.0.0", "::", "[::]", ""):
         host = socket.gethostname()
     return f"{'https' if tls else 'http'}://{host}:{port}"
+
+
+def _url_host(url: str) -> str:
+    return url.split("://", 1)[-1].rsplit(":", 1)[0]

@@ -4,15 +4,15 @@ Protocol, config (its `[job]` section in job_config, its validation, its values 
 `BATON_<SECTION>__<KEY>` variables in environment, its reference docs/configuration.md,
 and writing one as TOML), token, `[kafka]` secrets, TLS, clock,
 partition names, partitioners, lineage (S2), expansion barriers, the catch-up rule, the coordinator
-client, HTTP helpers, the status document, the garbage collector's schedule and the C
-heap's arenas and trim, logging setup. (Job
+client, HTTP helpers, the health endpoints' answers, the status document, the
+garbage collector's schedule and the C heap's arenas and trim, logging setup. (Job
 loading is `processor.job.load_job`: it checks for `processor.Job`, which the
 orchestrator must not import below its CLI.)
 """
 
 __all__ = [
     "barrier", "c_heap", "catchup", "changelog", "client", "clock", "collector", "config",
-    "config_doc", "environment",
+    "config_doc", "environment", "health",
     "http", "job_config", "lineage", "logs", "partitioners", "partitions", "protocol",
     "secrets", "status", "store_config", "tls", "token", "toml_dump",
     "validation",

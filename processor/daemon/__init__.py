@@ -2,7 +2,8 @@
 
 - `main`: `run_processor`, the main loop that owns the task runtime (processor/runtime/),
   signals and shutdown;
-- `heartbeat`: the heartbeat monitor thread, exchanging snapshots with the main loop.
+- `heartbeat`: the heartbeat monitor thread, exchanging snapshots with the main loop;
+- `health`: whether the processor is live and ready (`/healthz`, `/readyz`).
 """
 
 from __future__ import annotations

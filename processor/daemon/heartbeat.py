@@ -32,9 +32,11 @@ from tenacity import stop_after_attempt
 from metrics import HeartbeatOutcome
 from orchestrator.wire.client import CoordinatorClient, CoordinatorError
 from orchestrator.wire.clock import Clock, Deadline, SystemClock
+from orchestrator.wire.health import Probe
 from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest, TaskReport
 from orchestrator.wire.tls import TlsSettings
 from orchestrator.wire.token import TokenError, read_token
+from processor.daemon import health
 
 __all__ = ["HeartbeatMonitor"]
 
@@ -78,6 +80,7 @@ class HeartbeatMonitor(threading.Thread):
         self.disk_full = disk_full
         self.loop_timeout_s = loop_timeout_s
         self._loop_at = self.clock.monotonic()
+        self._heard_at = -float("inf")          # the coordinator's last answer
         self._loop_thread: int | None = None    # set by the loop's first round
         self.metrics_url = metrics_url
         self.on_heartbeat = on_heartbeat or (lambda outcome: None)
@@ -128,6 +131,15 @@ class HeartbeatMonitor(threading.Thread):
     def loop_ended(self) -> None:
         """The main loop is done: a graceful stop may take as long as it needs."""
         self._loop_at = float("inf")
+
+    def live(self) -> Probe:
+        """`/healthz` (processor/daemon/health.py)."""
+        return health.live(max(0.0, self.clock.monotonic() - self._loop_at), self.loop_timeout_s)
+
+    def ready(self) -> Probe:
+        """`/readyz` (processor/daemon/health.py)."""
+        return health.ready(self.registered.is_set(), self.clock.monotonic() - self._heard_at,
+                            self.grace_s, self.dead.is_set())
 
     def _loop_stuck(self) -> bool:
         stuck_s = self.clock.monotonic() - self._loop_at
@@ -239,6 +251,7 @@ class HeartbeatMonitor(threading.Thread):
                     log.info("coordinator %s reachable again", self.url)
                 outage_reported = False
                 grace.arm(self.grace_s)
+                self._heard_at = self.clock.monotonic()
                 path = _HEARTBEAT
                 self.registered.set()
                 self._keep(reply, request)

@@ -18,6 +18,7 @@ import os
 import signal
 import threading
 import uuid
+from collections.abc import Callable
 from types import FrameType
 
 from prometheus_client import CollectorRegistry
@@ -26,6 +27,7 @@ from metrics import ProcessorMetrics, register_daemon_metrics, serve_metrics
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.collector import Collector
 from orchestrator.wire.config import Config
+from orchestrator.wire.health import LIVE_PATH, READY_PATH, Probe
 from orchestrator.wire.protocol import TaskReport
 from orchestrator.wire.tls import TlsSettings
 from processor.daemon.disk import StateDisk
@@ -70,8 +72,10 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
     metrics = ProcessorMetrics(registry, config.job.name, processor_id)
     register_daemon_metrics(registry, config.job.name)
     port = config.processor.metrics_port_for(processor_id)
+    probes = _Probes()
     try:
-        server, _ = serve_metrics(registry, config.processor.metrics_host, port)
+        server, _ = serve_metrics(registry, config.processor.metrics_host, port,
+                                  probes.paths())
     except OSError as exc:      # a fixed port in use, or a host that is not this one's
         log.error("processor %s cannot serve its metrics on %s:%d (processor.metrics_host, "
                   "processor.metrics_port in %s): %s", processor_id,
@@ -115,6 +119,7 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
                         config.file(config.processor.tls_key_file)),
         disk_full=StateDisk(config.state_dir, config.processor.min_free_disk_mb << 20).full,
         loop_timeout_s=config.processor.loop_timeout_ms / 1000)
+    probes.monitor = monitor
     log.info("processor %s (execution %s) starting; coordinator %s", processor_id, execution_id,
              config.coordinator.url)
     log.info("kafka settings (secrets redacted): %s", config.shown_kafka_settings())
@@ -172,3 +177,24 @@ def _shut_down(runtime: TaskRuntime, monitor: HeartbeatMonitor, processor_id: st
     monitor.leave()
     log.info("processor %s stopped cleanly", processor_id)
     return 0
+
+
+class _Probes:
+    """`/healthz` and `/readyz` on the metrics address: served from the metrics
+    server's start, answered by the heartbeat monitor once it exists (live and not yet
+    ready before: the processor is starting)."""
+
+    def __init__(self) -> None:
+        self.monitor: HeartbeatMonitor | None = None
+
+    def paths(self) -> dict[str, Callable[[], tuple[int, bytes]]]:
+        return {LIVE_PATH: lambda: self._answer(live=True),
+                READY_PATH: lambda: self._answer(live=False)}
+
+    def _answer(self, live: bool) -> tuple[int, bytes]:
+        monitor = self.monitor
+        if monitor is None:
+            probe = Probe(live, "starting")
+        else:
+            probe = monitor.live() if live else monitor.ready()
+        return probe.status, probe.body()
