@@ -17,14 +17,10 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any
-from wsgiref.simple_server import WSGIServer, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
-from prometheus_client.exposition import (
-    CONTENT_TYPE_PLAIN_0_0_4,
-    ThreadingWSGIServer,
-    _SilentHandler,
-)
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, ThreadingWSGIServer
 
 __all__ = ["CONTENT_TYPE", "MetricsServer", "render", "serve_metrics"]
 
@@ -103,11 +99,19 @@ def serve_metrics(registry: CollectorRegistry, host: str = "127.0.0.1",
         address_family = _family(host)
 
     httpd = make_server(host, port, _app(registry, dict(extra or {})), Server,
-                        handler_class=_SilentHandler)
+                        handler_class=_QuietHandler)
     thread = threading.Thread(target=httpd.serve_forever, name="baton-metrics", daemon=True)
     thread.start()
     server = MetricsServer(httpd, thread)
     return server, server.port
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No line on stderr per request: Prometheus scrapes and probes come every few
+    seconds, and the daemons log JSON lines of their own."""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        pass
 
 
 def _family(host: str) -> int:

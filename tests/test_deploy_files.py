@@ -18,7 +18,7 @@ import yaml
 from kubernetes.client import ApiClient
 
 from orchestrator.cli.deploy import prometheus_rule, shipped_files
-from orchestrator.cli.main import _COMMANDS
+from orchestrator.cli.main import main
 from orchestrator.wire.config import parse_config
 from orchestrator.wire.health import HEALTH_PATHS, LIVE_PATH, READY_PATH
 
@@ -99,7 +99,10 @@ def test_commands_config_and_mounts_are_the_daemons_own(component: str) -> None:
     import tomllib
 
     spec = container(component)
-    assert spec["args"][0] in _COMMANDS and spec["args"][0] == component
+    import click
+
+    assert main.get_command(click.Context(main), spec["args"][0]) is not None
+    assert spec["args"][0] == component
     assert spec["args"][1:] == ["-c", "/etc/baton/job.toml"]
     assert "--id" not in spec["args"]            # a processor's id: its pod's host name
     mounts = {m["name"]: m for m in spec["volumeMounts"]}
