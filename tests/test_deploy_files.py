@@ -207,3 +207,11 @@ def test_the_wheel_carries_the_data_files(tmp_path: Path) -> None:
         folder, file = name.split("/", 1)
         source = ROOT / sources[folder] / file
         assert any(source.match(str(ROOT / p)) for p in patterns), name
+
+
+def test_a_processor_pod_outlives_its_drain_on_stop() -> None:
+    import tomllib
+
+    drain_s = tomllib.loads(_job_toml())["processor"]["drain_on_stop_ms"] / 1000
+    pod = by_component("StatefulSet", "processor")["spec"]["template"]["spec"]
+    assert drain_s > 0 and pod["terminationGracePeriodSeconds"] >= drain_s + 20

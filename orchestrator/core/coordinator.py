@@ -179,6 +179,10 @@ class Coordinator(CorePicture):
         self.processors.seen(processor, request, self.clock.monotonic())
         if request.leaving:
             return self._leave(processor)
+        if request.drain and processor.id not in self.draining:
+            log.info("processor %s asks to be drained before it stops", processor.id)
+            self.draining.add(processor.id)
+            self.turn_wanted = self._placement_news = True
         if decide:
             self._reconcile()
         elif first or _roles(before) != _roles(processor.reports) \

@@ -150,6 +150,11 @@ class ProcessorConfig(_Section):
     """A task's read of a partition whose end moved and whose position stood still this
     long is stalled: logged, counted and recovered with a new consumer (long enough that
     a consumer reconnecting after a broker restart is not taken for one)."""
+    drain_on_stop_ms: int = Field(default=0, ge=0, examples=[60000])
+    """On SIGTERM, first ask the coordinator to drain this processor and hand its tasks
+    over warm, for at most this long, then stop (releasing what is left with a last
+    commit); a second SIGTERM stops at once. 0: SIGTERM stops at once (the tasks move
+    without a warm copy). Keep it below the supervisor's stop timeout."""
     min_free_disk_mb: int = Field(default=256, ge=0)
     """Below this much free space on state_dir's disk a processor takes no new task
     (it keeps those it runs) until there is again; 0: no check."""

@@ -65,6 +65,9 @@ class HeartbeatRequest(_Message):
     tasks: list[TaskReport] = Field(default_factory=list, max_length=100_000)
     # set by a processor that finished draining or is shutting down gracefully
     leaving: bool = False
+    # set by a processor told to stop (SIGTERM) with processor.drain_on_stop_ms: it asks
+    # to be drained, its tasks handed over warm, before it stops
+    drain: bool = False
     # set while its state directory's disk is short of space: it takes no new task
     disk_full: bool = False
     # the job model generation the processor holds; when current, the reply leaves the

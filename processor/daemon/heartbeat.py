@@ -88,6 +88,7 @@ class HeartbeatMonitor(threading.Thread):
         self.dead_reason = ""
         self.stopping = threading.Event()
         self.registered = threading.Event()
+        self.drain = False              # set by the owner: ask to be drained (SIGTERM)
         self._poked = threading.Event()
         self._fast = False
         self._turned_fast_at = -float("inf")
@@ -186,7 +187,8 @@ class HeartbeatMonitor(threading.Thread):
         tasks = self.snapshot()
         return HeartbeatRequest(processor_id=self.processor_id, execution_id=self.execution_id,
                                 metrics_url=self.metrics_url, tasks=tasks,
-                                leaving=leaving, generation=self.generation,
+                                leaving=leaving, drain=self.drain and not leaving,
+                                generation=self.generation,
                                 disk_full=self.disk_full(),
                                 wait_ms=self._wait_ms(tasks) if path == _HEARTBEAT else None)
 

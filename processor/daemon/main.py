@@ -103,13 +103,6 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
         with lock:
             return list(snapshot)
 
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     monitor = HeartbeatMonitor(
         config.coordinator.urls, config.processor_token_file, processor_id, execution_id,
         config.processor.heartbeat_interval_ms / 1000, config.processor.coordinator_grace_ms / 1000,
@@ -120,6 +113,9 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
         disk_full=StateDisk(config.state_dir, config.processor.min_free_disk_mb << 20).full,
         loop_timeout_s=config.processor.loop_timeout_ms / 1000)
     probes.monitor = monitor
+    stop = _Stop(monitor, config.processor.drain_on_stop_ms / 1000, clock)
+    signal.signal(signal.SIGTERM, stop.signalled)
+    signal.signal(signal.SIGINT, stop.signalled)
     log.info("processor %s (execution %s) starting; coordinator %s", processor_id, execution_id,
              config.coordinator.url)
     log.info("kafka settings (secrets redacted): %s", config.shown_kafka_settings())
@@ -139,7 +135,7 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
             monitor.poke()
             last_roles = roles
 
-    while not stop.is_set() and not monitor.dead.is_set():
+    while not stop.due() and not monitor.dead.is_set():
         taken = monitor.take_reply()
         if taken is not None:
             reply, seen_failures = taken
@@ -198,3 +194,37 @@ class _Probes:
         else:
             probe = monitor.live() if live else monitor.ready()
         return probe.status, probe.body()
+
+
+class _Stop:
+    """What SIGTERM (or SIGINT) asks of the main loop. With `drain_on_stop_ms`, the
+    first asks the coordinator to drain this processor (its heartbeats say so) and the
+    loop runs on until the drain ends (the coordinator's `stop`) or the time is up; a
+    second signal, or none of that, stops the loop at once. Either way the stop then
+    releases what is left with a last commit."""
+
+    def __init__(self, monitor: HeartbeatMonitor, drain_s: float, clock: Clock) -> None:
+        self._monitor, self._drain_s, self._clock = monitor, drain_s, clock
+        self._now = threading.Event()
+        self._drain_until: float | None = None
+
+    def signalled(self, signum: int, frame: FrameType | None) -> None:
+        if self._drain_s <= 0 or self._drain_until is not None:
+            self._now.set()
+            return
+        self._drain_until = self._clock.monotonic() + self._drain_s
+        log.info("asked to stop: draining first, for up to %.0fs "
+                 "(processor.drain_on_stop_ms; a second signal stops at once)", self._drain_s)
+        self._monitor.drain = True
+        self._monitor.poke()
+
+    def due(self) -> bool:
+        """Stop now: a signal without a drain, a second signal, or the drain's time up."""
+        if self._now.is_set():
+            return True
+        if self._drain_until is not None and self._clock.monotonic() >= self._drain_until:
+            log.warning("the drain did not end within processor.drain_on_stop_ms: stopping, "
+                        "releasing the tasks still here with a last commit")
+            self._now.set()
+            return True
+        return False
