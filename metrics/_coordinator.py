@@ -109,6 +109,10 @@ COORDINATOR_METRIC_NAMES: tuple[str, ...] = (
     "baton_partition_expansions_total",
     "baton_coordinator_view_errors_total",
     "baton_coordinator_leader",
+    "baton_recommended_processors",
+    "baton_autoscale_capacity_records_per_second",
+    "baton_autoscale_demand_records_per_second",
+    "baton_autoscale_input_records_per_second",
 )
 
 
@@ -173,6 +177,17 @@ class CoordinatorMetrics:
         self._leader = Gauge(
             "baton_coordinator_leader", "1 while this coordinator leads its job, 0 while it "
             "is a standby.", ["job"], registry=registry).labels(job=job)
+        self._recommended = Gauge(
+            "baton_recommended_processors", "The processor count the job needs, as the "
+            "autoscaling recommendation estimates it (docs/operations.md, \"Autoscaling\").",
+            ["job"], registry=registry).labels(job=job)
+        self._estimates = {name: Gauge(
+            f"baton_autoscale_{name}_records_per_second", text, ["job"], registry=registry
+        ).labels(job=job) for name, text in (
+            ("capacity", "What one processor serves at full busy, as estimated."),
+            ("demand", "What the job must serve: its input rate and its lag burnt within "
+                       "[autoscale] max_lag_s."),
+            ("input", "The inputs' rate, from their end offsets."))}
         errors = Counter(
             "baton_coordinator_view_errors_total", "Scrapes where a coordinator view "
             "callback raised (its families were left out).", ["job"], registry=registry
@@ -241,6 +256,14 @@ class CoordinatorMetrics:
     def set_failed_tasks(self, count: int) -> None:
         """Tasks that failed and run nowhere now."""
         self._failed.set(count)
+
+    def set_recommendation(self, processors: int, capacity: float | None,
+                           demand: float | None, input_rate: float | None) -> None:
+        """The autoscaling recommendation and its estimates (NaN: not estimated yet)."""
+        self._recommended.set(processors)
+        for name, value in (("capacity", capacity), ("demand", demand),
+                            ("input", input_rate)):
+            self._estimates[name].set(float("nan") if value is None else value)
 
     def set_leader(self, leading: bool) -> None:
         """This coordinator became the leader (True) or a standby (False)."""

@@ -57,6 +57,8 @@ __all__ = [
 MIN_BUSY_FOR_CAPACITY = 0.2
 # the input rate is the end offsets' growth over this long
 RATE_WINDOW_S = 10.0
+# no count needs to be larger than this (it is bounded by the tasks after)
+_MOST = 1_000_000.0
 _HOUR_S = 3600.0
 
 
@@ -174,7 +176,8 @@ class Recommender:
         serving = capacity * len(now.loads)
         behind = max(0.0, rate - serving) * now.warmup_s
         demand = rate + (now.lag + behind) / p.max_lag_s
-        count = max(1, math.ceil(demand / (capacity * p.target_utilization) - 1e-9))
+        ratio = demand / (capacity * p.target_utilization)
+        count = max(1, math.ceil(min(ratio, _MOST) - 1e-9))
         return count, capacity, demand, rate
 
     def _ceiling(self, now: Sample) -> int:
@@ -189,7 +192,10 @@ class Recommender:
 
     def _capacity(self, since: float) -> float | None:
         estimates = [x.rate / x.busy for s in self._samples if s.at >= since - RATE_WINDOW_S
-                     for x in s.loads.values() if x.busy >= MIN_BUSY_FOR_CAPACITY]
+                     for x in s.loads.values()
+                     if x.busy >= MIN_BUSY_FOR_CAPACITY and x.rate >= 1.0]
+        # (a busy processor with no active records is replaying: it says nothing of
+        # what it would serve)
         return median(estimates) if estimates else None
 
     def _stabilised(self, now: float, current: int) -> tuple[int, str]:

@@ -37,6 +37,7 @@ class Processor:
         reported: it reported since this coordinator started (not persisted).
         generation: the model generation it last heard in a reply (not persisted).
         disk_full: its state directory's disk is short of space (not persisted).
+        busy: its main loop's busy share, as last reported (not persisted).
     """
 
     id: str
@@ -50,6 +51,7 @@ class Processor:
     reported: bool = False
     generation: int = 0
     disk_full: bool = False
+    busy: float | None = None
 
     def to_record(self) -> dict[str, Any]:
         return {"execution_id": self.execution_id, "metrics_url": self.metrics_url,
@@ -119,6 +121,7 @@ class Liveness:
             processor.metrics_url = request.metrics_url
         processor.reports = {r.task: r for r in request.tasks}
         processor.disk_full = request.disk_full
+        processor.busy = request.busy
 
     def excuse(self, now: float) -> None:
         """This coordinator could hear no one until `now` (it answered 503): no live

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from orchestrator.core import handoff as hs
 from orchestrator.core.assignment import AssignmentConfig
+from orchestrator.core.autoscale import AutoscalePolicy
 from orchestrator.core.failures import DEFAULT_BACKOFF_S, DEFAULT_MAX_ATTEMPTS
 from orchestrator.wire.config import Config
 
@@ -30,11 +31,13 @@ class CoreConfig:
     # an expansion's barriers are settled this long after it was seen ([job]
     # expansion_grace_ms): how stale the producers' metadata may be
     expansion_grace_s: float = 300.0
+    # [autoscale]: the recommendation's policy (orchestrator/core/autoscale.py)
+    autoscale: AutoscalePolicy = AutoscalePolicy()
 
     @classmethod
     def from_config(cls, config: Config) -> CoreConfig:
         """Build from an `orchestrator.wire.config.Config`."""
-        c, k = config.coordinator, config.catch_up
+        c, k, a = config.coordinator, config.catch_up, config.autoscale
         return cls(
             job=config.job.name, scheme=config.job.grouping,
             catch_up_source=config.catch_up.source,
@@ -45,4 +48,8 @@ class CoreConfig:
                                      c.activate_timeout_ms / 1000),
             failure_backoff_s=c.failure_backoff_ms / 1000,
             max_task_attempts=c.max_task_attempts,
-            expansion_grace_s=config.job.expansion_grace_ms / 1000)
+            expansion_grace_s=config.job.expansion_grace_ms / 1000,
+            autoscale=AutoscalePolicy(
+                a.min_processors, a.max_processors, a.target_utilization, a.max_lag_s,
+                a.allow_expand, a.up_window_ms / 1000, a.down_window_ms / 1000,
+                a.max_decisions_per_hour))

@@ -11,11 +11,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.core.assignment import AssignmentError, ProcessorSnapshot, TaskInfo, assign
+from orchestrator.core.autoscale import Load, Recommendation, Sample
 from orchestrator.core.coordinator import Coordinator
 from orchestrator.core.liveness import Processor
 from orchestrator.wire.changelog import changelog_partition
 
-__all__ = ["DEFAULT_CATCH_UP_RATE", "PlanError", "pending", "plan", "status"]
+__all__ = ["DEFAULT_CATCH_UP_RATE", "PlanError", "autoscale_sample", "pending", "plan",
+           "recommendation", "status"]
 
 # Records per second one warmup replays when no warmup has reported a rate yet: a
 # conservative figure for a Python process() through the consumer path (the Spark bulk
@@ -271,3 +273,39 @@ def _catch_up_rate(core: Coordinator) -> tuple[float, str]:
     if rates:
         return sum(rates) / len(rates), "measured"
     return DEFAULT_CATCH_UP_RATE, "default"
+
+
+def autoscale_sample(core: Coordinator) -> Sample:
+    """What the autoscaling recommendation reads of the core now
+    (orchestrator/core/autoscale.py): each live, non-draining processor's records/s on
+    its active tasks and busy share, the inputs' end offsets, the job's lag, and how
+    long a scale-out's warmups would take (one processor's share of the tasks, each
+    replaying its S2 at the measured catch-up rate, `max_warmups` at a time)."""
+    live = [p for p in core.processors.live() if p.id not in core.draining]
+    loads = {p.id: Load(sum(r.rate for r in p.reports.values() if r.role == "active"),
+                        p.busy or 0.0) for p in live}
+    partitions = {q for parts in core.model.tasks.values() for q in parts}
+    lags = [_input_lag(core, t) for t in core.model.tasks]
+    rate, _ = _catch_up_rate(core)
+    sizes = [_replay_size(core, t, "") for t in core.model.tasks]
+    moved = -(-len(sizes) // (len(live) + 1)) if sizes else 0
+    rounds = -(-moved // max(1, core.config.assignment.max_warmups))
+    warmup_s = (sum(sizes) / len(sizes) / rate) * rounds if sizes else 0.0
+    return Sample(core.clock.monotonic(), loads, sum(core.high.get(q, 0) for q in partitions),
+                  sum(x for x in lags if x is not None), len(core.model.tasks), warmup_s)
+
+
+def recommendation(found: Recommendation | None) -> dict[str, Any]:
+    """The pinned `recommended_processors` of `baton status --json`, and beside it the
+    recommendation's reason and estimates (`autoscale`)."""
+    if found is None:
+        return {"recommended_processors": None, "autoscale": None}
+    return {"recommended_processors": found.processors, "autoscale": {
+        "current": found.current, "direction": found.direction, "reason": found.reason,
+        "capacity_per_processor": _rounded(found.capacity_per_processor),
+        "demand": _rounded(found.demand), "input_rate": _rounded(found.input_rate),
+        "lag": found.lag, "expand": found.expand, "inputs": found.inputs}}
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)

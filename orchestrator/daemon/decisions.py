@@ -11,6 +11,8 @@ import math
 import time
 from typing import Any
 
+from orchestrator.core import views
+from orchestrator.core.autoscale import Recommendation, Recommender
 from orchestrator.core.coordinator import Coordinator
 from orchestrator.daemon.gate import Lease
 from orchestrator.daemon.guarded_core import GuardedCore
@@ -76,6 +78,9 @@ class MetricViews:
     def __init__(self, guard: GuardedCore) -> None:
         self._guard = guard
         self._views: tuple[list[Any], list[Any]] = ([], [])
+        # the autoscaling recommendation, fed a sample per refresh (about a second)
+        self._recommender = Recommender(guard.core.config.autoscale)
+        self.recommendation: Recommendation | None = None
         metrics = guard.core.metrics
         if metrics is not None:
             metrics.set_views(lag_view=lambda: self._views[0],
@@ -95,3 +100,11 @@ class MetricViews:
                 lags += guard.core.lag_samples(p for p in live[start:start + _VIEW_CHUNK]
                                                if p.valid)
         self._views = (lags, handoffs)
+        with guard.lock:
+            sample = views.autoscale_sample(guard.core)
+        self._recommender.observe(sample)
+        found = self.recommendation = self._recommender.recommend()
+        metrics = guard.core.metrics
+        if found is not None and metrics is not None:
+            metrics.set_recommendation(found.processors, found.capacity_per_processor,
+                                       found.demand, found.input_rate)

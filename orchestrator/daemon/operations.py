@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from orchestrator.core import views
+from orchestrator.core.autoscale import Recommendation
 from orchestrator.core.split import SplitError
 from orchestrator.daemon.growth import InputGrowth
 from orchestrator.daemon.guarded_core import GuardedCore
@@ -23,14 +24,17 @@ class Operations:
     """
 
     def __init__(self, guard: GuardedCore, growth: InputGrowth,
-                 info: Mapping[str, Any] | None = None) -> None:
+                 info: Mapping[str, Any] | None = None,
+                 recommended: Callable[[], Recommendation | None] = lambda: None) -> None:
         self._guard = guard
         self._growth = growth
         self._info = dict(info or {})
+        self._recommended = recommended
 
     def status(self) -> dict[str, Any]:
         with self._guard.lock:
-            return {**views.status(self._guard.core), **self._info}
+            return {**views.status(self._guard.core),
+                    **views.recommendation(self._recommended()), **self._info}
 
     def plan(self, add: Sequence[str], remove: Sequence[str]) -> dict[str, Any]:
         with self._guard.lock:

@@ -47,6 +47,7 @@ class CoordinatorService:
         self.guard = GuardedCore(core, persist)
         self.growth = InputGrowth(self.guard, self.guard.writer, admin, inputs)
         self.heartbeats = Heartbeats(self.guard, waits or SystemClock())
-        self.operations = Operations(self.guard, self.growth, info)
-        self.decisions = Decisions(self.guard)
         self.views = MetricViews(self.guard)
+        self.operations = Operations(self.guard, self.growth, info,
+                                     lambda: self.views.recommendation)
+        self.decisions = Decisions(self.guard)

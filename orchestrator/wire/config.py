@@ -28,6 +28,7 @@ from orchestrator.wire.toml_dump import dump_config
 from orchestrator.wire.validation import check_ports, describe_errors
 
 __all__ = [
+    "AutoscaleConfig",
     "CatchUpConfig",
     "CatchUpSource",
     "Config",
@@ -203,6 +204,34 @@ class SparkConfig(_Section):
     """(derived) the conf keys whose values came from a file or the environment."""
 
 
+class AutoscaleConfig(_Section):
+    min_processors: int = Field(default=1, ge=1)
+    """The fewest processors the recommendation (and `baton autoscale`) goes to."""
+    max_processors: int = Field(default=0, ge=0)
+    """The most; 0: the job's task count (more could hold no task)."""
+    target_utilization: float = Field(default=0.7, gt=0, le=1)
+    """The busy share each processor is sized for: the rest is headroom for bursts and
+    for burning a lag."""
+    max_lag_s: float = Field(default=30, gt=0)
+    """A lag is burnt within this many seconds: its records over this time are demand."""
+    allow_expand: bool = False
+    """Past the task count, recommend (and let `baton autoscale` perform) expand + split."""
+    up_window_ms: int = Field(default=15_000, ge=0)
+    """A scale-out is recommended once every estimate of this long needs more (a spike
+    shorter than it does not scale)."""
+    down_window_ms: int = Field(default=300_000, ge=0)
+    """A scale-in once every estimate of this long needs fewer, to the window's peak."""
+    max_decisions_per_hour: int = Field(default=6, ge=1)
+    """Decisions (the recommendation leaving the current count) in any hour."""
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscaleConfig:
+        if self.max_processors and self.max_processors < self.min_processors:
+            raise ValueError(f"max_processors ({self.max_processors}) is below "
+                             f"min_processors ({self.min_processors})")
+        return self
+
+
 class Config(_Section):
     job: JobConfig
     # resolved values, secrets included: never in repr (see orchestrator.wire.secrets)
@@ -212,6 +241,7 @@ class Config(_Section):
     catch_up: CatchUpConfig = CatchUpConfig()
     spark: SparkConfig = SparkConfig()
     store: StoreConfig = StoreConfig()
+    autoscale: AutoscaleConfig = AutoscaleConfig()
     path: Path = Path("<memory>")
     # the [kafka] keys whose values came from a file or the environment
     secret_keys: frozenset[str] = frozenset()

@@ -70,6 +70,9 @@ class HeartbeatRequest(_Message):
     drain: bool = False
     # set while its state directory's disk is short of space: it takes no new task
     disk_full: bool = False
+    # the share of the last second or more its main loop worked rather than waited for
+    # records (processor/runtime/load.py): with its tasks' rates, its capacity
+    busy: float | None = Field(default=None, ge=0, le=1)
     # the job model generation the processor holds; when current, the reply leaves the
     # model out (optional: a processor that does not send it always gets the model)
     generation: int | None = Field(default=None, ge=0)

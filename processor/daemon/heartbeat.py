@@ -89,6 +89,7 @@ class HeartbeatMonitor(threading.Thread):
         self.stopping = threading.Event()
         self.registered = threading.Event()
         self.drain = False              # set by the owner: ask to be drained (SIGTERM)
+        self.busy: float | None = None  # set by the owner: its main loop's busy share
         self._poked = threading.Event()
         self._fast = False
         self._turned_fast_at = -float("inf")
@@ -189,7 +190,7 @@ class HeartbeatMonitor(threading.Thread):
                                 metrics_url=self.metrics_url, tasks=tasks,
                                 leaving=leaving, drain=self.drain and not leaving,
                                 generation=self.generation,
-                                disk_full=self.disk_full(),
+                                disk_full=self.disk_full(), busy=self.busy,
                                 wait_ms=self._wait_ms(tasks) if path == _HEARTBEAT else None)
 
     def _wait_ms(self, tasks: list[TaskReport]) -> int | None:

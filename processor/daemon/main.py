@@ -128,6 +128,7 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
         """Hand the main loop's view to the heartbeat thread; heartbeat at once when a
         role changed (a release or an activation finished: the coordinator waits)."""
         nonlocal last_roles
+        monitor.busy = runtime.load.busy
         with lock:
             snapshot[:] = runtime.reports()
             roles = {(r.task, str(r.role)) for r in snapshot}

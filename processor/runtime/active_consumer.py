@@ -62,6 +62,7 @@ class ActiveConsumer:
         self._resume_at: dict[str, int] = {}    # paused active partition -> next offset
         self._read_to: dict[str, int] = {}      # ... -> the consumer's position then
         self.idle_pauses = 0                     # how often the idle back-off paused
+        self.waited_s = 0.0                      # time consume() waited for records
         # a partition past a consumer's cached partition count is otherwise fetched only
         # after librdkafka's own metadata refresh, up to ~1 s later (metadata.py)
         self._counts = PartitionCounts()
@@ -76,7 +77,10 @@ class ActiveConsumer:
             self._idle, resume = before_poll(self._idle, self._clock.monotonic())
             if resume:
                 self._resume()
+        started = self._clock.monotonic()
         messages: list[Message] = self.consumer.consume(batch, timeout)
+        if len(messages) < batch:       # it waited out its timeout (module load.py)
+            self.waited_s += self._clock.monotonic() - started
         if self._remake is not None:
             self._watch_fetch(bool(messages), tasks)
         if self._idle_backoff_s <= 0:

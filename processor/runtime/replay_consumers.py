@@ -72,6 +72,8 @@ class ReplayConsumers:
         # assign is refused; its cleanup must leave the first one's partitions be
         self._holders: dict[str, Replay] = {}
         self._caps_due = Deadline.after(clock, 0.0)
+        self._clock = clock
+        self.waited_s = 0.0                 # time consume() waited for records (load.py)
         self._counts = PartitionCounts()
 
     @property
@@ -89,7 +91,10 @@ class ReplayConsumers:
         the warmups and standbys wait, their fetched records kept in the replay
         consumer's queue, and the activation has the CPU to itself."""
         name = "activation" if self._activating else "replay"
+        started = self._clock.monotonic()
         messages: list[Message] = getattr(self, name).consume(batch, timeout)
+        if len(messages) < batch:
+            self.waited_s += self._clock.monotonic() - started
         if self._watches:
             self._watch_fetch(name, bool(messages))
         return messages

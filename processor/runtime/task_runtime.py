@@ -42,6 +42,7 @@ from processor.runtime.commits import Commits
 from processor.runtime.consumers import Consumers
 from processor.runtime.dead_letters import ensure_dead_letter_topic
 from processor.runtime.jobs import TaskJobs
+from processor.runtime.load import LoadMeter
 from processor.runtime.preflight import FenceRefused
 from processor.runtime.producer_close import close_producer
 from processor.runtime.reconciliation import reconcile
@@ -92,6 +93,8 @@ class TaskRuntime:
         self.group = f"baton.{config.job.name}"
         self.consumers = Consumers(config, self.group, self.clock)
         self.consumers.on_replaced(self.metrics.record_consumer_replaced)
+        self.load = LoadMeter(self.clock)       # the loop's busy share (load.py)
+        self._slept_s = 0.0
         self.barrier_book = BarrierBook(config.job.name, config.job.partitioner,
                                         self.consumers.active.barriers, self._barrier_holders)
         self.active: dict[str, ActiveTask] = {}
@@ -330,8 +333,11 @@ class TaskRuntime:
             handled += self._poll_replicas(split, room)
         self.stalls.look(self.active, self.replicas, self.bulk)
         if not self.active and not self.replicas:
-            self.clock.sleep(min(timeout, _IDLE_WHILE_ACTIVATING_S)
-                             if self.activations.pending else timeout)
+            idle = min(timeout, _IDLE_WHILE_ACTIVATING_S) if self.activations.pending else timeout
+            self.clock.sleep(idle)
+            self._slept_s += idle
+        self.load.update(self._slept_s + self.consumers.active.waited_s
+                         + self.consumers.replays.waited_s)
         return handled
 
     def _stop_active(self, task: str, reason: str) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator.core.autoscale import AutoscalePolicy, Load, Recommender, Sample
 
@@ -163,3 +165,24 @@ def test_decisions_per_hour_are_bounded() -> None:
     found = j.recommender.recommend()
     assert found is not None and found.direction == "hold"
     assert "held: 3 decisions in the last hour" in found.reason
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(
+    st.dictionaries(st.sampled_from(["p1", "p2", "p3", "p4"]),
+                    st.tuples(st.floats(0, 1e6), st.floats(0, 1)), max_size=4),
+    st.integers(0, 10**6), st.integers(0, 10**7), st.integers(1, 64),
+    st.floats(0, 3600)), min_size=1, max_size=40))
+def test_any_samples_give_a_count_within_bounds(samples: list[tuple[
+        dict[str, tuple[float, float]], int, int, int, float]]) -> None:
+    """Whatever the processors report (idle, busy with no active records, a count that
+    went down), the recommendation is a count within its bounds, never an error."""
+    recommender = Recommender(AutoscalePolicy(min_processors=1, max_processors=6))
+    end = 0
+    for at, (loads, grew, lag, tasks, warmup_s) in enumerate(samples):
+        end += grew
+        recommender.observe(Sample(float(at), {p: Load(r, b) for p, (r, b) in loads.items()},
+                                   end, lag, tasks, warmup_s))
+        found = recommender.recommend()
+        assert found is not None
+        assert 1 <= found.processors <= max(1, min(6, tasks))
