@@ -30,6 +30,9 @@ class CoreConfig:
     # an expansion's barriers are settled this long after it was seen ([job]
     # expansion_grace_ms): how stale the producers' metadata may be
     expansion_grace_s: float = 300.0
+    # a dead processor is forgotten this long after it died ([coordinator]
+    # forget_dead_after_ms); 0: only by an operator
+    forget_dead_after_s: float = 0.0
 
     @classmethod
     def from_config(cls, config: Config) -> CoreConfig:
@@ -45,4 +48,5 @@ class CoreConfig:
                                      c.activate_timeout_ms / 1000),
             failure_backoff_s=c.failure_backoff_ms / 1000,
             max_task_attempts=c.max_task_attempts,
-            expansion_grace_s=config.job.expansion_grace_ms / 1000)
+            expansion_grace_s=config.job.expansion_grace_ms / 1000,
+            forget_dead_after_s=c.forget_dead_after_ms / 1000)
