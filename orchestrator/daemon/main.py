@@ -135,13 +135,17 @@ def _http_config(app: Any, tls: ssl.SSLContext | None) -> uvicorn.Config:
                           timeout_graceful_shutdown=int(_HTTP_STOP_S), **options)
 
 
-def _bind(listen: str, timeout_s: float, clock: Clock) -> socket.socket:
+def _bind(listen: str, timeout_s: float, clock: Clock, stop: threading.Event) -> socket.socket:
     """Bind exactly the configured host:port, before anything else can fail on it; a
-    port in use is tried again for `timeout_s` (orchestrator/wire/binding.py)."""
+    port in use is tried again for `timeout_s` (orchestrator/wire/binding.py), unless
+    the daemon is stopped meanwhile (exit 0)."""
     try:
         sock = bind_retrying(lambda: _listen(listen), timeout_s, clock,
-                             f"{listen} (coordinator.listen)")
+                             f"{listen} (coordinator.listen)", stop.is_set)
     except OSError as exc:
+        if stop.is_set():
+            raise StartupError(f"stopped while {listen} (coordinator.listen) was in use",
+                               0) from exc
         busy = in_use(exc)
         raise StartupError(f"cannot listen on {listen} (coordinator.listen): {exc.strerror or exc}"
                            + ("; is another coordinator running there? (tried for "
@@ -187,7 +191,7 @@ class CoordinatorDaemon:
                                  config.file(c.tls_client_ca_file)) if c.tls_cert_file else None
         except ValueError as exc:
             raise StartupError(f"{exc} (in {config.path})", 2) from exc
-        self.sock = _bind(c.listen, c.bind_timeout_ms / 1000, clock)
+        self.sock = _bind(c.listen, c.bind_timeout_ms / 1000, clock, stop)
         self.url = own_url(c.listen, tls is not None, c.urls)
         self.takeover_s = c.takeover_ms / 1000
         settings = config.kafka_settings()
@@ -374,8 +378,9 @@ class CoordinatorDaemon:
         self._publish_sd()
 
     def _publish_sd(self) -> None:
-        """Give the gate a standby's `/sd` answer, made again when records arrived."""
-        if self.tail is None or self.tail.records == self._sd_read:
+        """Give the gate a standby's `/sd` answer, made again when records arrived and
+        the stream is read to its end (a partial read may list processors long dead)."""
+        if self.tail is None or not self.tail.at_end or self.tail.records == self._sd_read:
             return
         self._sd_read = self.tail.records
         self.gate.sd = sd_from_records(self.tail.state, self.config.job.name)

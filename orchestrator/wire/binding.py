@@ -34,8 +34,12 @@ def in_use(exc: OSError) -> bool:
     return exc.errno == errno.EADDRINUSE
 
 
+def _never() -> bool:
+    return False
+
+
 def bind_retrying(bind: Callable[[], _T], timeout_s: float, clock: Clock,
-                  what: str) -> _T:
+                  what: str, stopping: Callable[[], bool] = _never) -> _T:
     """Call `bind` until it succeeds, trying again while the address is in use.
 
     Args:
@@ -44,6 +48,8 @@ def bind_retrying(bind: Callable[[], _T], timeout_s: float, clock: Clock,
         clock: the daemon's clock (waits between tries on it).
         what: the address and its setting, for the log (`127.0.0.1:9101
             (processor.metrics_port)`).
+        stopping: whether the daemon was asked to stop meanwhile (then the last
+            error is raised at once).
 
     Returns:
         What `bind` returned.
@@ -58,7 +64,7 @@ def bind_retrying(bind: Callable[[], _T], timeout_s: float, clock: Clock,
         try:
             return bind()
         except OSError as exc:
-            if not in_use(exc) or deadline.expired():
+            if not in_use(exc) or deadline.expired() or stopping():
                 raise
             if not warned:
                 log.warning("%s is in use; trying again for up to %.0f s", what, timeout_s)

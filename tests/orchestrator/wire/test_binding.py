@@ -78,3 +78,11 @@ def test_an_address_that_is_not_this_host_s_is_not_tried_again() -> None:
     with pytest.raises(OSError) as raised:
         bind_retrying(bind, 30.0, clock, "test address")
     assert not in_use(raised.value) and len(calls) == 1 and clock.monotonic() == 0
+
+
+def test_a_stop_asked_for_meanwhile_ends_the_tries(held: socket.socket) -> None:
+    clock, calls = FakeClock(), []
+    with pytest.raises(OSError) as raised:
+        bind_retrying(_binder(held.getsockname()[1], calls), 30.0, clock, "test port",
+                      stopping=lambda: len(calls) >= 3)
+    assert in_use(raised.value) and len(calls) == 3
