@@ -99,6 +99,8 @@ def _render_status(status: dict[str, Any], console: Console) -> None:
                   title="processors")
     for p in status["processors"]:
         alive = "yes" if p["alive"] else f"[red]no[/] {p.get('reason', '')}"
+        if not p["alive"] and p.get("dead_for_s") is not None:
+            alive += f" (dead for {p['dead_for_s']:.0f} s; gone for good? baton forget)"
         if p.get("draining"):
             alive += " (draining)"
         if p.get("disk_full"):

@@ -80,6 +80,8 @@ def _p1_dead(h: Harness) -> tuple[FakeProcessor, FakeProcessor]:
     assert not h.core.processors.get("p1").valid   # type: ignore[union-attr]
     assert set(owners(h).values()) == {"p2"}
     assert h.metric("baton_processors", state="dead") == 1
+    [dead] = [p for p in status(h.core)["processors"] if p["id"] == "p1"]
+    assert not dead["alive"] and 0 < dead["dead_for_s"] <= 2
     return p1, p2
 
 
