@@ -192,6 +192,8 @@ class CoordinatorMetrics:
             "baton_coordinator_view_errors_total", "Scrapes where a coordinator view "
             "callback raised (its families were left out).", ["job"], registry=registry
         ).labels(job=job)
+        # a standby exports none of the job's picture (`set_leader`)
+        self._leading = True
         self._collector = _CoordinatorViewCollector(job, acceptable_lag, errors)
         self.set_views(lag_view=lag_view or _no_samples,
                        handoff_view=handoff_view or _no_handoffs)
@@ -247,15 +249,19 @@ class CoordinatorMetrics:
         self._expansions.labels(job=self.job, topic=topic).inc()
 
     def set_processors(self, counts: Mapping[ProcessorState, int]) -> None:
-        """Set the processor count per state; states missing from `counts` become 0."""
+        """Set the processor count per state; states missing from `counts` become 0.
+        Ignored on a standby (a deposed leadership's last decisions included)."""
         for state in counts:
             check_label(state, PROCESSOR_STATES, "state")
+        if not self._leading:
+            return
         for state in PROCESSOR_STATES:
             self._processors.labels(job=self.job, state=state).set(counts.get(state, 0))
 
     def set_failed_tasks(self, count: int) -> None:
-        """Tasks that failed and run nowhere now."""
-        self._failed.set(count)
+        """Tasks that failed and run nowhere now (ignored on a standby)."""
+        if self._leading:
+            self._failed.set(count)
 
     def set_recommendation(self, processors: int, capacity: float | None,
                            demand: float | None, input_rate: float | None) -> None:
@@ -266,10 +272,19 @@ class CoordinatorMetrics:
             self._estimates[name].set(float("nan") if value is None else value)
 
     def set_leader(self, leading: bool) -> None:
-        """This coordinator became the leader (True) or a standby (False)."""
+        """This coordinator became the leader (True) or a standby (False).
+
+        A standby exports none of the job's picture: its processors and failed tasks go
+        to 0 and its lag and handoff views empty, so a sum over every coordinator of a
+        job (dashboards, alerts) counts only the leader's, and an alert a deposed
+        leader's last picture held open clears."""
+        self._leading = leading
         self._leader.set(1 if leading else 0)
         if not leading:
             self.set_views(lag_view=_no_samples, handoff_view=_no_handoffs)
+            for state in PROCESSOR_STATES:
+                self._processors.labels(job=self.job, state=state).set(0)
+            self._failed.set(0)
 
     def set_generation(self, generation: int) -> None:
         """The job model (assignment) moved to `generation`."""

@@ -17,7 +17,8 @@ import click
 
 __all__ = ["EXIT_CODES", "command_name", "epilog", "fail", "processor_ids"]
 
-_DAEMON = ("0 stopped by SIGTERM; 1 start-up failed (e.g. the broker did not answer); "
+_DAEMON = ("0 stopped by SIGTERM; 1 start-up failed (e.g. the broker did not answer, or "
+           "its port still in use after bind_timeout_ms); "
            "2 bad usage or configuration (naming the file and key)")
 _LEADER = "no coordinator led within --timeout, or one refused (e.g. the token)"
 
@@ -37,6 +38,9 @@ EXIT_CODES: dict[str, str] = {
     "plan": f"0 done; 1 {_LEADER}; 2 bad usage or configuration",
     "drain": (f"0 draining (with --wait: drained and stopped); 1 {_LEADER}, or not drained "
               "within --timeout; 2 bad usage or configuration, or an unknown processor"),
+    "forget": (f"0 forgotten; 1 {_LEADER}, or the processor is alive (drain it) or a "
+               "handoff in flight still names it; 2 bad usage or configuration, or an "
+               "unknown processor"),
     "expand": (f"0 expanded (and live, unless --no-wait); 1 {_LEADER}, or the wait timed out "
                "after the expansion was applied; 2 bad usage or configuration, or a partition "
                "count that is not a multiple of the current one"),

@@ -28,6 +28,7 @@ _COMMANDS = {
     "wait": "orchestrator.cli.ops:wait_command",
     "plan": "orchestrator.cli.ops:plan_command",
     "drain": "orchestrator.cli.ops:drain_command",
+    "forget": "orchestrator.cli.ops:forget_command",
     "expand": "orchestrator.cli.ops:expand_command",
     "split": "orchestrator.cli.ops:split_command",
     "assign": "orchestrator.cli.assign:assign_command",

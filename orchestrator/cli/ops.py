@@ -1,5 +1,5 @@
 """Operator commands (pinned in docs/design.md): coordinator, status, wait, plan, drain, expand,
-split.
+split; and forget (a dead processor, for good).
 
 Human output by default (rich tables, a progress bar with an ETA while waiting);
 `--json` prints the API's JSON for scripts. Each command keeps trying within its own
@@ -99,6 +99,8 @@ def _render_status(status: dict[str, Any], console: Console) -> None:
                   title="processors")
     for p in status["processors"]:
         alive = "yes" if p["alive"] else f"[red]no[/] {p.get('reason', '')}"
+        if not p["alive"] and p.get("dead_for_s") is not None:
+            alive += f" (dead for {p['dead_for_s']:.0f} s; gone for good? baton forget)"
         if p.get("draining"):
             alive += " (draining)"
         if p.get("disk_full"):
@@ -259,6 +261,34 @@ def drain_command(config_path: str, processor: str, wait: bool, timeout: float |
         click.echo(f"draining {processor}: {len(result['tasks'])} active task(s) to move")
 
 
+# ---- forget -------------------------------------------------------------------------------
+
+
+@click.command("forget", epilog=epilog("forget"))
+@_config_option
+@click.option("--processor", "processor", required=True, metavar="ID",
+              help="The dead processor to forget.")
+@_limit_option
+@_json_option
+def forget_command(config_path: str, processor: str, timeout: float, as_json: bool) -> None:
+    """Remove a dead processor for good (its host is gone): it leaves `baton status`
+    and baton_processors{state="dead"}, and its alert clears.
+
+    A live processor is refused (scale it in with `baton drain`). The same id may
+    register again later, as a new processor. coordinator.forget_dead_after_ms does
+    this on its own.
+    """
+    processor_ids("--processor", [processor])
+    config = load(config_path)
+    with coordinator(config, Session(timeout)) as client:
+        result = client.forget(processor)
+    if as_json:
+        _print_json(result)
+    else:
+        click.echo(f"forgot {processor} (execution {result['execution_id']}, dead: "
+                   f"{result['reason'] or 'no reason recorded'})")
+
+
 # ---- expand -------------------------------------------------------------------------------
 
 
@@ -334,5 +364,5 @@ def split_command(config_path: str, dry_run: bool, timeout: float, as_json: bool
 
 
 COMMANDS: tuple[click.Command, ...] = (coordinator_command, status_command, wait_command,
-                                       plan_command, drain_command, expand_command,
-                                       split_command)
+                                       plan_command, drain_command, forget_command,
+                                       expand_command, split_command)

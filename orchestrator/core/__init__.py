@@ -1,11 +1,12 @@
-"""Pure decisions: grouping, job model, liveness, roles, handoffs, assignment, placement,
-lag, the coordinator core and what it persists and replies.
+"""Pure decisions: grouping, job model, liveness, forgetting dead processors, roles,
+handoffs, assignment, placement, lag, service discovery, the coordinator core and what
+it persists and replies.
 
 No confluent_kafka, no threads, no time.*: the clock is injected.
 """
 
 __all__ = [
-    "assignment", "changelog", "coordinator", "failures", "grouping", "grouping_checks",
-    "handoff", "handoff_driver", "lag", "liveness", "model", "picture", "placement",
-    "replies", "roles", "settings", "split", "stream_records", "views",
+    "assignment", "changelog", "coordinator", "discovery", "failures", "forgetting",
+    "grouping", "grouping_checks", "handoff", "handoff_driver", "lag", "liveness", "model",
+    "picture", "placement", "replies", "roles", "settings", "split", "stream_records", "views",
 ]

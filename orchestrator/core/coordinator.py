@@ -12,7 +12,8 @@ under one lock, each with the injected clock's reading:
 - observations from the daemon's I/O edge: `observe_offsets()` (watermarks and the
   job group's committed offsets), `apply_expansion()` / `refuse_expansion()` from
   the partition monitor;
-- `tick()`, every few hundred milliseconds, and operator requests (`drain()`).
+- `tick()`, every few hundred milliseconds, and operator requests (`drain()`,
+  `forget()`).
 
 Every call ends in `_reconcile()`, which is level-triggered like the wire protocol:
 it looks at the whole current picture and moves it one step towards the target.
@@ -22,6 +23,8 @@ it looks at the whole current picture and moves it one step towards the target.
    and every handoff it takes part in gets `ProcessorLost`.
    Then failed reports are acted on (orchestrator/core/failures.py): the processor
    loses the task, is excluded for it for a backoff, and a handoff it targets ends.
+   A processor dead for `forget_dead_after_s` is forgotten
+   (orchestrator/core/forgetting.py).
 2. Handoffs (orchestrator/core/handoff/, driven by orchestrator/core/handoff_driver.py) get events
    derived from the reports: the target holds the replica (WarmupStarted), its lag
    (LagReported), the source reports the task "released" (ReleaseAcked), the target
@@ -54,7 +57,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from metrics import CoordinatorMetrics
+from orchestrator.core import forgetting
 from orchestrator.core import handoff as hs
+from orchestrator.core.forgetting import ForgetError
 from orchestrator.core.liveness import Processor
 from orchestrator.core.model import Expansion, JobModel
 from orchestrator.core.picture import CorePicture
@@ -64,7 +69,7 @@ from orchestrator.core.split import Split
 from orchestrator.wire.clock import Clock
 from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest, TaskReport
 
-__all__ = ["Coordinator", "CoreConfig", "DrainError", "UnknownProcessor"]
+__all__ = ["Coordinator", "CoreConfig", "DrainError", "ForgetError", "UnknownProcessor"]
 
 log = logging.getLogger("baton.coordinator")
 
@@ -126,6 +131,8 @@ class Coordinator(CorePicture):
             if key.startswith("processor/"):
                 core.processors.add(Processor.from_record(key.partition("/")[2], value, now))
         core.roles.load(dict(records.get("assignment", {})))
+        core.processors.forgotten = {str(k): str(v) for k, v in
+                                     dict(records.get("forgotten", {})).items()}
         core.draining = set(dict(records.get("drain", {})).get("processors", ()))
         core.errors = list(dict(records.get("errors", {})).get("errors", ()))
         core.failures.load(dict(records.get("failures", {})), now)
@@ -143,6 +150,8 @@ class Coordinator(CorePicture):
 
         With `decide` False the message is only taken in (the daemon decides on its own
         loop, woken by `turn_wanted`); the reply is the decision in force."""
+        if self.processors.was_forgotten(request):
+            return self._forgotten(request)
         now = self.clock.monotonic()
         old = self.processors.get(request.processor_id)
         if old is not None and old.execution_id != request.execution_id:
@@ -167,10 +176,19 @@ class Coordinator(CorePicture):
         if processor is None:
             if self.metrics is not None:
                 self.metrics.record_invalid_heartbeat()
+            if self.processors.was_forgotten(request):
+                return self._forgotten(request)
             unknown = self.processors.get(request.processor_id) is None
             return HeartbeatReply(alive=False, generation=self.model.generation,
                                   unknown=unknown)
         return self._answer(processor, request, decide, in_force)
+
+    def _forgotten(self, request: HeartbeatRequest) -> HeartbeatReply:
+        """The execution of a forgotten processor still runs: it is dead (it stops; a
+        new execution of its id registers as any other)."""
+        log.warning("execution %s of forgotten processor %s reported: told it is dead",
+                    request.execution_id, request.processor_id)
+        return HeartbeatReply(alive=False, generation=self.model.generation)
 
     def _answer(self, processor: Processor, request: HeartbeatRequest,
                 decide: bool, in_force: HeartbeatReply | None = None) -> HeartbeatReply:
@@ -210,7 +228,7 @@ class Coordinator(CorePicture):
     def _lose(self, pid: str, reason: str, *, keep_roles: bool) -> None:
         """Invalidate `pid`'s execution; its handoffs learn it; its roles go (or stay
         listed for the same id's new execution, whose activation fences the old one)."""
-        if self.processors.invalidate(pid, reason) is None:
+        if self.processors.invalidate(pid, reason, self.clock.time()) is None:
             return  # unknown, or already invalid
         self._placement_news = True
         if not keep_roles:
@@ -233,12 +251,55 @@ class Coordinator(CorePicture):
                                    f"{', '.join(p.id for p in self.processors) or 'none'}")
         if not processor.valid:
             raise DrainError(f"processor {pid!r} is not alive ({processor.reason}): its "
-                             f"tasks are already being placed elsewhere")
+                             f"tasks are already being placed elsewhere; to remove it for "
+                             f"good, run `baton forget --processor {pid}`")
         self.draining.add(pid)
         self._placement_news = True
         self._reconcile()
         return {"processor": pid, "draining": True,
                 "tasks": sorted(self.roles.peek(pid).active)}
+
+    def forget(self, pid: str) -> dict[str, Any]:
+        """Remove a dead processor for good (orchestrator/core/forgetting.py).
+
+        Raises:
+            UnknownProcessor: no such processor.
+            ForgetError: it is alive, or a handoff in flight still names it.
+        """
+        processor = self.processors.get(pid)
+        if processor is None:
+            raise UnknownProcessor(f"no processor {pid!r}; known: "
+                                   f"{', '.join(p.id for p in self.processors) or 'none'}")
+        why = forgetting.refusal(processor, self._in_handoffs())
+        if why is not None:
+            raise ForgetError(why)
+        self._forget(processor, "at an operator's request")
+        self._reconcile()
+        return {"processor": pid, "forgotten": True, "execution_id": processor.execution_id,
+                "reason": processor.reason}
+
+    def _forget(self, processor: Processor, why: str) -> None:
+        log.info("processor %s (execution %s, dead: %s) forgotten %s", processor.id,
+                 processor.execution_id, processor.reason, why)
+        self.processors.forget(processor.id)
+        self.roles.drop(processor.id)
+        self.draining.discard(processor.id)
+        self.failures.forget_processor(processor.id)
+        self._placement_news = True
+
+    def _in_handoffs(self) -> set[str]:
+        return {pid for h in self.handoffs.values() for pid in (h.source, h.target)
+                if pid is not None}
+
+    def _forget_dead(self) -> None:
+        """Forget every processor dead for `forget_dead_after_s` (0: never)."""
+        after = self.config.forget_dead_after_s
+        for pid in forgetting.due(self.processors, self._in_handoffs(), self.clock.time(),
+                                  after):
+            processor = self.processors.get(pid)
+            assert processor is not None
+            self._forget(processor, f"after {after:g} s dead "
+                                    f"(coordinator.forget_dead_after_ms)")
 
     # ---- observations -------------------------------------------------------------------
 
@@ -327,6 +388,7 @@ class Coordinator(CorePicture):
                        " s (coordinator.processor_timeout_ms)", keep_roles=False)
         self.failures.observe(self, now)
         self._drive_handoffs()
+        self._forget_dead()
         placed = self._settled() and self._placement_due(now)
         if placed:
             self._placement_news = bool(self.handoffs)  # a handoff may end any turn

@@ -6,6 +6,11 @@ lost; the coordinator may declare one dead (release timeout). An invalid or unkn
 execution is answered `alive: false` on every endpoint, which makes it stop without
 committing; its producers are fenced by whoever activates its tasks next.
 
+A dead processor is kept (as invalid, with when it died) until it registers again or is
+forgotten (orchestrator/core/forgetting.py). A forgotten id's last execution is
+remembered, so that execution, should it still run somewhere, is told it is dead
+rather than welcomed back as a newcomer; the id itself is free for a new execution.
+
 Pure bookkeeping over an injected clock reading; the coordinator core decides what a
 loss means for tasks and handoffs.
 """
@@ -18,7 +23,11 @@ from typing import Any
 
 from orchestrator.wire.protocol import HeartbeatRequest, TaskReport
 
-__all__ = ["Liveness", "Processor"]
+__all__ = ["FORGOTTEN_KEPT", "Liveness", "Processor"]
+
+# forgotten executions remembered (the oldest go first): far more than a job ever
+# loses for good, and a bound on what the coordinator stream keeps for them
+FORGOTTEN_KEPT = 1000
 
 
 @dataclass
@@ -31,6 +40,7 @@ class Processor:
         metrics_url: where its /metrics is, as it reported.
         valid: the execution may run tasks; False once lost, replaced or declared dead.
         reason: why it is not valid, for operators.
+        died_at: wall-clock time it stopped being valid (None while valid).
         registered_at: wall-clock time of the registration.
         last_seen: monotonic time of its last valid message (not persisted).
         reports: its last report of every task it holds (not persisted).
@@ -45,6 +55,7 @@ class Processor:
     metrics_url: str | None = None
     valid: bool = True
     reason: str = ""
+    died_at: float | None = None
     registered_at: float = 0.0
     last_seen: float = 0.0
     reports: dict[str, TaskReport] = field(default_factory=dict)
@@ -54,15 +65,20 @@ class Processor:
     busy: float | None = None
 
     def to_record(self) -> dict[str, Any]:
-        return {"execution_id": self.execution_id, "metrics_url": self.metrics_url,
-                "valid": self.valid, "reason": self.reason,
-                "registered_at": self.registered_at}
+        record = {"execution_id": self.execution_id, "metrics_url": self.metrics_url,
+                  "valid": self.valid, "reason": self.reason,
+                  "registered_at": self.registered_at}
+        if self.died_at is not None:
+            record["died_at"] = self.died_at
+        return record
 
     @classmethod
     def from_record(cls, pid: str, record: Mapping[str, Any], now: float) -> Processor:
         """Rebuild from the stream; `last_seen=now` gives it a full timeout to report."""
+        died_at = record.get("died_at")
         return cls(pid, str(record["execution_id"]), record.get("metrics_url"),
                    bool(record.get("valid", True)), str(record.get("reason", "")),
+                   None if died_at is None else float(died_at),
                    float(record.get("registered_at", 0.0)), last_seen=now)
 
 
@@ -71,6 +87,8 @@ class Liveness:
 
     def __init__(self) -> None:
         self._by_id: dict[str, Processor] = {}
+        # forgotten id -> its last execution, oldest first (persisted: "forgotten")
+        self.forgotten: dict[str, str] = {}
 
     def __iter__(self) -> Iterator[Processor]:
         return iter(sorted(self._by_id.values(), key=lambda p: p.id))
@@ -86,6 +104,20 @@ class Liveness:
 
     def remove(self, pid: str) -> None:
         self._by_id.pop(pid, None)
+
+    def forget(self, pid: str) -> Processor | None:
+        """Remove `pid` for good, remembering its last execution as a dead one."""
+        found = self._by_id.pop(pid, None)
+        if found is not None:
+            self.forgotten.pop(pid, None)
+            self.forgotten[pid] = found.execution_id
+            while len(self.forgotten) > FORGOTTEN_KEPT:
+                del self.forgotten[next(iter(self.forgotten))]
+        return found
+
+    def was_forgotten(self, request: HeartbeatRequest) -> bool:
+        """Does `request` come from the last execution of an id that was forgotten?"""
+        return self.forgotten.get(request.processor_id) == request.execution_id
 
     def live(self) -> list[Processor]:
         """The valid processors, by id."""
@@ -111,6 +143,7 @@ class Liveness:
         processor = Processor(request.processor_id, request.execution_id,
                               request.metrics_url, registered_at=wall, last_seen=now)
         self._by_id[processor.id] = processor
+        self.forgotten.pop(processor.id, None)      # a new execution: the id lives again
         return processor
 
     def seen(self, processor: Processor, request: HeartbeatRequest, now: float) -> None:
@@ -133,12 +166,14 @@ class Liveness:
         """Valid processors not heard from for `timeout` seconds."""
         return [p for p in self.live() if now - p.last_seen >= timeout]
 
-    def invalidate(self, pid: str, reason: str) -> Processor | None:
-        """Mark `pid`'s execution invalid; returns it if it was valid."""
+    def invalidate(self, pid: str, reason: str, wall: float) -> Processor | None:
+        """Mark `pid`'s execution invalid as of wall-clock time `wall`; returns it if it
+        was valid."""
         found = self._by_id.get(pid)
         if found is None or not found.valid:
             return None
         found.valid = False
         found.reason = reason
+        found.died_at = wall
         found.reports = {}
         return found

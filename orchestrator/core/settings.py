@@ -33,6 +33,9 @@ class CoreConfig:
     expansion_grace_s: float = 300.0
     # [autoscale]: the recommendation's policy (orchestrator/core/autoscale.py)
     autoscale: AutoscalePolicy = AutoscalePolicy()
+    # a dead processor is forgotten this long after it died ([coordinator]
+    # forget_dead_after_ms); 0: only by an operator
+    forget_dead_after_s: float = 0.0
 
     @classmethod
     def from_config(cls, config: Config) -> CoreConfig:
@@ -49,6 +52,7 @@ class CoreConfig:
             failure_backoff_s=c.failure_backoff_ms / 1000,
             max_task_attempts=c.max_task_attempts,
             expansion_grace_s=config.job.expansion_grace_ms / 1000,
+            forget_dead_after_s=c.forget_dead_after_ms / 1000,
             autoscale=AutoscalePolicy(
                 a.min_processors, a.max_processors, a.target_utilization, a.max_lag_s,
                 a.allow_expand, a.up_window_ms / 1000, a.down_window_ms / 1000,

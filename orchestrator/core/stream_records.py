@@ -22,7 +22,7 @@ __all__ = ["RecordsView", "StreamRecords", "owned"]
 
 # Keys of the coordinator stream this core writes (others, like the daemon's
 # "leader" record, are left alone).
-OWNED_KEYS = ("model", "assignment", "drain", "errors", "failures")
+OWNED_KEYS = ("model", "assignment", "drain", "errors", "failures", "forgotten")
 OWNED_PREFIXES = ("processor/", "handoff/")
 
 
@@ -81,6 +81,8 @@ class StreamRecords:
             out["errors"] = {"errors": list(core.errors)}
         if core.failures.by_task:
             out["failures"] = core.failures.to_record()
+        if core.processors.forgotten:
+            out["forgotten"] = dict(core.processors.forgotten)
         return out
 
     def pending_changes(self, core: RecordsView) -> dict[str, Any | None]:

@@ -97,6 +97,10 @@ def _processor(core: Coordinator, pid: str) -> dict[str, Any]:
             "standby": sorted(roles.standby), "draining": pid in core.draining,
             "disk_full": processor.disk_full,
             "execution_id": processor.execution_id, "reason": processor.reason,
+            # how long a dead one has been dead: what `baton forget` (or
+            # coordinator.forget_dead_after_ms) is decided on
+            "dead_for_s": None if processor.died_at is None
+            else round(max(0.0, core.clock.time() - processor.died_at), 3),
             "reported": reported,
             "seconds_since_heartbeat": round(
                 max(0.0, core.clock.monotonic() - processor.last_seen), 3)}

@@ -7,7 +7,8 @@ Endpoints (DESIGN.md "Liveness" and "CLI"):
 - `GET /sd` -> Prometheus HTTP service discovery: every live processor's metrics
   target with `job` and `processor` labels (pinned; no token, as `/metrics`)
 - `POST /processors/register`, `POST /processors/heartbeat` (HeartbeatRequest -> HeartbeatReply)
-- `GET /status`, `POST /plan`, `POST /drain`, `POST /expand`, `POST /split`, `GET /openapi.json`
+- `GET /status`, `POST /plan`, `POST /drain`, `POST /forget`, `POST /expand`, `POST /split`,
+  `GET /openapi.json`
 
 Every endpoint but these three requires `Authorization: Bearer <token>`: the
 processor token for `/processors/*`, the operator token for the rest (401 without a
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import logging
 from typing import Annotated, Any
-from urllib.parse import urlsplit
 
 from confluent_kafka import KafkaException
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
@@ -36,7 +36,8 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ConfigDict, Field
 
 from metrics import CONTENT_TYPE, render
-from orchestrator.core.coordinator import DrainError, UnknownProcessor
+from orchestrator.core import discovery
+from orchestrator.core.coordinator import DrainError, ForgetError, UnknownProcessor
 from orchestrator.core.split import SplitError
 from orchestrator.core.views import PlanError
 from orchestrator.daemon.credentials import Credentials, Kind, Refused
@@ -54,8 +55,8 @@ from orchestrator.kafka.stream import StreamError
 from orchestrator.kafka.topics import TopicsError
 from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest
 
-__all__ = ["AliveReply", "DrainRequest", "ExpandRequest", "PlanRequest", "SplitRequest",
-           "create_app", "sd_targets"]
+__all__ = ["AliveReply", "DrainRequest", "ExpandRequest", "ForgetRequest", "PlanRequest",
+           "SplitRequest", "create_app"]
 
 log = logging.getLogger("baton.coordinator.api")
 
@@ -83,6 +84,10 @@ class PlanRequest(_Body):
 
 
 class DrainRequest(_Body):
+    processor: _ProcessorId
+
+
+class ForgetRequest(_Body):
     processor: _ProcessorId
 
 
@@ -176,6 +181,11 @@ def create_app(service: CoordinatorService, credentials: Credentials,
         """Scale in: move the processor's tasks away, then tell it to exit."""
         return service.operations.drain(request.processor)
 
+    @app.post("/forget", dependencies=auth, tags=["operators"])
+    def forget(request: ForgetRequest) -> dict[str, Any]:
+        """Remove a dead processor for good (409 for a live one: drain that)."""
+        return service.operations.forget(request.processor)
+
     @app.post("/expand", dependencies=auth, tags=["operators"])
     def expand(request: ExpandRequest) -> dict[str, Any]:
         """Grow an input topic and apply the fixed-task expansion (barriers recorded)."""
@@ -196,7 +206,9 @@ def create_app(service: CoordinatorService, credentials: Credentials,
     def service_discovery() -> list[dict[str, Any]]:
         """Prometheus HTTP service discovery (`http_sd_configs`): one target group per
         live processor, so scrape configs follow scale-out and in without editing."""
-        return sd_targets(service.operations.status(), service.guard.core.config.job)
+        with service.guard.lock:
+            core = service.guard.core
+            return discovery.sd_targets(core.processors, core.config.job)
 
     @app.get("/openapi.json", dependencies=auth, include_in_schema=False)
     def openapi() -> dict[str, Any]:
@@ -206,24 +218,6 @@ def create_app(service: CoordinatorService, credentials: Credentials,
         return app.openapi_schema
 
     return HeartbeatRoute(app, service.heartbeats, credentials, bind_ids)
-
-
-def sd_targets(status: dict[str, Any], job: str) -> list[dict[str, Any]]:
-    """The `/sd` answer from a status view: `{"targets": ["host:port"], "labels":
-    {"job", "processor"}}` per live processor that reported a metrics URL (a
-    `__metrics_path__` label only when its path is not Prometheus' default)."""
-    groups: list[dict[str, Any]] = []
-    for processor in status["processors"]:
-        url = urlsplit(processor.get("metrics_url") or "")
-        if not processor["alive"] or not url.netloc:
-            continue
-        labels = {"job": job, "processor": processor["id"]}
-        if url.path not in ("", "/metrics"):
-            labels["__metrics_path__"] = url.path
-        if url.scheme == "https":
-            labels["__scheme__"] = "https"
-        groups.append({"targets": [url.netloc], "labels": labels})
-    return groups
 
 
 def _json(reply: HeartbeatReply) -> Response:
@@ -244,6 +238,7 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(UnknownProcessor, handler(404))
     app.add_exception_handler(DrainError, handler(409))
+    app.add_exception_handler(ForgetError, handler(409))
     app.add_exception_handler(PlanError, handler(400))
     app.add_exception_handler(ExpansionError, handler(400))
     app.add_exception_handler(SplitError, handler(400))

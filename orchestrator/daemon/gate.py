@@ -6,10 +6,13 @@ was frozen, or cut off from the broker) answers like a standby without a leader 
 its next write succeeds, so a deposed leader never answers from a stale state.
 A standby answers every control request with 503, `"standby": true` and the leader's
 URL (clients with several `coordinator.url`s go there next), serves its own
-`/metrics` (`baton_coordinator_leader` 0), and answers the pinned
-`GET /containerHeartbeat` with the leader's answer, so a liveness probe may ask any
-coordinator. A coordinator that is stopping answers every other request the same way,
-without a leader, from the moment the stop begins.
+`/metrics` (`baton_coordinator_leader` 0, and none of the job's picture: only the leader
+exports that), answers the pinned `GET /containerHeartbeat` with the leader's answer, so
+a liveness probe may ask any coordinator, and the pinned `GET /sd` from the coordinator
+stream it follows (`sd`, published by the daemon's loop; orchestrator/core/discovery.py),
+so Prometheus may discover the processors through any coordinator. A coordinator that
+is stopping answers every other request the same way, without a leader, from the moment
+the stop begins.
 
 `/healthz` and `/readyz` (orchestrator/wire/health.py) are the gate's own, answered
 without a token in every state: live whenever it answers at all (its event loop turns);
@@ -83,6 +86,9 @@ class Gate:
         self.confirmed: Callable[[], bool] = lambda: True
         # the daemon is stopping: its stream may be closed under a request
         self.stopping = False
+        # a standby's `/sd` answer from the stream it follows (None: not read yet);
+        # replaced whole by the daemon's loop, never edited
+        self.sd: list[dict[str, Any]] | None = None
         self._job, self._registry, self._tls = job, registry, tls
 
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
@@ -106,8 +112,11 @@ class Gate:
             await self._refuse(send, "this coordinator's leadership is unconfirmed (no "
                                "stream write within its lease); try the others")
             return
+        sd = self.sd
         if path == "/metrics":
             await _respond(send, 200, render(self._registry), CONTENT_TYPE)
+        elif path == "/sd" and sd is not None:
+            await _respond(send, 200, json.dumps(sd).encode(), "application/json")
         elif path == "/containerHeartbeat" and self.leader_url:
             await self._relay(scope, send, self.leader_url)
         else:

@@ -15,8 +15,10 @@ leader writes its "leader" record every quarter of `takeover_ms`; on SIGTERM it
 writes a resignation, so a standby takes over at once.
 
 The main thread owns the loop: a tick every `_TICK_S`. Signal handlers only set
-flags. Exit codes: 0 on SIGTERM/SIGINT, 1 when start-up fails, 2 for bad
-configuration (a token file others can read, unreadable TLS files).
+flags. Exit codes: 0 on SIGTERM/SIGINT, 1 when start-up fails (a listen port still in
+use after `coordinator.bind_timeout_ms` included: a supervisor restarts it), 2 for bad
+configuration (a token file others can read, unreadable TLS files, a listen address
+that is not this host's).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from confluent_kafka import KafkaException
 from prometheus_client import CollectorRegistry
 
 from metrics import CoordinatorMetrics, register_daemon_metrics
+from orchestrator.core.discovery import sd_from_records
 from orchestrator.core.grouping import GroupingError
 from orchestrator.daemon.api import create_app
 from orchestrator.daemon.credentials import Credentials
@@ -46,6 +49,7 @@ from orchestrator.daemon.limits import BodyLimit
 from orchestrator.daemon.tls import PeerNameProtocol, server_context
 from orchestrator.kafka.stream import FencedError, StreamError, StreamTail, stream_topic
 from orchestrator.kafka.topics import TopicAdmin, TopicsError
+from orchestrator.wire.binding import bind_retrying, in_use
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.collector import Collector
 from orchestrator.wire.config import Config
@@ -131,23 +135,41 @@ def _http_config(app: Any, tls: ssl.SSLContext | None) -> uvicorn.Config:
                           timeout_graceful_shutdown=int(_HTTP_STOP_S), **options)
 
 
-def _bind(listen: str) -> socket.socket:
-    """Bind exactly the configured host:port, before anything else can fail on it."""
-    host, _, port = listen.rpartition(":")
+def _bind(listen: str, timeout_s: float, clock: Clock, stop: threading.Event) -> socket.socket:
+    """Bind exactly the configured host:port, before anything else can fail on it; a
+    port in use is tried again for `timeout_s` (orchestrator/wire/binding.py), unless
+    the daemon is stopped meanwhile (exit 0)."""
     try:
-        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
-        family, _, _, _, address = infos[0]
-        # proto named: asyncio sets TCP_NODELAY on accepted connections only when the
-        # listener's proto is IPPROTO_TCP; without it every reply's body waited ~40 ms on
-        # Nagle and the client's delayed ACK, twice per heartbeat, inside every handoff
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock = bind_retrying(lambda: _listen(listen), timeout_s, clock,
+                             f"{listen} (coordinator.listen)", stop.is_set)
+    except OSError as exc:
+        if stop.is_set():
+            raise StartupError(f"stopped while {listen} (coordinator.listen) was in use",
+                               0) from exc
+        busy = in_use(exc)
+        raise StartupError(f"cannot listen on {listen} (coordinator.listen): {exc.strerror or exc}"
+                           + ("; is another coordinator running there? (tried for "
+                              "coordinator.bind_timeout_ms)" if busy else ""),
+                           1 if busy else 2) from exc
+    sock.set_inheritable(False)
+    return sock
+
+
+def _listen(listen: str) -> socket.socket:
+    host, _, port = listen.rpartition(":")
+    infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    family, _, _, _, address = infos[0]
+    # proto named: asyncio sets TCP_NODELAY on accepted connections only when the
+    # listener's proto is IPPROTO_TCP; without it every reply's body waited ~40 ms on
+    # Nagle and the client's delayed ACK, twice per heartbeat, inside every handoff
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
         sock.listen(_BACKLOG)
-    except OSError as exc:
-        raise StartupError(f"cannot listen on {listen} (coordinator.listen): {exc.strerror or exc}"
-                           f"; is another coordinator running there?") from exc
-    sock.set_inheritable(False)
+    except OSError:
+        sock.close()
+        raise
     return sock
 
 
@@ -169,13 +191,14 @@ class CoordinatorDaemon:
                                  config.file(c.tls_client_ca_file)) if c.tls_cert_file else None
         except ValueError as exc:
             raise StartupError(f"{exc} (in {config.path})", 2) from exc
-        self.sock = _bind(c.listen)
+        self.sock = _bind(c.listen, c.bind_timeout_ms / 1000, clock, stop)
         self.url = own_url(c.listen, tls is not None, c.urls)
         self.takeover_s = c.takeover_ms / 1000
         settings = config.kafka_settings()
         self.admin = TopicAdmin(settings, f"baton.{config.job.name}", clock=clock)
         self.tail: StreamTail | None = None
         self.lead: Leadership | None = None
+        self._sd_read = -1                      # the stream records /sd was made from
         self._last_life = clock.monotonic()     # the leader's last sign of life seen
         self._read_at = clock.monotonic()       # the stream's last answer (life or not)
         try:
@@ -252,6 +275,7 @@ class CoordinatorDaemon:
         if self.tail.leader() is not None or not self.tail.at_end:
             self._last_life = self.clock.monotonic()
             self.gate.leader_url = self._leader_url()
+            self._publish_sd()
             log.info("standby: job %s is led by %s", self.config.job.name, self.gate.leader_url)
             return
         try:
@@ -276,6 +300,7 @@ class CoordinatorDaemon:
         if alive or (alive is None and not blind):  # life, or no evidence (broker away)
             self._last_life = now
         self.gate.leader_url = self._leader_url()
+        self._publish_sd()
         resigned = alive is not None and self.tail.at_end and self.tail.leader() is None
         if resigned or now - self._last_life >= self.takeover_s:
             log.warning("the leader of job %s %s; taking over", self.config.job.name,
@@ -300,6 +325,7 @@ class CoordinatorDaemon:
             self.tail.close()
             self.tail = None
         self.lead = lead
+        self.gate.sd = None     # the leader's API answers /sd from its own picture
         self.gate.app = create_app(lead.service, self.credentials, self.registry,
                                    bind_ids=bool(self.config.coordinator.tls_client_ca_file))
         self.gate.leader_url = self.url
@@ -322,11 +348,13 @@ class CoordinatorDaemon:
     def _step_down(self) -> None:
         """Become a standby. Nothing here ends the daemon: the leadership is abandoned
         whatever its close says, and a tail that cannot be read yet is retried by the
-        standby turns."""
+        standby turns. Its metrics stop showing the job (`set_leader(False)`), so sums
+        over every coordinator count each processor once."""
         self.gate.app = None
         self.gate.leader_url = None
         self.gate.confirmed = _unconfirmed     # lets go of the deposed leadership's guard
         self.metrics.set_leader(False)
+        self._sd_read = -1
         lead, self.lead = self.lead, None
         self._last_life = self.clock.monotonic()
         if lead is not None:
@@ -347,6 +375,15 @@ class CoordinatorDaemon:
         except (StreamError, KafkaException) as exc:
             log.warning("standby: cannot read the stream yet (will retry): %s", exc)
         self.gate.leader_url = self._leader_url()
+        self._publish_sd()
+
+    def _publish_sd(self) -> None:
+        """Give the gate a standby's `/sd` answer, made again when records arrived and
+        the stream is read to its end (a partial read may list processors long dead)."""
+        if self.tail is None or not self.tail.at_end or self.tail.records == self._sd_read:
+            return
+        self._sd_read = self.tail.records
+        self.gate.sd = sd_from_records(self.tail.state, self.config.job.name)
 
     def _leader_url(self) -> str | None:
         leader = self.tail.leader() if self.tail is not None else None

@@ -1,4 +1,5 @@
-"""The operators' requests to the coordinator: status, plan, drain, expand, split."""
+"""The operators' requests to the coordinator: status, plan, drain, forget, expand,
+split."""
 
 from __future__ import annotations
 
@@ -43,6 +44,13 @@ class Operations:
     def drain(self, processor: str) -> dict[str, Any]:
         with self._guard.deciding():
             result = self._guard.core.drain(processor)
+            self._guard.commit()
+            return result
+
+    def forget(self, processor: str) -> dict[str, Any]:
+        """Remove a dead processor for good (POST /forget), persisted before the answer."""
+        with self._guard.deciding():
+            result = self._guard.core.forget(processor)
             self._guard.commit()
             return result
 

@@ -289,6 +289,10 @@ class CoordinatorClient:
         result: dict[str, Any] = self.request("POST", "/drain", {"processor": processor})
         return result
 
+    def forget(self, processor: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("POST", "/forget", {"processor": processor})
+        return result
+
     def expand(self, topic: str, partitions: int) -> dict[str, Any]:
         result: dict[str, Any] = self.request("POST", "/expand",
                                               {"topic": topic, "partitions": partitions})

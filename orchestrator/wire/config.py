@@ -66,6 +66,9 @@ class CoordinatorConfig(_Section):
     listen: str = Field(default="127.0.0.1:8700", pattern=r"^[^:\s]+:\d+$",
                         examples=["10.0.0.2:8700"])
     """HOST:PORT the coordinator's HTTP API (and /metrics, /sd) binds to."""
+    bind_timeout_ms: int = Field(default=30000, ge=0)
+    """A listen port in use is tried again this long, then the coordinator exits 1 (its
+    supervisor starts it again); 0: tried once."""
     url: str | list[str] = Field(default="http://127.0.0.1:8700",
                                  examples=[["http://10.0.0.2:8700", "http://10.0.0.3:8700"]])
     """One URL, or every coordinator's (leader and standbys): clients find the leader."""
@@ -101,6 +104,9 @@ class CoordinatorConfig(_Section):
     """A processor silent this long is considered gone and its tasks are re-placed."""
     failure_backoff_ms: int = Field(default=30000, gt=0)
     """A processor that failed a task is excluded for it this long, doubled per attempt."""
+    forget_dead_after_ms: int = Field(default=0, ge=0, examples=[86_400_000])
+    """A processor dead this long is forgotten (as by `baton forget`): it leaves
+    `baton status` and `baton_processors{state="dead"}`. 0: only `baton forget` does."""
     max_task_attempts: int = Field(default=3, ge=1)
     """Attempts per (task, processor) before that processor never gets the task again. A
     pair that has not failed for 20 backoffs past its exclusion starts over."""
@@ -142,6 +148,9 @@ class ProcessorConfig(_Section):
     (an id missing from it gets a free port)."""
     metrics_host: str = Field(default="127.0.0.1", examples=["10.0.0.5"])
     """The address the metrics server binds to, and reports (not 0.0.0.0)."""
+    bind_timeout_ms: int = Field(default=30000, ge=0)
+    """A fixed metrics port in use is tried again this long, then the processor exits 1
+    (its supervisor starts it again); 0: tried once."""
     on_error: Literal["fail", "skip", "dlq"] = "fail"
     """A record whose process() raises: stop the task, skip it, or send it to the
     dead-letter topic `baton.<job>.dlq`."""

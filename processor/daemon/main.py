@@ -8,7 +8,9 @@ without committing (exit 3). With `processor.on_error = "dlq"` a dead-letter top
 is missing and cannot be created stops the start before anything is processed (exit 2
 when the broker refused, 1 when it did not answer); so does a broker that would refuse
 every task (a transaction timeout above its limit, an ACL missing on a topic: exit 2,
-processor/runtime/preflight.py).
+processor/runtime/preflight.py). A fixed metrics port in use is tried again for
+`processor.bind_timeout_ms` (orchestrator/wire/binding.py), then the start fails with
+exit 1, which its supervisor restarts.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from types import FrameType
 from prometheus_client import CollectorRegistry
 
 from metrics import ProcessorMetrics, register_daemon_metrics, serve_metrics
+from orchestrator.wire.binding import bind_retrying, in_use
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.collector import Collector
 from orchestrator.wire.config import Config
@@ -55,8 +58,9 @@ def _execution_id() -> str:
 def run_processor(config: Config, processor_id: str, clock: Clock | None = None) -> int:
     """Run until SIGTERM (0), drained (0), or declared dead (3); a dead-letter topic
     that cannot be created stops the start (2, or 1: see above), as do a broker that
-    would refuse every task (2) and a metrics address that cannot be bound (2: a fixed
-    port in use).
+    would refuse every task (2), a metrics address that is not this host's (2) and a
+    fixed metrics port still in use after `processor.bind_timeout_ms` (1: a supervisor
+    restarts it).
 
     Raises:
         ProcessorDirLocked: another live execution of this id holds its state directory
@@ -72,15 +76,22 @@ def _run(config: Config, processor_id: str, execution_id: str, clock: Clock) -> 
     metrics = ProcessorMetrics(registry, config.job.name, processor_id)
     register_daemon_metrics(registry, config.job.name)
     port = config.processor.metrics_port_for(processor_id)
+    host = config.processor.metrics_host
     probes = _Probes()
     try:
-        server, _ = serve_metrics(registry, config.processor.metrics_host, port,
-                                  probes.paths())
+        server, _ = bind_retrying(
+            lambda: serve_metrics(registry, host, port, probes.paths()),
+            config.processor.bind_timeout_ms / 1000, clock,
+            f"processor {processor_id}'s metrics address {host}:{port} "
+            f"(processor.metrics_port)")
     except OSError as exc:      # a fixed port in use, or a host that is not this one's
+        busy = in_use(exc)
         log.error("processor %s cannot serve its metrics on %s:%d (processor.metrics_host, "
-                  "processor.metrics_port in %s): %s", processor_id,
-                  config.processor.metrics_host, port, config.path, exc.strerror or exc)
-        return 2
+                  "processor.metrics_port in %s): %s%s", processor_id, host, port,
+                  config.path, exc.strerror or exc,
+                  ", still after processor.bind_timeout_ms; exit 1 (a supervisor starts "
+                  "it again)" if busy else "")
+        return 1 if busy else 2
     try:
         runtime = TaskRuntime(config, processor_id, metrics=metrics, clock=clock)
     except DeadLetterTopicError as exc:

@@ -72,6 +72,31 @@ def test_set_processors_zeroes_states_that_are_gone(registry):
     assert value(registry, "baton_processors", state="alive") == 3
 
 
+def test_a_standby_exports_none_of_the_job_s_picture(registry):
+    """A coordinator that steps down drops the processors and failed tasks it counted
+    (sums over every coordinator count the leader's only), and ignores what a deposed
+    leadership's last decisions still set; leading again, it counts again."""
+    m = CoordinatorMetrics(registry, JOB)
+    m.set_leader(True)
+    m.set_processors({"alive": 2, "dead": 1})
+    m.set_failed_tasks(2)
+    m.set_views(lag_view=lambda: [LagSample(T0, "p1", "active", 5)])
+    m.set_leader(False)
+    for state in ("alive", "draining", "dead"):
+        assert value(registry, "baton_processors", state=state) == 0
+    assert value(registry, "baton_tasks_failed") == 0
+    assert value(registry, "baton_task_lag_records", task=T0, processor="p1",
+                 role="active") is None
+    assert value(registry, "baton_coordinator_leader") == 0
+    m.set_processors({"dead": 1})
+    m.set_failed_tasks(1)
+    assert value(registry, "baton_processors", state="dead") == 0
+    assert value(registry, "baton_tasks_failed") == 0
+    m.set_leader(True)
+    m.set_processors({"alive": 1})
+    assert value(registry, "baton_processors", state="alive") == 1
+
+
 @pytest.mark.parametrize("call", [
     lambda m: m.record_phase("done", 1.0),
     lambda m: m.record_handoff("succeeded"),

@@ -2,10 +2,13 @@
 `GET /sd` lists every live processor's metrics target, labelled `job` and `processor`;
 a Prometheus configured with only the coordinator (static) and its `/sd` scrapes the
 processors, on the fixed ports of `[processor] metrics_port = { p1 = ..., p2 = ... }`,
-and drops one that leaves. Every daemon exports `baton_build_info` and process metrics."""
+and drops one that leaves. Every daemon exports `baton_build_info` and process metrics.
+A fixed port in use for a moment is bound once it frees; one that stays in use ends the
+start with exit 1, which a supervisor restarts."""
 
 from __future__ import annotations
 
+import socket
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -61,15 +64,43 @@ def _scraped(prometheus: PrometheusServer) -> set[str | None]:
     return {t["labels"].get("processor") for t in prometheus.api("targets")["activeTargets"]}
 
 
-def test_a_fixed_metrics_port_in_use_stops_the_start_naming_the_key(
-        coordinated: Any, daemons: Any) -> None:
-    import socket
+def _held() -> socket.socket:
+    """A port another program listens on."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    return taken
 
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen(1)
+
+def test_a_fixed_metrics_port_held_for_a_moment_is_bound_once_it_frees(
+        coordinated: Any, daemons: Any) -> None:
+    taken = _held()
+    port = taken.getsockname()[1]
+    try:
+        config, path = coordinated(partitions=1, processor={"metrics_port": {"p1": port}})
+        job = Job(config, path, daemons)
+        job.start_coordinator()
+        processor = job.start_processor("p1", registered=False)
+        wait_for(lambda: "is in use; trying again" in processor.log()
+                 or not processor.running(), 60, "p1 trying its port again")
+        assert processor.running(), processor.log()
+    finally:
+        taken.close()
+    wait_for(lambda: "p1" in job.holding(), 60, "p1 registered once its port freed")
+    [p1] = job.status()["processors"]
+    assert p1["metrics_url"] == f"http://127.0.0.1:{port}/metrics"
+    assert httpx.get(p1["metrics_url"], timeout=10).status_code == 200
+    assert job.processors["p1"].stop() == 0
+
+
+def test_a_fixed_metrics_port_that_stays_in_use_exits_1_for_a_restart_naming_the_key(
+        coordinated: Any, daemons: Any) -> None:
+    with _held() as taken:
         port = taken.getsockname()[1]
-        _, path = coordinated(partitions=1, processor={"metrics_port": {"p1": port}})
+        _, path = coordinated(partitions=1, processor={"metrics_port": {"p1": port},
+                                                       "bind_timeout_ms": 2000})
         processor = daemons("p1", "processor", "-c", path, "--id", "p1")
-        assert processor.wait(60) == 2
-    assert f"127.0.0.1:{port} (processor.metrics_host, processor.metrics_port" in processor.log()
+        assert processor.wait(60) == 1      # systemd's Restart=on-failure starts it again
+    log = processor.log()
+    assert f"127.0.0.1:{port} (processor.metrics_host, processor.metrics_port" in log
+    assert "still after processor.bind_timeout_ms; exit 1" in log

@@ -56,6 +56,7 @@ def test_a_usage_error_names_the_command(command: str) -> None:
 
 @pytest.mark.parametrize("args", [("status",), ("plan", "--add", "p1"), ("split",),
                                   ("drain", "--processor", "p1"),
+                                  ("forget", "--processor", "p1"),
                                   ("expand", "--topic", "in", "--partitions", "2"),
                                   ("wait", "--until", "balanced"), ("coordinator",),
                                   ("processor", "--id", "p1"), ("audit",)])
@@ -74,6 +75,7 @@ def test_an_unknown_command_is_named() -> None:
 
 @pytest.mark.parametrize("command", [("status",), ("plan", "--add", "p3"), ("split",),
                                      ("drain", "--processor", "p1"),
+                                     ("forget", "--processor", "p1"),
                                      ("expand", "--topic", "in", "--partitions", "2")])
 def test_before_the_coordinator_wrote_its_token_the_command_says_so_and_exits_1(
         tmp_path: Path, command: tuple[str, ...]) -> None:

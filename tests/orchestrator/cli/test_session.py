@@ -41,7 +41,7 @@ def test_every_command_that_asks_the_coordinator_has_a_bounded_documented_limit(
     limits = {c.name: next((p.default for p in c.params if p.name == "timeout"), "none")
               for c in COMMANDS if isinstance(c, click.Command)}
     assert limits == {"coordinator": "none", "status": CLI_LIMIT_S, "plan": CLI_LIMIT_S,
-                      "split": CLI_LIMIT_S, "wait": 600.0, "expand": 600.0,
+                      "split": CLI_LIMIT_S, "forget": CLI_LIMIT_S, "wait": 600.0, "expand": 600.0,
                       "drain": None}              # 600 with --wait, else CLI_LIMIT_S
     runner = CliRunner()
     assert "default: 60.0" in runner.invoke(main, ["status", "--help"]).output

@@ -60,9 +60,12 @@ class Harness:
         self.core.confirm(changes)
         check_one_active_owner(self.core)
 
-    def restart(self) -> None:
-        """A new coordinator process: new clock, state only from the stream."""
-        self.clock = FakeClock(start=1000.0)
+    def restart(self, wall_goes_on: bool = False) -> None:
+        """A new coordinator process: new clock, state only from the stream. With
+        `wall_goes_on` its wall clock reads on from the old one's (another host's
+        clock, in step), else it starts again from the fake epoch."""
+        self.clock = (FakeClock(start=1000.0, wall_start=self.clock.time()) if wall_goes_on
+                      else FakeClock(start=1000.0))
         self.registry = CollectorRegistry()
         core = Coordinator.restore(self.config, self.clock, dict(self.stream),
                                    CoordinatorMetrics(self.registry, "j",

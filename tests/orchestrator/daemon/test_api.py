@@ -104,8 +104,8 @@ def beat(execution: str = "e1", pid: str = "p1", **extra: Any) -> dict[str, Any]
 
 @pytest.mark.parametrize(("method", "path"), [
     ("GET", "/status"), ("POST", "/processors/register"), ("POST", "/processors/heartbeat"),
-    ("POST", "/plan"), ("POST", "/drain"), ("POST", "/expand"), ("POST", "/split"),
-    ("GET", "/openapi.json")])
+    ("POST", "/plan"), ("POST", "/drain"), ("POST", "/forget"), ("POST", "/expand"),
+    ("POST", "/split"), ("GET", "/openapi.json")])
 def test_token_required(api: tuple[TestClient, Any], method: str, path: str) -> None:
     client, _ = api
     assert client.request(method, path).status_code == 401
@@ -166,6 +166,8 @@ def test_status_has_the_pinned_keys(api: tuple[TestClient, Any]) -> None:
     ("/plan", b'{"add": "p2"}'),
     ("/plan", b'{"add": ["bad id"]}'),
     ("/drain", b"{}"),
+    ("/forget", b"{}"),
+    ("/forget", b'{"processor": "p/1"}'),
     ("/expand", b'{"topic": "in", "partitions": 0}'),
     ("/expand", b'{"topic": "in", "partitions": "many"}'),
     ("/expand", b'{"topic": "in", "partitions": 99999999999}'),
@@ -182,6 +184,11 @@ def test_operator_refusals_are_4xx_with_reasons(api: tuple[TestClient, Any]) -> 
     client, _ = api
     drain = client.post("/drain", json={"processor": "ghost"}, headers=AUTH)
     assert drain.status_code == 404 and "ghost" in drain.json()["detail"]
+    forget = client.post("/forget", json={"processor": "ghost"}, headers=AUTH)
+    assert forget.status_code == 404 and "ghost" in forget.json()["detail"]
+    client.post("/processors/register", json=beat(), headers=AUTH)
+    live = client.post("/forget", json={"processor": "p1"}, headers=AUTH)
+    assert live.status_code == 409 and "'p1' is alive" in live.json()["detail"]
     plan = client.post("/plan", json={"remove": ["ghost"]}, headers=AUTH)
     assert plan.status_code == 400 and "ghost" in plan.json()["detail"]
     other = client.post("/expand", json={"topic": "other", "partitions": 4}, headers=AUTH)
@@ -211,6 +218,31 @@ def test_plan_and_drain(api: tuple[TestClient, Any]) -> None:
     drained = client.post("/drain", json={"processor": "p1"}, headers=AUTH).json()
     assert drained["draining"]
     assert written["drain"] == {"processors": ["p1"]}
+
+
+def test_forget_of_a_dead_processor_is_persisted_before_the_answer() -> None:
+    service, registry, written = make_service()
+    client = TestClient(create_app(service, credentials(), registry))
+    client.post("/processors/register", json=beat(metrics_url="http://10.0.0.1:9101/metrics"),
+                headers=AUTH)
+    client.post("/processors/register", json=beat("e2", "p2"), headers=AUTH)
+    service.guard.core.clock.advance(11)     # past the processor timeout: p1 silent
+    client.post("/processors/heartbeat", json=beat("e2", "p2"), headers=AUTH)
+    service.decisions.tick()
+    assert written["processor/p1"]["valid"] is False
+    assert client.get("/sd").json() == []     # a dead processor is no target
+    moving = client.post("/forget", json={"processor": "p1"}, headers=AUTH)
+    assert moving.status_code == 409, "p2 is activating p1's tasks: their handoffs name p1"
+    assert "a handoff in flight still names it" in moving.json()["detail"]
+    active = [{"task": t, "role": "active", "positions": {}}
+              for t in ("Partition 0", "Partition 1")]
+    for _ in range(3):
+        client.post("/processors/heartbeat", json=beat("e2", "p2", tasks=active), headers=AUTH)
+        service.decisions.tick()
+    forgot = client.post("/forget", json={"processor": "p1"}, headers=AUTH)
+    assert forgot.status_code == 200 and forgot.json()["forgotten"] is True
+    assert written["processor/p1"] is None and written["forgotten"] == {"p1": "e1"}
+    assert registry.get_sample_value("baton_processors", {"job": "j", "state": "dead"}) == 0
 
 
 # ---- schemathesis: fuzz every operation, with the token; no 5xx, ever ---------------------

@@ -51,3 +51,20 @@ def test_a_stopping_coordinator_sends_clients_elsewhere() -> None:
     assert client.get("/metrics").status_code == 200
     assert client.get("/containerHeartbeat?executionContainerId=x").status_code == 200
     assert leader.paths == ["/metrics", "/containerHeartbeat"]
+
+
+def test_a_standby_answers_sd_from_the_stream_it_follows() -> None:
+    gate = Gate("orders", CollectorRegistry(), TlsSettings(None, None, None))
+    client = TestClient(gate)
+    assert client.get("/sd").status_code == 503, "nothing read from the stream yet"
+    groups = [{"targets": ["10.0.0.1:9101"], "labels": {"job": "orders", "processor": "p1"}}]
+    gate.sd = groups
+    answer = client.get("/sd")       # no token: as /metrics
+    assert answer.status_code == 200 and answer.json() == groups
+    assert client.get("/status").status_code == 503, "control requests still go to the leader"
+
+
+def test_a_leading_gate_leaves_sd_to_the_leader_s_api() -> None:
+    gate, leader = _gate()
+    gate.sd = []
+    assert TestClient(gate).get("/sd").status_code == 200 and leader.paths == ["/sd"]

@@ -34,12 +34,13 @@ def leading(coordinated: Callable[..., tuple[Any, Any]]) -> Iterator[Coordinator
         daemon.close()
 
 
-def _depose(daemon: CoordinatorDaemon) -> None:
-    """Another coordinator takes the stream over and names itself."""
+def _depose(daemon: CoordinatorDaemon, **records: Any) -> None:
+    """Another coordinator takes the stream over and names itself (and writes
+    `records`)."""
     usurper = CoordinatorStream(daemon.config.kafka_settings(), daemon.config.job.name)
     try:
         usurper.open()
-        usurper.write({"leader": {"url": NEW_LEADER}})
+        usurper.write({"leader": {"url": NEW_LEADER}, **records})
     finally:
         usurper.close()
 
@@ -59,6 +60,25 @@ def test_a_deposed_leader_names_the_new_one(leading: CoordinatorDaemon) -> None:
     assert leading.gate.leader_url == NEW_LEADER
     leading._standby_turn()                 # and it keeps following the stream
     assert leading.lead is None and leading.gate.leader_url == NEW_LEADER
+
+
+def test_a_deposed_leader_drops_the_job_s_picture_and_answers_sd_from_the_stream(
+        leading: CoordinatorDaemon) -> None:
+    registry = leading.registry
+
+    def sample(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, {"job": leading.config.job.name, **labels})
+
+    leading.metrics.set_processors({"alive": 2, "dead": 1})     # the leader's picture
+    leading.metrics.set_failed_tasks(1)
+    p2 = {"execution_id": "e2", "metrics_url": "http://10.0.0.2:9102/metrics", "valid": True}
+    _depose(leading, **{"processor/p2": p2})
+    leading._step_down()
+    for state in ("alive", "draining", "dead"):
+        assert sample("baton_processors", state=state) == 0, state
+    assert sample("baton_tasks_failed") == 0 and sample("baton_coordinator_leader") == 0
+    assert leading.gate.sd == [{"targets": ["10.0.0.2:9102"], "labels": {
+        "job": leading.config.job.name, "processor": "p2"}}]
 
 
 def test_a_leadership_that_fails_to_close_still_stands_by(

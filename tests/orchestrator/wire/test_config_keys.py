@@ -70,3 +70,29 @@ def test_a_value_of_no_accepted_form_is_one_line_naming_the_forms() -> None:
     [problem] = caught.value.problems
     assert problem.startswith("<memory>: processor.metrics_port: expected a number: ")
     assert "; or a table: " in problem
+
+
+def test_forgetting_and_bind_retries_default_to_never_and_30_s() -> None:
+    config = parse_config(raw())
+    assert config.coordinator.forget_dead_after_ms == 0
+    assert config.coordinator.bind_timeout_ms == config.processor.bind_timeout_ms == 30000
+    set_ = parse_config(raw(coordinator={"forget_dead_after_ms": 86_400_000,
+                                         "bind_timeout_ms": 0},
+                            processor={"bind_timeout_ms": 5000}))
+    assert set_.coordinator.forget_dead_after_ms == 86_400_000
+    assert (set_.coordinator.bind_timeout_ms, set_.processor.bind_timeout_ms) == (0, 5000)
+
+
+@pytest.mark.parametrize(("section", "key", "value"), [
+    ("coordinator", "forget_dead_after_ms", -1),
+    ("coordinator", "forget_dead_after_ms", "a day"),
+    ("coordinator", "bind_timeout_ms", -5),
+    ("processor", "bind_timeout_ms", 1.5),
+])
+def test_bad_forget_and_bind_settings_name_the_key_and_file(
+        section: str, key: str, value: Any, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(raw(**{section: {key: value}}), tmp_path / "job.toml")
+    [problem] = caught.value.problems
+    assert problem.startswith(f"{tmp_path / 'job.toml'}: {section}.{key}: "), problem
+
