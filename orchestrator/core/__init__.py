@@ -1,12 +1,12 @@
 """Pure decisions: grouping, job model, liveness, forgetting dead processors, roles,
-handoffs, assignment, placement, lag, service discovery, the coordinator core and what
-it persists and replies.
+handoffs, assignment, placement, lag, service discovery, the autoscaling
+recommendation, the coordinator core and what it persists and replies.
 
 No confluent_kafka, no threads, no time.*: the clock is injected.
 """
 
 __all__ = [
-    "assignment", "changelog", "coordinator", "discovery", "failures", "forgetting",
+    "assignment", "autoscale", "changelog", "coordinator", "discovery", "failures", "forgetting",
     "grouping", "grouping_checks", "handoff", "handoff_driver", "lag", "liveness", "model",
     "picture", "placement", "replies", "roles", "settings", "split", "stream_records", "views",
 ]
