@@ -1,5 +1,7 @@
 """The example job of examples/order_totals: its job class on the in-memory harness, and
-its job.toml run by a coordinator and a processor on the broker, as its header says."""
+its job.toml run by a coordinator and a processor on the broker, as its header says, the
+job's code found through `[job] path` (no PYTHONPATH). tests/test_quick_start.py runs the
+README's quick start, which copies the job to a directory of its own."""
 
 from __future__ import annotations
 
@@ -22,8 +24,9 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "order_totals"
 @pytest.fixture
 def order_totals(monkeypatch: pytest.MonkeyPatch) -> Any:
     """The job class, imported the way its job.toml names it (its directory on the path)."""
-    monkeypatch.syspath_prepend(str(EXAMPLE))
     config = load_config(EXAMPLE / "job.toml")
+    for directory in reversed(config.job_path):
+        monkeypatch.syspath_prepend(str(directory))
     return load_job(config.job.class_)
 
 
@@ -41,6 +44,8 @@ def test_the_readme_shows_the_example_as_shipped() -> None:
 def test_the_example_config_is_valid_and_names_its_class() -> None:
     config = load_config(EXAMPLE / "job.toml")
     assert config.job.class_ == "order_totals:OrderTotals"
+    assert config.job_path == [EXAMPLE]                # its code: beside the file
+    assert "PYTHONPATH" not in (EXAMPLE / "job.toml").read_text()
     assert config.job.params == {"big_order": 100}
 
 
@@ -70,7 +75,8 @@ def test_the_example_runs_as_a_job(broker: Any, unique: Any, daemons: Any,
     raw = tomllib.loads((EXAMPLE / "job.toml").read_text())
     port = free_port()
     raw["job"].update(name=unique("orders"), inputs=[broker.create_topic(unique("orders"), 2)],
-                      output=broker.create_topic(unique("totals"), 2))
+                      output=broker.create_topic(unique("totals"), 2),
+                      path=[str(EXAMPLE)])            # "." was beside the example's file
     raw["kafka"] = broker.kafka_table()
     raw["coordinator"] = {"listen": f"127.0.0.1:{port}", "url": f"http://127.0.0.1:{port}",
                           "token_file": str(tmp_path / "coordinator.token")}
@@ -79,11 +85,10 @@ def test_the_example_runs_as_a_job(broker: Any, unique: Any, daemons: Any,
     raw["catch_up"] = broker.catch_up_table()
     path = tmp_path / "job.toml"
     path.write_text(dump_config(raw))                 # [job] params as an inline table
-    env = {"PYTHONPATH": str(EXAMPLE)}
     config = load_config(path)
-    coordinator = daemons("coordinator", "coordinator", "-c", path, env=env)
+    coordinator = daemons("coordinator", "coordinator", "-c", path)
     wait_for_coordinator(config, coordinator)
-    daemons("p1", "processor", "-c", path, "--id", "p1", env=env)
+    daemons("p1", "processor", "-c", path, "--id", "p1")
     producer = broker.producer()
     orders = [(f"c{i % 5}", str(10 * (i % 13))) for i in range(100)]
     for key, value in orders:
