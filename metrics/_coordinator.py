@@ -181,6 +181,7 @@ class CoordinatorMetrics:
             "baton_recommended_processors", "The processor count the job needs, as the "
             "autoscaling recommendation estimates it (docs/operations.md, \"Autoscaling\").",
             ["job"], registry=registry).labels(job=job)
+        self._recommended.set(0)
         self._estimates = {name: Gauge(
             f"baton_autoscale_{name}_records_per_second", text, ["job"], registry=registry
         ).labels(job=job) for name, text in (
@@ -188,6 +189,8 @@ class CoordinatorMetrics:
             ("demand", "What the job must serve: its input rate and its lag burnt within "
                        "[autoscale] max_lag_s."),
             ("input", "The inputs' rate, from their end offsets."))}
+        for gauge in self._estimates.values():
+            gauge.set(float("nan"))            # not estimated yet
         errors = Counter(
             "baton_coordinator_view_errors_total", "Scrapes where a coordinator view "
             "callback raised (its families were left out).", ["job"], registry=registry
@@ -265,7 +268,10 @@ class CoordinatorMetrics:
 
     def set_recommendation(self, processors: int, capacity: float | None,
                            demand: float | None, input_rate: float | None) -> None:
-        """The autoscaling recommendation and its estimates (NaN: not estimated yet)."""
+        """The autoscaling recommendation and its estimates (NaN: not estimated yet);
+        the leader's only (a standby exports 0 and NaN)."""
+        if not self._leading:
+            return
         self._recommended.set(processors)
         for name, value in (("capacity", capacity), ("demand", demand),
                             ("input", input_rate)):
@@ -285,6 +291,9 @@ class CoordinatorMetrics:
             for state in PROCESSOR_STATES:
                 self._processors.labels(job=self.job, state=state).set(0)
             self._failed.set(0)
+            self._recommended.set(0)
+            for gauge in self._estimates.values():
+                gauge.set(float("nan"))
 
     def set_generation(self, generation: int) -> None:
         """The job model (assignment) moved to `generation`."""

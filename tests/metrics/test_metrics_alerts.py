@@ -22,6 +22,7 @@ ALERT_NAMES = {
     "BatonInvalidHeartbeats", "BatonProcessorDead", "BatonCoordinatorDown",
     "BatonProcessorTargetDown", "BatonLagGrowing", "BatonTaskFailed",
     "BatonMisroutedRecords", "BatonInputTrimmed", "BatonTaskStalled",
+    "BatonBelowRecommendation",
 }
 
 
@@ -171,6 +172,29 @@ CASES: dict[str, dict[str, Any]] = {
             firing("BatonProcessorDead", "2m"),
             firing("BatonProcessorDead", "5m", {"job": "sums", "severity": "warning"}),
         ],
+    },
+    "a job below its recommendation for 15 minutes fires; a standby's 0 does not count": {
+        "input_series": [
+            {"series": f'baton_recommended_processors{{{J},instance="a:8700"}}',
+             "values": "2 4x30"},
+            {"series": f'baton_recommended_processors{{{J},instance="b:8700"}}',
+             "values": "0x31"},
+            {"series": f'baton_processors{{{J},instance="a:8700",state="alive"}}',
+             "values": "2x31"},
+            {"series": f'baton_processors{{{J},instance="b:8700",state="alive"}}',
+             "values": "0x31"},
+        ],
+        "promql_expr_test": [
+            firing("BatonBelowRecommendation", "10m"),
+            firing("BatonBelowRecommendation", "20m", {"job": "sums", "severity": "warning"}),
+        ],
+    },
+    "a job at its recommendation never fires": {
+        "input_series": [
+            {"series": f'baton_recommended_processors{{{J}}}', "values": "3x31"},
+            {"series": f'baton_processors{{{J},state="alive"}}', "values": "3x31"},
+        ],
+        "promql_expr_test": [firing("BatonBelowRecommendation", "25m")],
     },
     "a down coordinator or processor target fires; a down non-Baton target does not": {
         "input_series": [
