@@ -33,6 +33,7 @@ _COMMANDS = {
     "assign": "orchestrator.cli.assign:assign_command",
     "audit": "orchestrator.cli.audit:audit_command",
     "check": "orchestrator.cli.check:check_command",
+    "token": "orchestrator.cli.token:token_command",
 }
 
 
