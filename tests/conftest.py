@@ -109,8 +109,9 @@ def daemons(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
     """
     started: list[Daemon] = []
 
-    def start(name: str, *args: str, env: dict[str, str] | None = None) -> Daemon:
-        daemon = Daemon(name, [str(a) for a in args], tmp_path / f"{name}.log", env)
+    def start(name: str, *args: str, env: dict[str, str] | None = None,
+              prefix: list[str] | None = None) -> Daemon:
+        daemon = Daemon(name, [str(a) for a in args], tmp_path / f"{name}.log", env, prefix)
         started.append(daemon)
         return daemon
 

@@ -27,9 +27,12 @@ import ipaddress
 import subprocess
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 
-__all__ = ["Host", "Network", "NetworkError"]
+from orchestrator.devkit.kafka import KafkaBroker
+
+__all__ = ["Host", "HostKafkaBroker", "Network", "NetworkError"]
 
 # one name fits Linux's 15-character interface names: "bb" + 8 hex + a host index
 _UID_CHARS = 8
@@ -156,3 +159,26 @@ class Network:
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+class HostKafkaBroker(KafkaBroker):
+    """An Apache Kafka broker on `host`: its listener on the host's address (port
+    `port`), its controller on the host's loopback, its JVM in the host's namespace."""
+
+    def __init__(self, host: Host, data_dir: Path, port: int, logs: Path | None = None,
+                 nice: int = 0) -> None:
+        super().__init__(data_dir, port=port, logs=logs, nice=nice)
+        self.host = host
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host.address}:{self.port}"
+
+    def listener_properties(self) -> dict[str, str]:
+        return {"listeners": (f"PLAINTEXT://{self.host.address}:{self.port},"
+                              f"CONTROLLER://127.0.0.1:{self.controller_port}"),
+                "advertised.listeners": f"PLAINTEXT://{self.host.address}:{self.port}",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"}
+
+    def _java(self, main: str, *args: str) -> list[str]:
+        return self.host.command(super()._java(main, *args))
