@@ -10,9 +10,11 @@ Run alone: `./run test tests/test_hosts.py` (root: it creates namespaces and a b
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +29,7 @@ from orchestrator.wire.http import httpx
 from orchestrator.wire.tls import TlsSettings, client_context
 from tests.brokers import BROKER_NICE, Broker
 from tests.daemon_support import coordinator_client
-from tests.faults_support import FAULT_RESULTS, committed_records
+from tests.faults_support import FAULT_FIGURES, FAULT_RESULTS, committed_records
 from tests.feeder import Feeder
 from tests.hosts_support import HostFiles, Walk, issue_certificates
 from tests.oracle_report import oracle_check
@@ -170,3 +172,150 @@ def test_two_host_walk_through(lan: Lan, tmp_path: Path, daemons) -> None:
     assert client.status()["processors"]
     assert feeder is not None
     _verify("walk-through: leader stopped, coord-b leads", lan, walk, feeder)
+
+
+# --- network faults between the hosts ---------------------------------------------------
+
+# short timeouts, so a case takes seconds: a standby may lead 2 s after the leader's last
+# sign of life, a silent processor is declared dead in 4 s (its tasks then move without
+# its release: 4 s more), and an unreachable coordinator is logged after 20 s
+FAST = {"BATON_COORDINATOR__TAKEOVER_MS": "2000",
+        "BATON_COORDINATOR__PROCESSOR_TIMEOUT_MS": "4000",
+        "BATON_COORDINATOR__RELEASE_TIMEOUT_MS": "4000",
+        "BATON_PROCESSOR__HEARTBEAT_INTERVAL_MS": "200",
+        "BATON_PROCESSOR__COORDINATOR_GRACE_MS": "20000"}
+GRACE_S = int(FAST["BATON_PROCESSOR__COORDINATOR_GRACE_MS"]) / 1000
+
+
+def _running(lan: Lan, tmp_path: Path, daemons, unique) -> tuple[Walk, Feeder]:
+    """The walk-through's set-up (up to `baton wait`), for a job of its own, and traffic."""
+    suffix = unique("h").split("-")[1]
+    walk = Walk(lan.net, HostFiles(tmp_path / "hosts"), daemons, FAST,
+                {"name": f"sums-{suffix}", "input": f"events-{suffix}",
+                 "output": f"sums-{suffix}"})
+    for step in STEPS:
+        if step.kind == "topic":
+            _topic(lan, walk, step)
+        elif step.kind == "cert":
+            issue_certificates(walk.files)
+        elif step.kind == "copy":
+            walk.copy(step)
+        elif step.kind == "daemon":
+            walk.start(step)
+            if step.host == "coord-a":
+                wait_for(lambda w=walk: "leads job" in w.running["coord-a"].log(), 60,
+                         "coord-a leading")
+        elif step.kind == "baton" and not step.command.startswith("baton check"):
+            _baton(walk, step)
+        if step.command.startswith("baton wait"):
+            break
+    return walk, _traffic(lan, walk)
+
+
+def _holding(walk: Walk) -> dict[str, list[str]]:
+    client = coordinator_client(load_config(walk.config_path("ops")))
+    try:
+        return {p["id"]: p["active"] for p in client.status()["processors"] if p["alive"]}
+    finally:
+        client.close()
+
+
+def _answers_as(walk: Walk, url: str) -> int:
+    """The HTTP status of /status at `url` alone: 200 leader, 503 standby."""
+    config = load_config(walk.config_path("ops"))
+    token = config.token_file.read_text().strip()
+    ca = walk.files.etc("ops") / "ca.pem"
+    try:
+        with httpx.Client(verify=client_context(TlsSettings(ca)), timeout=5) as http:
+            return http.get(f"{url}/status",
+                            headers={"Authorization": f"Bearer {token}"}).status_code
+    except httpx.HTTPError:
+        return 0
+
+
+def _leaders(lan: Lan, walk: Walk) -> list[str]:
+    """The URLs of the coordinator stream's committed "leader" records, in order, each
+    run of one URL shown once: who led, as the stream tells it."""
+    seen: list[str] = []
+    for m in lan.broker.read_all(f"baton.{walk.name('name')}.coordinator"):
+        if m.key() != b"leader" or m.value() is None:
+            continue
+        url = json.loads(m.value()).get("url")
+        if not seen or seen[-1] != url:
+            seen.append(url)
+    return seen
+
+
+def test_processor_cut_off_from_the_coordinators(lan, tmp_path, daemons, unique) -> None:
+    walk, feeder = _running(lan, tmp_path, daemons, unique)
+    net, p1, p2 = lan.net, walk.running["proc-1"], walk.running["proc-2"]
+    activated = p2.log().count("first output committed")
+    cut_at = time.monotonic()
+    for name in ("coord-a", "coord-b"):
+        net.cut(net.hosts["proc-1"], net.hosts[name])
+    try:
+        wait_for(lambda: len(_holding(walk).get("p2", [])) == walkthrough.PARTITIONS, 60,
+                 "p1's tasks moved to p2")
+        FAULT_FIGURES["cut from coordinators: tasks moved (s)"] = time.monotonic() - cut_at
+        # p2 took them with a fence of p1's producers (init_transactions on each task's
+        # transactional id) and has committed output of each
+        wait_for(lambda: p2.log().count("first output committed") == activated + 2, 30,
+                 "p2's first outputs of p1's tasks")
+        FAULT_FIGURES["cut from coordinators: p1's tasks fenced and live on p2 (s)"] = \
+            time.monotonic() - cut_at
+        assert time.monotonic() - cut_at < GRACE_S
+        assert "p1" not in _holding(walk)
+    finally:
+        net.heal()
+    # back on the network, p1 learns that its execution was declared dead, and exits
+    wait_for(lambda: not p1.running(), 60, "p1 exiting once it hears the coordinator")
+    assert p1.proc.returncode == 3, p1.log()[-2000:]
+    del walk.running["proc-1"]
+    _verify("processor cut off from the coordinators", lan, walk, feeder)
+
+
+def test_processor_cut_off_from_kafka(lan, tmp_path, daemons, unique) -> None:
+    walk, feeder = _running(lan, tmp_path, daemons, unique)
+    net = lan.net
+    net.cut(net.hosts["proc-1"], net.hosts["kafka"])
+    try:
+        sent = feeder.sent
+        wait_for(lambda: feeder.sent > sent + 3000, 60, "10 s of traffic while cut")
+        # its heartbeats still arrive: it is not declared dead, its tasks stay
+        assert len(_holding(walk).get("p1", [])) == 2
+    finally:
+        net.heal()
+    _verify("processor cut off from Kafka", lan, walk, feeder)
+
+
+def test_one_way_partition_kafka_to_processor(lan, tmp_path, daemons, unique) -> None:
+    walk, feeder = _running(lan, tmp_path, daemons, unique)
+    net = lan.net
+    net.one_way(net.hosts["proc-1"], net.hosts["kafka"])   # its requests arrive, no answer
+    try:
+        sent = feeder.sent
+        wait_for(lambda: feeder.sent > sent + 3000, 60, "10 s of traffic while cut")
+        assert len(_holding(walk).get("p1", [])) == 2
+    finally:
+        net.heal()
+    _verify("one-way: Kafka's answers to a processor lost", lan, walk, feeder)
+
+
+def test_leading_coordinator_cut_off_from_everything(lan, tmp_path, daemons, unique) -> None:
+    walk, feeder = _running(lan, tmp_path, daemons, unique)
+    net = lan.net
+    a, b = walkthrough.coordinator_urls()
+    cut_at = time.monotonic()
+    net.isolate(net.hosts["coord-a"])
+    try:
+        wait_for(lambda: "leads job" in walk.running["coord-b"].log(), 60, "coord-b leading")
+        FAULT_FIGURES["leader isolated: standby leads (s)"] = time.monotonic() - cut_at
+        wait_for(lambda: len(_holding(walk)) == 2, 60, "both processors with coord-b")
+    finally:
+        net.heal()
+    # back on the network, coord-a finds itself deposed and stands by
+    wait_for(lambda: _answers_as(walk, a) == 503, 60, "coord-a standing by")
+    assert walk.running["coord-a"].running()
+    assert _answers_as(walk, b) == 200
+    _verify("leading coordinator cut off from everything", lan, walk, feeder)
+    assert _leaders(lan, walk) == [a, b]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ipaddress
 import subprocess
+import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,8 @@ __all__ = ["Host", "HostKafkaBroker", "Network", "NetworkError"]
 
 # one name fits Linux's 15-character interface names: "bb" + 8 hex + a host index
 _UID_CHARS = 8
+# a broker behind the delay proxy listens on its host's loopback this far above its port
+_BEHIND_PROXY = 10000
 
 
 class NetworkError(RuntimeError):
@@ -162,23 +165,51 @@ class Network:
 
 
 class HostKafkaBroker(KafkaBroker):
-    """An Apache Kafka broker on `host`: its listener on the host's address (port
-    `port`), its controller on the host's loopback, its JVM in the host's namespace."""
+    """An Apache Kafka broker on `host`, reached at the host's address and `port`: its JVM
+    in the host's namespace, its controller on the host's loopback.
+
+    With `delay_file`, clients reach it through orchestrator/devkit/delay_proxy.py on
+    that address (the broker itself listens on the host's loopback, `port` + 10000, and
+    advertises the proxy), which delays every byte either way by the milliseconds
+    written in the file: latency between every host and the broker.
+    """
 
     def __init__(self, host: Host, data_dir: Path, port: int, logs: Path | None = None,
-                 nice: int = 0) -> None:
+                 nice: int = 0, delay_file: Path | None = None) -> None:
         super().__init__(data_dir, port=port, logs=logs, nice=nice)
-        self.host = host
+        self.host, self.delay_file = host, delay_file
+        self._proxy: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap(self) -> str:
         return f"{self.host.address}:{self.port}"
 
     def listener_properties(self) -> dict[str, str]:
-        return {"listeners": (f"PLAINTEXT://{self.host.address}:{self.port},"
+        inside = (f"127.0.0.1:{self.port + _BEHIND_PROXY}" if self.delay_file
+                  else f"{self.host.address}:{self.port}")
+        return {"listeners": (f"PLAINTEXT://{inside},"
                               f"CONTROLLER://127.0.0.1:{self.controller_port}"),
-                "advertised.listeners": f"PLAINTEXT://{self.host.address}:{self.port}",
+                "advertised.listeners": f"PLAINTEXT://{self.bootstrap}",
                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"}
 
     def _java(self, main: str, *args: str) -> list[str]:
         return self.host.command(super()._java(main, *args))
+
+    def start(self) -> str:
+        if self.delay_file is not None and self._proxy is None:
+            with (self.data_dir / "proxy.log").open("ab") as out:
+                self._proxy = subprocess.Popen(self.host.command([
+                    sys.executable, "-m", "orchestrator.devkit.delay_proxy",
+                    "--listen", self.bootstrap,
+                    "--to", f"127.0.0.1:{self.port + _BEHIND_PROXY}",
+                    "--delay-file", str(self.delay_file)]),
+                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True)
+        return super().start()
+
+    def close(self) -> None:
+        super().close()
+        proxy, self._proxy = self._proxy, None
+        if proxy is not None:
+            proxy.kill()
+            proxy.wait()
