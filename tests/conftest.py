@@ -163,4 +163,4 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     for case, rin, rout, lost, dup, wrong in results:
         write(f"{case:<50} {rin:>7} {rout:>7} {lost:>5} {dup:>5} {wrong:>5}")
     for figure, seconds in faults.FAULT_FIGURES.items() if faults is not None else ():
-        write(f"{figure}: {seconds:.1f} s")
+        write(f"{figure}: {seconds:.3f} s")

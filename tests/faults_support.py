@@ -31,7 +31,7 @@ __all__ = [
 # (case, records in, records out, lost, duplicated, wrong) rows of the fault suite, printed
 # by tests/conftest.py's pytest_terminal_summary
 FAULT_RESULTS: list[tuple[str, int, int, int, int, int]] = []
-# figures a case measured (name -> seconds), printed under the table
+# what a case measured (name -> seconds), printed under the table
 FAULT_FIGURES: dict[str, float] = {}
 
 # short timeouts so declared-dead paths run in seconds; processors are never timed out

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 import shlex
 import shutil
 import subprocess
@@ -94,15 +93,16 @@ class Walk:
         net: the network, with a host for every walk-through host but ops.
         files: the hosts' folders.
         daemons: tests/conftest.py's factory (kills what is left at teardown).
-        env: extra environment of every daemon and command (BATON_* overrides).
+        settings: keys added to every host's job.toml, by section (a test's short
+            timeouts).
         rename: the job's and topics' names in this run.
     """
 
     def __init__(self, net: Network, files: HostFiles, daemons: Callable[..., Daemon],
-                 env: dict[str, str] | None = None,
+                 settings: dict[str, dict[str, int]] | None = None,
                  rename: dict[str, str] | None = None) -> None:
         self.net, self.files, self.daemons = net, files, daemons
-        self.env = env or {}
+        self.settings = settings or {}
         self.rename = rename or {}
         self.running: dict[str, Daemon] = {}
         for h in HOSTS:
@@ -118,6 +118,9 @@ class Walk:
         text = self.files.local(host, job_toml(host))
         for key in ("name", "input", "output"):
             text = text.replace(f'"{JOB[key]}"', f'"{self.name(key)}"')
+        for section, values in self.settings.items():
+            lines = "".join(f"{k} = {v}\n" for k, v in values.items())
+            text = text.replace(f"[{section}]\n", f"[{section}]\n{lines}", 1)
         return text
 
     def config_path(self, host: str) -> Path:
@@ -136,8 +139,7 @@ class Walk:
         host = self.host(step.host)
         argv = self.argv(step)
         return subprocess.run(host.command(argv) if host else argv, capture_output=True,
-                              text=True, timeout=timeout, cwd=ROOT,
-                              env={**os.environ, **self.env})
+                              text=True, timeout=timeout, cwd=ROOT)
 
     def copy(self, step: Step) -> None:
         """`scp -p FILE HOST:DIR/` between the hosts' folders (the mode kept)."""
@@ -154,6 +156,6 @@ class Walk:
         assert host is not None
         args = self.argv(step)[3:]
         name = f"{step.host}-{args[0]}"
-        daemon = self.daemons(name, *args, env={**self.env}, prefix=host.command([]))
+        daemon = self.daemons(name, *args, prefix=host.command([]))
         self.running[step.host] = daemon
         return daemon

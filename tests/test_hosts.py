@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import time
@@ -42,10 +43,19 @@ GUIDE = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
 
 @dataclass
 class Lan:
-    """The hosts' network and the broker on its host."""
+    """The hosts' network, the broker on its host, and the file of the one-way delay
+    (ms) of every connection to the broker (orchestrator/devkit/delay_proxy.py)."""
 
     net: Network
     broker: Broker
+    delay_file: Path
+
+    def delay(self, ms: int) -> None:
+        self.delay_file.write_text(f"{ms}\n")
+
+
+# a third processor host, for a scale-out (not in the walk-through)
+EXTRA_PROCESSOR = ("proc-3", "198.18.52.23")
 
 
 @pytest.fixture(scope="module")
@@ -55,12 +65,16 @@ def lan(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lan]:
         for h in HOSTS:
             if h.role != "operator":
                 net.add(h.name, h.address)
+        net.add(*EXTRA_PROCESSOR)
         assert net.gateway == next(h.address for h in HOSTS if h.role == "operator")
-        kafka = HostKafkaBroker(net.hosts["kafka"], tmp_path_factory.mktemp("kafka"),
-                                KAFKA_PORT, nice=BROKER_NICE)
+        folder = tmp_path_factory.mktemp("kafka")
+        delay_file = folder / "delay_ms"
+        delay_file.write_text("0\n")
+        kafka = HostKafkaBroker(net.hosts["kafka"], folder, KAFKA_PORT, nice=BROKER_NICE,
+                                delay_file=delay_file)
         kafka.start()
         try:
-            yield Lan(net, Broker(kafka.bootstrap, {}, kafka))
+            yield Lan(net, Broker(kafka.bootstrap, {}, kafka), delay_file)
         finally:
             kafka.close()
 
@@ -178,24 +192,29 @@ def test_two_host_walk_through(lan: Lan, tmp_path: Path, daemons) -> None:
 
 # short timeouts, so a case takes seconds: a standby may lead 2 s after the leader's last
 # sign of life, a silent processor is declared dead in 4 s (its tasks then move without
-# its release: 4 s more), and an unreachable coordinator is logged after 20 s
-FAST = {"BATON_COORDINATOR__TAKEOVER_MS": "2000",
-        "BATON_COORDINATOR__PROCESSOR_TIMEOUT_MS": "4000",
-        "BATON_COORDINATOR__RELEASE_TIMEOUT_MS": "4000",
-        "BATON_PROCESSOR__HEARTBEAT_INTERVAL_MS": "200",
-        "BATON_PROCESSOR__COORDINATOR_GRACE_MS": "20000"}
-GRACE_S = int(FAST["BATON_PROCESSOR__COORDINATOR_GRACE_MS"]) / 1000
+# its release), and an unreachable coordinator is logged after 20 s
+FAST = {"coordinator": {"takeover_ms": 2000, "processor_timeout_ms": 4000,
+                        "release_timeout_ms": 4000},
+        "processor": {"heartbeat_interval_ms": 200, "coordinator_grace_ms": 20000}}
+GRACE_S = FAST["processor"]["coordinator_grace_ms"] / 1000
 
 
-def _running(lan: Lan, tmp_path: Path, daemons, unique) -> tuple[Walk, Feeder]:
-    """The walk-through's set-up (up to `baton wait`), for a job of its own, and traffic."""
+def _running(lan: Lan, tmp_path: Path, daemons, unique,
+             append_times: bool = False) -> tuple[Walk, Feeder]:
+    """The walk-through's set-up (up to `baton wait`), for a job of its own, and traffic.
+    `append_times`: the output topic is stamped by the broker (LogAppendTime), so its
+    records tell when each output was written (a job's outputs carry the time of their
+    input otherwise)."""
     suffix = unique("h").split("-")[1]
     walk = Walk(lan.net, HostFiles(tmp_path / "hosts"), daemons, FAST,
                 {"name": f"sums-{suffix}", "input": f"events-{suffix}",
                  "output": f"sums-{suffix}"})
+    if append_times:
+        _append_timed(lan, walk.name("output"))
     for step in STEPS:
         if step.kind == "topic":
-            _topic(lan, walk, step)
+            if not (append_times and "--topic sums " in step.command):
+                _topic(lan, walk, step)
         elif step.kind == "cert":
             issue_certificates(walk.files)
         elif step.kind == "copy":
@@ -210,6 +229,18 @@ def _running(lan: Lan, tmp_path: Path, daemons, unique) -> tuple[Walk, Feeder]:
         if step.command.startswith("baton wait"):
             break
     return walk, _traffic(lan, walk)
+
+
+def _append_timed(lan: Lan, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": lan.broker.bootstrap})
+    spec = NewTopic(topic, walkthrough.PARTITIONS, 1,
+                    config={"message.timestamp.type": "LogAppendTime"})
+    for future in admin.create_topics([spec]).values():
+        future.result(30)
+    wait_for(lambda: len(admin.list_topics(topic, timeout=10).topics[topic].partitions)
+             == walkthrough.PARTITIONS, 30, f"{topic} created")
 
 
 def _holding(walk: Walk) -> dict[str, list[str]]:
@@ -256,12 +287,13 @@ def test_processor_cut_off_from_the_coordinators(lan, tmp_path, daemons, unique)
     try:
         wait_for(lambda: len(_holding(walk).get("p2", [])) == walkthrough.PARTITIONS, 60,
                  "p1's tasks moved to p2")
-        FAULT_FIGURES["cut from coordinators: tasks moved (s)"] = time.monotonic() - cut_at
+        FAULT_FIGURES["cut from the coordinators: p1's tasks assigned to p2"] = \
+            time.monotonic() - cut_at
         # p2 took them with a fence of p1's producers (init_transactions on each task's
         # transactional id) and has committed output of each
         wait_for(lambda: p2.log().count("first output committed") == activated + 2, 30,
                  "p2's first outputs of p1's tasks")
-        FAULT_FIGURES["cut from coordinators: p1's tasks fenced and live on p2 (s)"] = \
+        FAULT_FIGURES["cut from the coordinators: p1's tasks fenced and live on p2"] = \
             time.monotonic() - cut_at
         assert time.monotonic() - cut_at < GRACE_S
         assert "p1" not in _holding(walk)
@@ -309,7 +341,7 @@ def test_leading_coordinator_cut_off_from_everything(lan, tmp_path, daemons, uni
     net.isolate(net.hosts["coord-a"])
     try:
         wait_for(lambda: "leads job" in walk.running["coord-b"].log(), 60, "coord-b leading")
-        FAULT_FIGURES["leader isolated: standby leads (s)"] = time.monotonic() - cut_at
+        FAULT_FIGURES["leader isolated: the standby leads"] = time.monotonic() - cut_at
         wait_for(lambda: len(_holding(walk)) == 2, 60, "both processors with coord-b")
     finally:
         net.heal()
@@ -319,3 +351,91 @@ def test_leading_coordinator_cut_off_from_everything(lan, tmp_path, daemons, uni
     assert _answers_as(walk, b) == 200
     _verify("leading coordinator cut off from everything", lan, walk, feeder)
     assert _leaders(lan, walk) == [a, b]
+
+
+# the latency added between every host and the broker: each direction of every
+# connection, so each Kafka round trip takes twice it more
+DELAY_MS = 25
+
+
+def _round_trip_s(lan: Lan) -> float:
+    """The median of a few metadata requests from the operator's host to the broker."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": lan.broker.bootstrap})
+    admin.list_topics(timeout=10)          # connected
+    took = []
+    for _ in range(5):
+        began = time.monotonic()
+        admin.list_topics(timeout=10)
+        took.append(time.monotonic() - began)
+    return sorted(took)[2]
+
+
+def _third_processor(walk: Walk) -> Step:
+    """proc-3's files (proc-1's, with its own address) and the step that starts it."""
+    name, address = EXTRA_PROCESSOR
+    files = walk.files
+    files.etc(name).mkdir(parents=True, exist_ok=True)
+    for copied in ("ca.pem", "coordinator.token"):
+        shutil.copy2(files.etc("proc-1") / copied, files.etc(name) / copied)
+    proc1 = next(h for h in HOSTS if h.name == "proc-1")
+    text = walk.config_text("proc-1").replace(str(files.root("proc-1")),
+                                              str(files.root(name)))
+    (files.etc(name) / "job.toml").write_text(text.replace(proc1.address, address))
+    return Step(name, "daemon", "baton processor -c /etc/baton/job.toml --id p3", "joins")
+
+
+def _pauses(lan: Lan, walk: Walk, moved: list[str], since_ms: int) -> list[float]:
+    """Each moved task's pause (s): the largest gap between the broker's append times of
+    consecutive outputs of its partition since `since_ms` (the job's keys go to the same
+    partition number of the output as of the input: the same partitioner and counts)."""
+    stamps: dict[int, list[int]] = {}
+    for m in lan.broker.read_all(walk.name("output")):
+        if m.timestamp()[1] >= since_ms:
+            stamps.setdefault(m.partition(), []).append(m.timestamp()[1])
+    gaps = []
+    for task in moved:
+        times = sorted(stamps.get(int(task.split()[-1]), []))
+        gaps.append(max(b - a for a, b in zip(times, times[1:], strict=False)) / 1000)
+    return gaps
+
+
+def _scale_out_pauses(lan: Lan, walk: Walk, join: Step) -> list[float]:
+    """p3 joins (a task moves to it), then is drained (it moves back): each moved task's
+    largest pause over both handoffs."""
+    before = _holding(walk)
+    since = int(time.time() * 1000)
+    p3 = walk.start(join)
+    _baton(walk, Step("ops", "baton", "baton wait -c /etc/baton/job.toml --until balanced "
+                                      "--processors p3 --timeout 120", ""))
+    moved = _holding(walk)["p3"]
+    assert moved and all(task in before["p1"] + before["p2"] for task in moved)
+    _baton(walk, Step("ops", "baton", "baton drain -c /etc/baton/job.toml --processor p3 "
+                                      "--wait", ""))
+    assert p3.wait(30) == 0
+    del walk.running[join.host]
+    return _pauses(lan, walk, moved, since)
+
+
+def test_handoff_pause_under_latency_between_hosts(lan, tmp_path, daemons, unique) -> None:
+    walk, feeder = _running(lan, tmp_path, daemons, unique, append_times=True)
+    join = _third_processor(walk)
+    plain_rtt = _round_trip_s(lan)
+    plain = _scale_out_pauses(lan, walk, join)
+    lan.delay(DELAY_MS)
+    try:
+        slow_rtt = _round_trip_s(lan)
+        assert slow_rtt - plain_rtt >= 2 * DELAY_MS / 1000 * 0.9, (plain_rtt, slow_rtt)
+        slow = _scale_out_pauses(lan, walk, join)
+    finally:
+        lan.delay(0)
+    FAULT_FIGURES["Kafka round trip from the operator's host, no latency added"] = plain_rtt
+    FAULT_FIGURES[f"Kafka round trip, {DELAY_MS} ms added each way"] = slow_rtt
+    FAULT_FIGURES["handoff pause, scale-out then drain, largest, no latency added"] = \
+        max(plain)
+    FAULT_FIGURES[f"handoff pause, scale-out then drain, largest, {DELAY_MS} ms added each "
+                  "way"] = max(slow)
+    # the pause stays a handful of round trips, not a matter of seconds
+    assert max(slow) < 5.0, slow
+    _verify(f"{DELAY_MS} ms each way between the hosts and Kafka", lan, walk, feeder)

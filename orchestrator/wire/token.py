@@ -9,6 +9,7 @@ read is refused rather than repaired: someone may already have copied it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import stat
@@ -85,7 +86,8 @@ def _replace_token_file(path: Path) -> None:
     except OSError as exc:
         raise TokenError(f"cannot write the token file {path}: {exc.strerror}") from exc
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def _create_token_file(path: Path) -> None:
@@ -96,6 +98,11 @@ def _create_token_file(path: Path) -> None:
     """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TokenError(f"cannot create the folder of the token file {path}: "
+                         f"{exc.strerror}") from exc
+    try:
         tmp = _private_tmp(path)
         os.link(tmp, path)
     except FileExistsError:
@@ -103,7 +110,8 @@ def _create_token_file(path: Path) -> None:
     except OSError as exc:
         raise TokenError(f"cannot create the token file {path}: {exc.strerror}") from exc
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def read_token(path: Path) -> str:
