@@ -295,8 +295,13 @@ def test_processor_cut_off_from_the_coordinators(lan, tmp_path, daemons, unique)
                  "p2's first outputs of p1's tasks")
         FAULT_FIGURES["cut from the coordinators: p1's tasks fenced and live on p2"] = \
             time.monotonic() - cut_at
+        # and p1, still cut off, has stopped both: its next commit met the fence
+        wait_for(lambda: p1.log().count("producer fenced by a newer owner") == 2, 30,
+                 "p1's tasks stopped by the fence")
+        FAULT_FIGURES["cut from the coordinators: p1's tasks stopped (fenced)"] = \
+            time.monotonic() - cut_at
         assert time.monotonic() - cut_at < GRACE_S
-        assert "p1" not in _holding(walk)
+        assert p1.running() and "p1" not in _holding(walk)
     finally:
         net.heal()
     # back on the network, p1 learns that its execution was declared dead, and exits
