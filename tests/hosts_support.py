@@ -20,10 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.devkit.hosts import Host, Network
-from orchestrator.devkit.walkthrough import ETC, HOSTS, JOB, STATE, Step, job_toml
+from orchestrator.devkit.walkthrough import (
+    ETC,
+    HOSTS,
+    JOB,
+    STATE,
+    Step,
+    coordinator_urls,
+    job_toml,
+)
 from tests.daemon_support import Daemon
 
-__all__ = ["HostFiles", "Walk", "issue_certificates"]
+__all__ = ["HostFiles", "Sidecars", "Walk", "issue_certificates"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,8 +54,9 @@ class HostFiles:
         return Path(self.local(host, ETC))
 
 
-def issue_certificates(files: HostFiles) -> None:
-    """A CA on every host, and a certificate naming its address on each coordinator."""
+def issue_certificates(files: HostFiles, loopback: bool = False) -> None:
+    """A CA on every host, and a certificate naming its address on each coordinator
+    (`loopback`: 127.0.0.1 too, for clients that reach it through a local proxy)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -75,7 +84,8 @@ def issue_certificates(files: HostFiles) -> None:
         key = ec.generate_private_key(ec.SECP256R1())
         cert = builder(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, h.name)]),
                        ca_name, key).add_extension(x509.SubjectAlternativeName(
-                           [x509.IPAddress(ipaddress.ip_address(h.address))]),
+                           [x509.IPAddress(ipaddress.ip_address(a)) for a in
+                            (h.address, *(["127.0.0.1"] if loopback else []))]),
                            critical=False).sign(ca_key, hashes.SHA256())
         (etc / "coordinator.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         private = etc / "coordinator.key"
@@ -159,3 +169,37 @@ class Walk:
         daemon = self.daemons(name, *args, prefix=host.command([]))
         self.running[step.host] = daemon
         return daemon
+
+
+class Sidecars:
+    """Delay proxies on processor hosts in front of the coordinators
+    (orchestrator/devkit/delay_proxy.py): a processor's `coordinator.url` lists
+    `https://127.0.0.1:<port>` for each coordinator, which its host's proxy forwards to
+    the coordinator's address, so its API calls take the latency of the delay file too.
+    Stopped (by PID) by `close()`."""
+
+    FIRST_PORT = 18700
+
+    def __init__(self, delay_file: Path) -> None:
+        self.delay_file = delay_file
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def urls(self) -> list[str]:
+        return [f"https://127.0.0.1:{self.FIRST_PORT + i}"
+                for i in range(len(coordinator_urls()))]
+
+    def start(self, host: Host, log: Path) -> None:
+        for local, remote in zip(self.urls(), coordinator_urls(), strict=True):
+            with log.open("ab") as out:
+                self.procs.append(subprocess.Popen(host.command([
+                    sys.executable, "-m", "orchestrator.devkit.delay_proxy",
+                    "--listen", local.removeprefix("https://"),
+                    "--to", remote.removeprefix("https://"),
+                    "--delay-file", str(self.delay_file)]), stdout=out,
+                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT))
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
+        self.procs.clear()

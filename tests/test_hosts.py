@@ -32,7 +32,7 @@ from tests.brokers import BROKER_NICE, Broker
 from tests.daemon_support import coordinator_client
 from tests.faults_support import FAULT_FIGURES, FAULT_RESULTS, committed_records
 from tests.feeder import Feeder
-from tests.hosts_support import HostFiles, Walk, issue_certificates
+from tests.hosts_support import HostFiles, Sidecars, Walk, issue_certificates
 from tests.oracle_report import oracle_check
 from tests.waiting import wait_for
 
@@ -199,12 +199,12 @@ FAST = {"coordinator": {"takeover_ms": 2000, "processor_timeout_ms": 4000,
 GRACE_S = FAST["processor"]["coordinator_grace_ms"] / 1000
 
 
-def _running(lan: Lan, tmp_path: Path, daemons, unique,
-             append_times: bool = False) -> tuple[Walk, Feeder]:
+def _running(lan: Lan, tmp_path: Path, daemons, unique, append_times: bool = False,
+             sidecars: Sidecars | None = None) -> tuple[Walk, Feeder]:
     """The walk-through's set-up (up to `baton wait`), for a job of its own, and traffic.
     `append_times`: the output topic is stamped by the broker (LogAppendTime), so its
     records tell when each output was written (a job's outputs carry the time of their
-    input otherwise)."""
+    input otherwise). `sidecars`: the processors reach the coordinators through them."""
     suffix = unique("h").split("-")[1]
     walk = Walk(lan.net, HostFiles(tmp_path / "hosts"), daemons, FAST,
                 {"name": f"sums-{suffix}", "input": f"events-{suffix}",
@@ -216,10 +216,12 @@ def _running(lan: Lan, tmp_path: Path, daemons, unique,
             if not (append_times and "--topic sums " in step.command):
                 _topic(lan, walk, step)
         elif step.kind == "cert":
-            issue_certificates(walk.files)
+            issue_certificates(walk.files, loopback=sidecars is not None)
         elif step.kind == "copy":
             walk.copy(step)
         elif step.kind == "daemon":
+            if sidecars is not None and step.command.startswith("baton processor"):
+                _via_sidecars(walk, sidecars, step.host)
             walk.start(step)
             if step.host == "coord-a":
                 wait_for(lambda w=walk: "leads job" in w.running["coord-a"].log(), 60,
@@ -229,6 +231,17 @@ def _running(lan: Lan, tmp_path: Path, daemons, unique,
         if step.command.startswith("baton wait"):
             break
     return walk, _traffic(lan, walk)
+
+
+def _via_sidecars(walk: Walk, sidecars: Sidecars, host: str) -> None:
+    """`host`'s processor reaches the coordinators through its host's delay proxies."""
+    config = walk.config_path(host)
+    direct = "url = [" + ", ".join(f'"{u}"' for u in walkthrough.coordinator_urls()) + "]"
+    local = "url = [" + ", ".join(f'"{u}"' for u in sidecars.urls()) + "]"
+    text = config.read_text()
+    assert direct in text or local in text
+    config.write_text(text.replace(direct, local))
+    sidecars.start(walk.net.hosts[host], walk.files.root(host) / "sidecars.log")
 
 
 def _append_timed(lan: Lan, topic: str) -> None:
@@ -358,8 +371,9 @@ def test_leading_coordinator_cut_off_from_everything(lan, tmp_path, daemons, uni
     assert _leaders(lan, walk) == [a, b]
 
 
-# the latency added between every host and the broker: each direction of every
-# connection, so each Kafka round trip takes twice it more
+# the latency added between every host and the broker, and between the processors and
+# the coordinators: each direction of every connection, so each round trip takes twice
+# it more
 DELAY_MS = 25
 
 
@@ -385,8 +399,8 @@ def _third_processor(walk: Walk) -> Step:
     for copied in ("ca.pem", "coordinator.token"):
         shutil.copy2(files.etc("proc-1") / copied, files.etc(name) / copied)
     proc1 = next(h for h in HOSTS if h.name == "proc-1")
-    text = walk.config_text("proc-1").replace(str(files.root("proc-1")),
-                                              str(files.root(name)))
+    text = walk.config_path("proc-1").read_text().replace(str(files.root("proc-1")),
+                                                         str(files.root(name)))
     (files.etc(name) / "job.toml").write_text(text.replace(proc1.address, address))
     return Step(name, "daemon", "baton processor -c /etc/baton/job.toml --id p3", "joins")
 
@@ -423,9 +437,19 @@ def _scale_out_pauses(lan: Lan, walk: Walk, join: Step) -> list[float]:
     return _pauses(lan, walk, moved, since)
 
 
-def test_handoff_pause_under_latency_between_hosts(lan, tmp_path, daemons, unique) -> None:
-    walk, feeder = _running(lan, tmp_path, daemons, unique, append_times=True)
+@pytest.fixture
+def sidecars(lan: Lan) -> Iterator[Sidecars]:
+    proxies = Sidecars(lan.delay_file)
+    yield proxies
+    proxies.close()
+
+
+def test_handoff_pause_under_latency_between_hosts(lan, tmp_path, daemons, unique,
+                                                   sidecars) -> None:
+    walk, feeder = _running(lan, tmp_path, daemons, unique, append_times=True,
+                            sidecars=sidecars)
     join = _third_processor(walk)
+    _via_sidecars(walk, sidecars, join.host)
     plain_rtt = _round_trip_s(lan)
     plain = _scale_out_pauses(lan, walk, join)
     lan.delay(DELAY_MS)
@@ -443,4 +467,4 @@ def test_handoff_pause_under_latency_between_hosts(lan, tmp_path, daemons, uniqu
                   "way"] = max(slow)
     # the pause stays a handful of round trips, not a matter of seconds
     assert max(slow) < 5.0, slow
-    _verify(f"{DELAY_MS} ms each way between the hosts and Kafka", lan, walk, feeder)
+    _verify(f"{DELAY_MS} ms each way to Kafka and coordinators", lan, walk, feeder)

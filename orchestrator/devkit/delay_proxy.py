@@ -26,6 +26,8 @@ from pathlib import Path
 __all__ = ["DelayFile", "main"]
 
 _CHUNK = 65536
+# the reading half of every pipe (held: see `_serve`)
+_READING: set[asyncio.Task[None]] = set()
 
 
 class DelayFile:
@@ -65,6 +67,8 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                 return
 
     reading = asyncio.create_task(read())
+    _READING.add(reading)
+    reading.add_done_callback(_READING.discard)
     try:
         while True:
             due, data = await queue.get()
@@ -82,16 +86,23 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
 
 
 async def _serve(listen: tuple[str, int], to: tuple[str, int], delay: DelayFile) -> None:
+    # the connections' tasks, held here: asyncio keeps only weak references to tasks,
+    # and an idle connection's would otherwise be collected with the connection open
+    live: set[asyncio.Task[None]] = set()
+
     async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             up_reader, up_writer = await asyncio.open_connection(*to)
         except OSError:
             writer.close()
             return
+        pipes = [asyncio.create_task(_pipe(reader, up_writer, delay)),
+                 asyncio.create_task(_pipe(up_reader, writer, delay))]
+        live.update(pipes)
         try:
-            await asyncio.gather(_pipe(reader, up_writer, delay),
-                                 _pipe(up_reader, writer, delay))
+            await asyncio.wait(pipes, return_when=asyncio.ALL_COMPLETED)
         finally:
+            live.difference_update(pipes)
             for w in (writer, up_writer):
                 w.close()
 
