@@ -455,7 +455,7 @@ def test_handoff_pause_under_latency_between_hosts(lan, tmp_path, daemons, uniqu
     lan.delay(DELAY_MS)
     try:
         slow_rtt = _round_trip_s(lan)
-        assert slow_rtt - plain_rtt >= 2 * DELAY_MS / 1000 * 0.9, (plain_rtt, slow_rtt)
+        assert slow_rtt >= 2 * DELAY_MS / 1000, (plain_rtt, slow_rtt)   # the proxy works
         slow = _scale_out_pauses(lan, walk, join)
     finally:
         lan.delay(0)

@@ -78,10 +78,9 @@ STEPS = (
          f"--create --topic {JOB['input']} --partitions {PARTITIONS}", "the input"),
     Step("ops", "topic", f"kafka-topics.sh --bootstrap-server {HOSTS[0].address}:{KAFKA_PORT} "
          f"--create --topic {JOB['output']} --partitions {PARTITIONS}", "the output"),
-    Step("ops", "cert", f"{ETC}/ca.pem on every host; {ETC}/coordinator.pem and "
-         f"coordinator.key on each coordinator host, naming its address",
-         "TLS: your CA issues one certificate per coordinator (IP address in its "
-         "subjectAltName)"),
+    Step("ops", "cert", f"your CA issues each coordinator a certificate naming its IP "
+         f"address (subjectAltName): {ETC}/coordinator.pem and coordinator.key on coord-a "
+         f"and on coord-b, and {ETC}/ca.pem on every host", "TLS"),
     Step("coord-a", "baton", f"baton token -c {CONFIG}",
          "writes the token once (mode 0600), prints its path"),
     *_copies(f"{ETC}/coordinator.token"),
@@ -134,7 +133,9 @@ def prometheus_yaml() -> str:
 def render() -> str:
     """The walk-through's section of docs/operations.md."""
     hosts = "".join(f"| {h.name} | {h.address} | {h.runs} |\n" for h in HOSTS)
-    steps = "".join(f"{n}. on **{s.host}**: `{s.command}` ({s.why})\n"
+    steps = "".join(f"{n}. on **{s.host}**: " + (f"{s.command} ({s.why})\n"
+                                                  if s.kind == "cert" else
+                                                  f"`{s.command}` ({s.why})\n")
                     for n, s in enumerate(STEPS, 1))
     return (
         "### Walk-through: two coordinator hosts\n\n"
