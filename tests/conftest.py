@@ -109,8 +109,9 @@ def daemons(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
     """
     started: list[Daemon] = []
 
-    def start(name: str, *args: str, env: dict[str, str] | None = None) -> Daemon:
-        daemon = Daemon(name, [str(a) for a in args], tmp_path / f"{name}.log", env)
+    def start(name: str, *args: str, env: dict[str, str] | None = None,
+              prefix: list[str] | None = None) -> Daemon:
+        daemon = Daemon(name, [str(a) for a in args], tmp_path / f"{name}.log", env, prefix)
         started.append(daemon)
         return daemon
 
@@ -161,3 +162,5 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     write(f"{'fault case':<50} {'in':>7} {'out':>7} {'lost':>5} {'dup':>5} {'wrong':>5}")
     for case, rin, rout, lost, dup, wrong in results:
         write(f"{case:<50} {rin:>7} {rout:>7} {lost:>5} {dup:>5} {wrong:>5}")
+    for figure, seconds in faults.FAULT_FIGURES.items() if faults is not None else ():
+        write(f"{figure}: {seconds:.3f} s")

@@ -17,14 +17,16 @@ __all__ = ["PATIENT_CLIENT_S", "Daemon", "coordinator_client", "wait_for_coordin
 
 class Daemon:
     """One `baton ...` daemon subprocess with its own log file; stopped by its test.
-    `env` adds to (or overrides) the environment, BATON_LOG_LEVEL=INFO included."""
+    `env` adds to (or overrides) the environment, BATON_LOG_LEVEL=INFO included;
+    `prefix` runs it through another command (`ip netns exec NS`: on another host,
+    orchestrator/devkit/hosts.py), which execs it under the same PID."""
 
     def __init__(self, name: str, args: list[str], log: Path,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, prefix: list[str] | None = None) -> None:
         self.name, self.args, self.log_path = name, args, log
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "orchestrator.cli", *args], stdout=out,
+                [*(prefix or []), sys.executable, "-m", "orchestrator.cli", *args], stdout=out,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 cwd=Path(__file__).resolve().parents[1],
                 env={**os.environ, "BATON_LOG_LEVEL": "INFO", **(env or {})})

@@ -23,7 +23,7 @@ from tests.orchestrator.test_e2e import PARTITIONS, Job
 from tests.waiting import wait_for
 
 __all__ = [
-    "BEFORE_RELEASE", "FAST", "FAULT_RESULTS", "PATIENT", "backlog_scale_out",
+    "BEFORE_RELEASE", "FAST", "FAULT_FIGURES", "FAULT_RESULTS", "PATIENT", "backlog_scale_out",
     "committed_records", "hold_activating", "hold_releasing", "in_phase", "leader_killed",
     "leads", "source_of", "start_standby", "two_under_traffic", "verify", "with_standby_url",
 ]
@@ -31,6 +31,8 @@ __all__ = [
 # (case, records in, records out, lost, duplicated, wrong) rows of the fault suite, printed
 # by tests/conftest.py's pytest_terminal_summary
 FAULT_RESULTS: list[tuple[str, int, int, int, int, int]] = []
+# what a case measured (name -> seconds), printed under the table
+FAULT_FIGURES: dict[str, float] = {}
 
 # short timeouts so declared-dead paths run in seconds; processors are never timed out
 # by silence unless a case wants it

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.wire.token import read_token
 from tests.brokers import Broker
 from tests.faults_support import (
     BEFORE_RELEASE,
@@ -317,7 +318,8 @@ def test_a_deposed_leader_cannot_write_and_stands_by(job, broker) -> None:
     def names_the_leader() -> bool:
         # "deposed" is logged before the stream is read again: until then it answers 503
         # naming no leader (or, for an instant, still itself)
-        answers.append(httpx.get(f"{first_url}/status", timeout=10))
+        answers.append(httpx.get(f"{first_url}/status", timeout=10, headers={
+            "Authorization": f"Bearer {read_token(j.config.token_file)}"}))
         return answers[-1].status_code == 503 and \
             answers[-1].json().get("leader") == f"http://{listen}"
 

@@ -29,9 +29,10 @@ from tenacity import stop_after_attempt
 
 from orchestrator.kafka.stream import stream_topic
 from orchestrator.wire.changelog import changelog_topic
-from orchestrator.wire.client import CoordinatorClient, CoordinatorError, CoordinatorUnreachable
+from orchestrator.wire.client import CoordinatorClient, CoordinatorError
 from orchestrator.wire.config import Config
-from orchestrator.wire.tls import TlsSettings
+from orchestrator.wire.http import httpx
+from orchestrator.wire.tls import TlsSettings, client_context, plain_http_context
 from orchestrator.wire.token import TokenError, read_token
 from processor.job import JobLoadError, load_job
 from processor.runtime.dead_letters import DLQ_PARTITIONS, dlq_topic
@@ -199,7 +200,7 @@ def _coordinators(config: Config) -> Iterator[Finding]:
     c = config.coordinator
     tls = TlsSettings(config.file(c.tls_ca_file), config.file(c.tls_client_cert_file),
                       config.file(c.tls_client_key_file))
-    answered = False
+    answered = []
     for url in c.urls:
         try:
             # /containerHeartbeat needs no token: the placeholder is never checked
@@ -212,28 +213,61 @@ def _coordinators(config: Config) -> Iterator[Finding]:
         except CoordinatorError as exc:
             yield Finding("unreachable", f"coordinator.url {url}", str(exc))
             continue
-        answered = True
+        answered.append(url)
         yield Finding("ok", f"coordinator.url {url}", "answers")
     if answered:
-        yield _token(config, tls)
+        yield from _token(config, tls, answered)
 
 
-def _token(config: Config, tls: TlsSettings) -> Finding:
-    """The operators' token, when the coordinator has written it: does it accept it?"""
+def _token(config: Config, tls: TlsSettings, urls: list[str]) -> Iterator[Finding]:
+    """The operators' token, when written: does each coordinator that answers accept it?
+    A standby checks it as the leader does, so coordinators holding different tokens
+    show here, before a failover to one would lock everyone out."""
     subject = f"coordinator.token_file {config.token_file}"
     try:
         token = read_token(config.token_file)
     except TokenError as exc:
         if not config.token_file.exists():
-            return Finding("note", subject, "not written yet (the coordinator writes it "
-                                            "on its first start)")
-        return Finding("error", subject, str(exc))
+            yield Finding("note", subject, "not written yet: 'baton token -c FILE' writes "
+                                           "it; copy it to every host")
+            return
+        yield Finding("error", subject, str(exc))
+        return
+    answers = {url: _token_answer(url, token, tls) for url in urls}
+    accepted = [url for url, answer in answers.items() if answer in _ACCEPTED]
+    for url, answer in answers.items():
+        where = f"{subject} at {url}"
+        if answer in _ACCEPTED:
+            yield Finding("ok", where, f"the {_ACCEPTED[answer]} accepts it")
+        elif answer in (401, 403) and accepted:
+            yield Finding("error", where, (
+                f"this coordinator refuses the token (HTTP {answer}) that "
+                f"{', '.join(accepted)} accept{'s' if len(accepted) == 1 else ''}: the "
+                f"coordinators hold different tokens, and a failover to this one would "
+                f"lock the processors out; copy {config.token_file} from the host of "
+                f"{accepted[0]} to the same path on this coordinator's host, then restart "
+                f"it or send it SIGHUP"))
+        elif answer in (401, 403):
+            yield Finding("error", where, (
+                f"the coordinator refuses the token (HTTP {answer}); copy the coordinators' "
+                f"token file to {config.token_file} (or fix coordinator.token_file)"))
+        else:
+            yield Finding("unreachable", where, f"no answer on the token: {answer}")
+
+
+# a /status answer that shows the token accepted: the leader's, or a standby's (which
+# checks the token before saying it is not the leader)
+_ACCEPTED: dict[int | str, str] = {200: "leader", 503: "standby"}
+
+
+def _token_answer(url: str, token: str, tls: TlsSettings) -> int | str:
+    """The HTTP status of `GET /status` at `url` alone (no leader followed), or why
+    there was none."""
+    verify = (client_context(tls) if url.startswith("https://") or tls.ca_file
+              else plain_http_context())
     try:
-        with CoordinatorClient(config.coordinator.urls, token, _ONCE, timeout=_TIMEOUT_S,
-                               tls=tls) as client:
-            client.status()
-    except CoordinatorUnreachable as exc:
-        return Finding("unreachable", subject, str(exc))
-    except CoordinatorError as exc:
-        return Finding("error", subject, str(exc))
-    return Finding("ok", subject, "the coordinator accepts it")
+        with httpx.Client(timeout=_TIMEOUT_S, verify=verify) as http:
+            return http.get(f"{url}/status",
+                            headers={"Authorization": f"Bearer {token}"}).status_code
+    except httpx.HTTPError as exc:
+        return str(exc) or type(exc).__name__

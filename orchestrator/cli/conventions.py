@@ -48,6 +48,8 @@ EXIT_CODES: dict[str, str] = {
               "single grouping, or the changelog source"),
     "check": "0 all good; 1 the broker or a coordinator did not answer; 2 a config or "
              "permission error (a missing topic included)",
+    "token": "0 every token file written; 1 one existed and was kept (--force replaces "
+             "it); 2 bad usage or configuration, or a file that cannot be written",
     "audit": "0 the output equals the recomputed one; 1 it differs; 2 the audit could not "
              "run (config, Java, Spark, retention, broker)",
     "demo": "0 the oracle found nothing lost or duplicated; 1 otherwise, or the demo failed",

@@ -35,6 +35,7 @@ _COMMANDS = {
     "audit": "orchestrator.cli.audit:audit_command",
     "check": "orchestrator.cli.check:check_command",
     "deploy": "orchestrator.cli.deploy:deploy_group",
+    "token": "orchestrator.cli.token:token_command",
 }
 
 

@@ -46,6 +46,7 @@ from orchestrator.daemon.credentials import Credentials
 from orchestrator.daemon.gate import Gate, Lease
 from orchestrator.daemon.leader import ChangelogTopicError, Leadership
 from orchestrator.daemon.limits import BodyLimit
+from orchestrator.daemon.standby_tokens import StandbyTokenCheck
 from orchestrator.daemon.tls import PeerNameProtocol, server_context
 from orchestrator.kafka.stream import FencedError, StreamError, StreamTail, stream_topic
 from orchestrator.kafka.topics import TopicAdmin, TopicsError
@@ -215,7 +216,8 @@ class CoordinatorDaemon:
         self.gate = Gate(config.job.name, self.registry, TlsSettings(
             config.file(c.tls_ca_file), config.file(c.tls_client_cert_file),
             config.file(c.tls_client_key_file)))
-        app = BodyLimit(self.gate, c.max_request_bytes)
+        app = BodyLimit(StandbyTokenCheck(self.gate, self.credentials),
+                        c.max_request_bytes)
         self.server = _Server(_http_config(app, tls))
         self.http = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
                                      name="baton-http", daemon=True)

@@ -4,8 +4,10 @@ is reported on its own line naming its key, topic or URL, with the exit code it 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,9 @@ import pytest
 from orchestrator.devkit.embedded import free_port
 from orchestrator.wire.config import ConfigError, dump_config, parse_config
 from tests.daemon_support import wait_for_coordinator
+from tests.faults_support import with_standby_url
+from tests.orchestrator.test_e2e import Job
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]
@@ -73,7 +78,8 @@ def test_all_good_with_a_running_coordinator(coordinated: Any, daemons: Any) -> 
     subjects = {f["subject"]: f["message"] for f in report["findings"]}
     assert "3 partitions" in subjects[f"job.inputs {config.job.inputs[0]}"]
     assert "3 partitions" in subjects[f"job.output {config.job.output}"]
-    assert "accepts it" in subjects[f"coordinator.token_file {config.token_file}"]
+    token = f"coordinator.token_file {config.token_file} at {config.coordinator.urls[0]}"
+    assert subjects[token] == "the leader accepts it"
     assert f"baton.{config.job.name}.coordinator" in " ".join(subjects)
     assert "consumer group readable" in subjects[f"job.name baton.{config.job.name}"]
 
@@ -134,3 +140,38 @@ def test_a_wrong_token_is_a_permission_error(coordinated: Any, daemons: Any) -> 
     assert code == 2
     assert any(e.startswith("coordinator.token_file") and "401" in e
                for e in problems(report, "error"))
+
+
+def test_coordinators_holding_different_tokens_are_named(coordinated: Any, daemons: Any,
+                                                         tmp_path: Path) -> None:
+    """A standby that made a token of its own would lock everyone out after a failover:
+    the check names it, and which coordinator accepts the operators' token."""
+    config, path = coordinated(partitions=1)
+    j = Job(config, path, daemons)
+    listen = with_standby_url(j)
+    j.start_coordinator()
+    own = tmp_path / "standby.token"          # its host has no copy: it makes its own
+    raw = tomllib.loads(j.path.read_text())
+    raw["coordinator"]["token_file"] = str(own)
+    standby_config = tmp_path / "standby.toml"
+    standby_config.write_text(dump_config(raw))
+    standby = j.daemons("coordinator-standby", "coordinator", "-c", standby_config,
+                        "--listen", listen)
+    wait_for(lambda: "standby: job" in standby.log() or not standby.running(), 30,
+             "the second coordinator standing by")
+    assert own.read_text() != j.config.token_file.read_text()
+    leader, other = j.config.coordinator.urls
+    code, report, human = check(j.path)
+    assert code == 2, human
+    errors = problems(report, "error")
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"coordinator.token_file {j.config.token_file} at {other}: ")
+    assert f"refuses the token (HTTP 401) that {leader} accepts" in errors[0]
+    assert "copy" in errors[0]
+    # the same token on both: all good
+    own.write_text(j.config.token_file.read_text())
+    standby.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "SIGHUP" in standby.log() or "token was replaced" in standby.log(), 30,
+             "the standby re-reading its token")
+    code, _, human = check(j.path)
+    assert code == 0, human

@@ -68,7 +68,10 @@ def test_second_coordinator_is_a_standby_until_the_leader_dies(coordinated, daem
     second = daemons("coordinator-2", "coordinator", "-c", path, "--listen", f"127.0.0.1:{port}")
     standby = f"http://127.0.0.1:{port}"
     wait_for(lambda: "standby: job" in second.log(), 30, "the second one standing by")
-    refused = httpx.get(f"{standby}/status", timeout=10)
+    # a standby checks the token as the leader does, then says where the leader is
+    assert httpx.get(f"{standby}/status", timeout=10).status_code == 401
+    refused = httpx.get(f"{standby}/status", timeout=10, headers={
+        "Authorization": f"Bearer {read_token(config.token_file)}"})
     assert refused.status_code == 503 and refused.json()["standby"] is True
     assert refused.json()["leader"] == config.coordinator.url
     assert 'baton_coordinator_leader{job="' in httpx.get(f"{standby}/metrics").text
