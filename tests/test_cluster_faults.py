@@ -25,6 +25,7 @@ import pytest
 
 from orchestrator.devkit.kafka import KafkaBroker
 from orchestrator.devkit.kafka_cluster import KafkaCluster
+from orchestrator.wire.client import CoordinatorUnreachable
 from tests.brokers import Broker
 from tests.faults_support import PATIENT, hold_releasing, verify
 from tests.feeder import Feeder
@@ -80,6 +81,26 @@ def leads_none(j: Job, cluster: KafkaCluster, node: KafkaBroker) -> bool:
         return False
 
 
+def settled(j: Job) -> bool:
+    """Whether the job is balanced; False while no coordinator leads: a node's death
+    can take the coordinator stream's leader or its transaction coordinator with it,
+    and the coordinator answers 503 until a stream write lands again (the new leader
+    is elected once the controller fences the dead node, broker.session.timeout.ms)."""
+    try:
+        return j.balanced()
+    except CoordinatorUnreachable:
+        return False
+
+
+def drain(j: Job, processor: str) -> bool:
+    """Ask for `processor`'s drain; False while no coordinator leads (see `settled`)."""
+    try:
+        j.client.drain(processor)
+    except CoordinatorUnreachable:
+        return False
+    return True
+
+
 def strike_during_release(j: Job, feeder: Feeder, fault: Callable[[], None]) -> None:
     """Strike `fault` while the handoffs wait in releasing, thaw the owners at once (their
     releases commit against the faulty cluster), and wait until the job is balanced."""
@@ -90,7 +111,7 @@ def strike_during_release(j: Job, feeder: Feeder, fault: Callable[[], None]) -> 
     finally:
         j.signal(OWNERS, signal.SIGCONT)
     sent = feeder.sent
-    wait_for(lambda: j.balanced(), 180, "the handoffs done on the faulty cluster")
+    wait_for(lambda: settled(j), 180, "the handoffs done on the faulty cluster")
     wait_for(lambda: feeder.sent > sent + 1000, 60, "traffic through the fault")
 
 
@@ -159,7 +180,7 @@ def test_input_leader_frozen_past_its_session(job, broker) -> None:
     finally:
         victim.signal(signal.SIGCONT)
         j.signal(OWNERS, signal.SIGCONT)
-    wait_for(lambda: j.balanced(), 180, "the handoffs done after the frozen node")
+    wait_for(lambda: settled(j), 180, "the handoffs done after the frozen node")
     cluster.wait_in_sync()
     verify(f"input leader (node {victim.node_id}) SIGSTOP {session_s + _PAST_SESSION_S:.0f} s "
            "in releasing", j, feeder, broker, ("p1", "p2", "p3"))
@@ -193,9 +214,9 @@ def test_rolling_restart_under_handoffs(job, broker) -> None:
             joined += 1
             pid = f"p{2 + joined}"
             j.start_processor(pid)
-            wait_for(lambda: j.balanced() and bool(j.holding().get(pid)), 180,  # noqa: B023
+            wait_for(lambda: settled(j) and bool(j.holding().get(pid)), 180,  # noqa: B023
                      f"{pid} holds tasks")
-            j.client.drain(pid)
+            wait_for(lambda: drain(j, pid), 60, f"the coordinator draining {pid}")  # noqa: B023
             assert j.processors[pid].wait(180) == 0, j.processors[pid].log()[-3000:]
             del j.processors[pid]
     finally:
