@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from orchestrator.devkit.kafka import KafkaBroker
 from orchestrator.devkit.kafka_cluster import KafkaCluster
@@ -113,6 +114,21 @@ def strike_during_release(j: Job, feeder: Feeder, fault: Callable[[], None]) -> 
     sent = feeder.sent
     wait_for(lambda: settled(j), 180, "the handoffs done on the faulty cluster")
     wait_for(lambda: feeder.sent > sent + 1000, 60, "traffic through the fault")
+
+
+def test_every_topic_has_three_replicas_and_two_in_sync(broker) -> None:
+    """The cluster the faults strike: three brokers; test topics, the offsets topic and
+    the transaction log with three replicas; two in sync required."""
+    topic = broker.create_topic("replicated", 2)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    meta = admin.list_topics(timeout=30)
+    assert len(meta.brokers) == 3
+    for name in (topic, "__consumer_offsets", "__transaction_state"):
+        partitions = meta.topics[name].partitions.values()
+        assert partitions and all(len(p.replicas) == 3 for p in partitions), name
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    config = admin.describe_configs([resource])[resource].result(30)
+    assert config["min.insync.replicas"].value == "2"
 
 
 def test_input_leader_killed_during_release(job, broker) -> None:

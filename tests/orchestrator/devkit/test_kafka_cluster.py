@@ -1,15 +1,12 @@
 """The three-node Apache Kafka cluster of the tests: where a transactional id's
-coordinator lives (Java's String.hashCode, as the broker computes it), and, on the
-cluster itself (its lane: BATON_TEST_BROKER=kafka3), every topic replicated three
-times with two replicas required in sync, the internal ones included."""
+coordinator lives (Java's String.hashCode, as the broker computes it). The cluster
+itself is checked in its lane (tests/test_cluster_faults.py)."""
 
 from __future__ import annotations
 
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from orchestrator.devkit.kafka_cluster import transaction_partition
-from tests.brokers import Broker
 
 
 @pytest.mark.parametrize(("transactional_id", "java_hash"), [
@@ -26,19 +23,3 @@ def test_transaction_partition_follows_the_broker(transactional_id: str,
         if java_hash is not None:
             expected = 0 if java_hash == -(1 << 31) else abs(java_hash) % partitions
             assert found == expected, (transactional_id, partitions)
-
-
-@pytest.mark.integration
-@pytest.mark.kafka3
-def test_every_topic_has_three_replicas_and_two_in_sync(broker: Broker) -> None:
-    assert broker.cluster is not None
-    topic = broker.create_topic("replicated", 2)
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    meta = admin.list_topics(timeout=30)
-    assert len(meta.brokers) == 3
-    for name in (topic, "__consumer_offsets", "__transaction_state"):
-        partitions = meta.topics[name].partitions.values()
-        assert partitions and all(len(p.replicas) == 3 for p in partitions), name
-    resource = ConfigResource(ResourceType.TOPIC, topic)
-    config = admin.describe_configs([resource])[resource].result(30)
-    assert config["min.insync.replicas"].value == "2"
