@@ -15,6 +15,8 @@ runs them in a lane of their own); under any other broker they are deselected.
 
 from __future__ import annotations
 
+import logging
+import re
 import signal
 import threading
 import time
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from orchestrator.devkit.kafka import KafkaBroker
@@ -129,6 +132,34 @@ def test_every_topic_has_three_replicas_and_two_in_sync(broker) -> None:
     resource = ConfigResource(ResourceType.TOPIC, topic)
     config = admin.describe_configs([resource])[resource].result(30)
     assert config["min.insync.replicas"].value == "2"
+
+
+def test_the_transaction_coordinator_found_is_the_clients(broker, unique) -> None:
+    """KafkaCluster.transaction_coordinator names the node a producer's client finds
+    (librdkafka logs its FindCoordinator answer: "Transaction coordinator changed from
+    ... -> host:port/<node id>")."""
+    cluster = cluster_of(broker)
+    lines: list[str] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger(unique("txn-coordinator"))
+    logger.addHandler(Capture())
+    logger.setLevel(logging.DEBUG)       # librdkafka's debug lines come at DEBUG
+    for n in range(4):
+        transactional_id = unique(f"baton.coordinated.Partition {n}")
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "debug": "eos",
+                             "transactional.id": transactional_id, "logger": logger})
+        producer.init_transactions(60)
+        producer.flush(10)
+        found = [m.group(1) for line in lines
+                 if (m := re.search(r"Transaction coordinator changed from .* -> \S+/(\d+)",
+                                    line))]
+        assert found, lines[-20:]
+        assert int(found[-1]) == cluster.transaction_coordinator(transactional_id).node_id
+        lines.clear()
 
 
 def test_input_leader_killed_during_release(job, broker) -> None:
