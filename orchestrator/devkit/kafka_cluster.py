@@ -153,6 +153,11 @@ class KafkaCluster:
         self._wait(lambda: node.node_id in self._admin().list_topics(timeout=5).brokers,
                    f"node {node.node_id} registered again")
 
+    def restart(self) -> None:
+        """A restart of the whole cluster under its clients: the rolling one below (what
+        a single broker's clean stop and start is to one node)."""
+        self.rolling_restart()
+
     def rolling_restart(self) -> None:
         """Restart every node in turn with a clean shutdown, each only once every replica
         of every partition is in sync again (Kafka's rolling-bounce procedure)."""
