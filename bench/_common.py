@@ -36,6 +36,7 @@ from orchestrator.devkit.embedded import (
     EmbeddedBroker,
 )
 from orchestrator.devkit.kafka import KafkaBroker
+from orchestrator.devkit.kafka_cluster import KafkaCluster
 
 __all__ = [
     "BROKERS", "PHASE_LINE", "BenchBroker", "CpuWindow", "Traffic", "broker_name",
@@ -48,8 +49,10 @@ __all__ = [
 ]
 
 # the brokers a bench runs on: Apache Kafka (orchestrator/devkit/kafka.py), the broker
-# users run, and the embedded noida-db (orchestrator/devkit/embedded.py) of the demo
-BROKERS = ("kafka", "embedded")
+# users run, on one node or three (orchestrator/devkit/kafka_cluster.py: replication 3,
+# min.insync.replicas 2), and the embedded noida-db (orchestrator/devkit/embedded.py)
+# of the demo
+BROKERS = ("kafka", "kafka3", "embedded")
 
 
 @dataclass
@@ -60,6 +63,7 @@ class BenchBroker:
     `daemon`: config sections ("kafka", "processor", "catch_up") the daemons' config
     file adds. Both are empty on Apache Kafka, where the production defaults hold
     (docs/performance.md, "Embedded-only settings, measured on Apache Kafka").
+    `pid`: the broker's process (on the cluster, its first node's).
     """
 
     kind: str
@@ -93,17 +97,24 @@ def broker_name(kind: str, bootstrap: str | None) -> str:
     return "external" if bootstrap else kind
 
 
-def broker_option(parser: argparse.ArgumentParser) -> None:
-    """`--broker kafka|embedded`: which broker the bench starts (default Apache Kafka)."""
-    parser.add_argument("--broker", choices=BROKERS, default="kafka",
-                        help="the broker to start: Apache Kafka (the broker users run) or "
-                             "the embedded noida-db (default: kafka)")
+def broker_option(parser: argparse.ArgumentParser,
+                  kinds: tuple[str, ...] = ("kafka", "embedded")) -> None:
+    """`--broker`: which broker the bench starts (default Apache Kafka, one node).
+    `kinds`: those it runs on; a bench whose topics are replicated as Baton's are
+    (orchestrator.devkit.cluster.create_topics) adds "kafka3": with replication 1, a
+    topic on the cluster (min.insync.replicas 2) refuses acks=all writes."""
+    parser.add_argument("--broker", choices=kinds, default="kafka",
+                        help="the broker to start: Apache Kafka (the broker users run) on "
+                             "one node" + (", a three-node Apache Kafka cluster "
+                                           "(replication 3, min.insync.replicas 2)"
+                                           if "kafka3" in kinds else "")
+                             + ", or the embedded noida-db (default: kafka)")
 
 
 @contextmanager
 def start_broker(kind: str) -> Iterator[BenchBroker]:
-    """A fresh broker of `kind` ("kafka" or "embedded") in a temporary directory, stopped
-    on exit."""
+    """A fresh broker of `kind` (one of BROKERS) in a temporary directory, stopped on
+    exit. The cluster's restart is a rolling one."""
     if kind not in BROKERS:
         raise ValueError(f"unknown broker {kind!r}: one of {', '.join(BROKERS)}")
     with tempfile.TemporaryDirectory(prefix=f"baton-bench-{kind}-") as tmp:
@@ -113,6 +124,14 @@ def start_broker(kind: str) -> Iterator[BenchBroker]:
                 wait_until("the group coordinator loaded",
                            lambda: _groups_answer(kafka.bootstrap), 120, 0.5)
                 yield BenchBroker(kind, kafka.bootstrap, kafka.pid, restart=kafka.restart)
+            return
+        if kind == "kafka3":
+            with KafkaCluster(Path(tmp) / "broker") as cluster:
+                log(f"Apache Kafka cluster (3 nodes) on {cluster.bootstrap}")
+                wait_until("the group coordinators loaded",
+                           lambda: _groups_answer(cluster.bootstrap), 120, 0.5)
+                yield BenchBroker(kind, cluster.bootstrap, cluster.pid,
+                                  restart=cluster.rolling_restart)
             return
         with EmbeddedBroker(Path(tmp) / "broker") as embedded:
             log(f"embedded broker on {embedded.bootstrap}")

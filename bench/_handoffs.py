@@ -32,9 +32,8 @@ from _common import (
     wait_broker_quiet,
     wait_until,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from orchestrator.devkit.cluster import Cluster, committed_all, read_topic
+from orchestrator.devkit.cluster import Cluster, committed_all, create_topics, read_topic
 from orchestrator.devkit.demo import Demo, make_config
 from orchestrator.devkit.handoff_phases import phase_summary, read_phases
 from orchestrator.devkit.pauses import pause_gaps, percentile
@@ -105,10 +104,7 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
     `keep_logs`/<keys> when given; `defaults`: Baton's defaults, not the demo's settings."""
     with tempfile.TemporaryDirectory(prefix="baton-pause-") as tmp, start_broker(kind) as broker:
         workdir = Path(tmp)
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        for future in admin.create_topics([NewTopic("events", PARTITIONS, 1),
-                                           NewTopic("sums", PARTITIONS, 1)]).values():
-            future.result(30)
+        create_topics(broker.settings(), {"events": PARTITIONS, "sums": PARTITIONS})
         daemon = {**broker.daemon, "kafka": {**broker.daemon.get("kafka", {}), **(kafka or {})}}
         config = make_config(workdir, broker.bootstrap, ("events", "sums"), daemon, defaults)
         if source != "input" or read_from is not None:

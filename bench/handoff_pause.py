@@ -1,7 +1,8 @@
 """Handoff pause and time-to-balanced, at two state sizes (a script, not a test).
 
 For each state size (default 10,000 and 1,000,000 keys) on a fresh broker (`--broker`:
-Apache Kafka by default, or the embedded noida-db; the ratio compares sizes on that one):
+Apache Kafka by default, `kafka3` a three-node Apache Kafka cluster with replication 3
+and min.insync.replicas 2, or the embedded noida-db; the ratio compares sizes on that one):
 preload one record per key over 4 input partitions, run a coordinator and p1 until
 p1 has processed it all, then
 
@@ -22,7 +23,7 @@ The daemons run the demo's settings (orchestrator/devkit/demo.py, DEMO_SETTINGS)
 that differs from the defaults (`settings`), the broker profile's included.
 
     .venv/bin/python bench/handoff_pause.py [--keys 10000 1000000] [--handoffs 20] [--json]
-        [--broker kafka|embedded] [--defaults]
+        [--broker kafka|kafka3|embedded] [--defaults]
         [--logs DIR] [--source input|changelog] [--changelog-read-from beginning|store]
 
 With `--source changelog` the embedded profile reads changelog partitions from their
@@ -39,7 +40,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from _common import broker_option, log, report
+from _common import BROKERS, broker_option, log, report
 from _handoffs import run_size
 
 
@@ -54,7 +55,7 @@ def main() -> None:
     parser.add_argument("--defaults", action="store_true",
                         help="Baton's defaults (not the demo's heartbeat, lag, warmups)")
     parser.add_argument("--json", action="store_true")
-    broker_option(parser)
+    broker_option(parser, BROKERS)
     parser.add_argument("--logs", type=Path, default=None,
                         help="copy the daemons' logs here (one directory per size)")
     args = parser.parse_args()

@@ -20,6 +20,7 @@ from _common import CpuWindow, cpu_seconds, percentile, wait_until
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from orchestrator.kafka.topics import replication_for
 from processor.oracle import OracleResult, check_running_sums
 
 __all__ = ["PARTITIONS", "RATE", "CpuWindow", "Traffic", "committed", "cpu_seconds",
@@ -37,8 +38,11 @@ def partition_of(key: bytes) -> int:
 
 
 def create_topics(bootstrap: str, *names: str) -> None:
+    """The topics, replicated as Baton replicates its own (3 on a three-node cluster)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(n, PARTITIONS, 1) for n in names]).values():
+    replicas = replication_for(len(admin.list_topics(timeout=30).brokers))
+    for future in admin.create_topics([NewTopic(n, PARTITIONS, replicas)
+                                       for n in names]).values():
         future.result(60)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "vs-topics"})
     try:        # a topic is usable once every partition has a leader

@@ -1,6 +1,8 @@
 """Baton side by side with Kafka Streams: a script, not a test.
 
-One Apache Kafka broker (orchestrator.devkit.kafka.KafkaBroker) serves every run. For each
+One Apache Kafka broker (orchestrator.devkit.kafka.KafkaBroker; `--broker kafka3`: a
+three-node cluster, orchestrator.devkit.kafka_cluster.KafkaCluster, replication 3 and
+min.insync.replicas 2 for both systems' topics) serves every run. For each
 state size in --keys and each system in turn (Baton; Kafka Streams with its default
 warmup settings, then with its fastest: bench/vs_streams.py), the same job (RunningSum:
 per key, the running sum, one output per input) on the same input: 8 partitions, one
@@ -20,7 +22,7 @@ record per key, then 1,000 records/s of steady keyed traffic.
   (`exactly_once_v2`) as Baton does; any count above 0 is a finding.
 
     ./run bench vs_kafka_streams.py --keys 100000 1000000 [--json]
-        [--systems baton default fastest] [--logs DIR]
+        [--systems baton default fastest] [--broker kafka|kafka3] [--logs DIR]
 
 (`./run bench` first installs what a fresh clone lacks: Java, a JDK and Maven for the
 peer, the Apache Kafka broker's jars, the venv; after that `.venv/bin/python
@@ -46,6 +48,7 @@ import vs_streams
 from vs_common import percentile
 
 from orchestrator.devkit.kafka import KafkaBroker
+from orchestrator.devkit.kafka_cluster import KafkaCluster
 
 __all__ = ["ROW_KEYS", "SYSTEMS", "main", "parse_args", "row", "to_json"]
 
@@ -53,6 +56,7 @@ SYSTEMS = ("baton", "fastest", "default")      # run in this order for each size
 # the pinned --json row, in this order (DESIGN.md, "Benchmarks with pinned --json shapes")
 ROW_KEYS = ("keys", "system", "settings", "balanced_s", "pause_ms_p99", "failover_s",
             "lost", "duplicated", "wrong")
+BROKERS = ("kafka", "kafka3")      # one node, or three (replication 3)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -61,6 +65,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="state sizes (keys), each a run of every system")
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS),
                         help="baton, and Kafka Streams' default and fastest settings")
+    parser.add_argument("--broker", choices=BROKERS, default="kafka",
+                        help="Apache Kafka on one node, or a three-node cluster "
+                             "(default: kafka)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--logs", type=Path, default=None,
                         help="keep every instance's logs here")
@@ -96,7 +103,7 @@ def to_json(rows: list[dict[str, Any]]) -> str:
     return json.dumps({"runs": [{k: r[k] for k in ROW_KEYS} for r in rows]})
 
 
-def _run(broker: KafkaBroker, keys: int, system: str, workdir: Path,
+def _run(broker: KafkaBroker | KafkaCluster, keys: int, system: str, workdir: Path,
          log: Any) -> dict[str, Any]:
     bootstrap = broker.bootstrap
     if system == "baton":
@@ -134,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
         vs_streams.ensure_peer(log)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="baton-vs-ks-") as tmp, \
-            KafkaBroker(Path(tmp) / "broker") as broker:
+            (KafkaCluster if args.broker == "kafka3" else KafkaBroker)(Path(tmp) / "broker") \
+            as broker:
+        log(f"{args.broker}: Apache Kafka on {broker.bootstrap}")
         try:
             for keys in args.keys:
                 for system in [s for s in SYSTEMS if s in args.systems]:

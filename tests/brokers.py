@@ -1,6 +1,7 @@
-"""The broker the tests run on: Apache Kafka, the embedded noida-db, or the one in
-BATON_TEST_BOOTSTRAP (tests/conftest.py's `broker` fixtures start and stop it), with its
-client settings, topic creation and a reader of whole topics."""
+"""The broker the tests run on: Apache Kafka (one node, or the three-node cluster of
+BATON_TEST_BROKER=kafka3), the embedded noida-db, or the one in BATON_TEST_BOOTSTRAP
+(tests/conftest.py's `broker` fixtures start and stop it), with its client settings,
+topic creation and a reader of whole topics."""
 
 from __future__ import annotations
 
@@ -26,25 +27,31 @@ from orchestrator.devkit.embedded import (
     EmbeddedBroker,
 )
 from orchestrator.devkit.kafka import KafkaBroker
+from orchestrator.devkit.kafka_cluster import KafkaCluster
 from tests.waiting import wait_for
 
 __all__ = ["Broker", "broker_kind", "local_broker"]
 
-# which local broker the tests start: Apache Kafka (the default) or the embedded noida-db
-_BROKER_KINDS = ("kafka", "embedded")
+# which local broker the tests start: Apache Kafka (the default: one node), a three-node
+# Apache Kafka cluster (replication 3, min.insync.replicas 2), or the embedded noida-db
+_BROKER_KINDS = ("kafka", "kafka3", "embedded")
 
 
 class Broker:
     """What tests know about the broker: where it is, which client settings it needs, and
     the local broker the tests started (None for one given in BATON_TEST_BOOTSTRAP).
-    `embedded` is set for the embedded broker, whose profile the daemons then get."""
+    `embedded` is set for the embedded broker, whose profile the daemons then get;
+    `cluster` for the three-node cluster, whose nodes fault tests stop, kill and freeze.
+    Test topics get as many replicas as the cluster production would give them."""
 
     def __init__(self, bootstrap: str, extra: dict[str, Any],
-                 local: EmbeddedBroker | KafkaBroker | None = None) -> None:
+                 local: EmbeddedBroker | KafkaBroker | KafkaCluster | None = None) -> None:
         self.bootstrap = bootstrap
         self.extra = extra
         self.local = local
         self.embedded = local if isinstance(local, EmbeddedBroker) else None
+        self.cluster = local if isinstance(local, KafkaCluster) else None
+        self.replication = 3 if self.cluster is not None else 1
 
     def settings(self, **more: Any) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap, **self.extra, **more}
@@ -65,7 +72,8 @@ class Broker:
 
     def create_topic(self, name: str, partitions: int) -> str:
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        spec = NewTopic(name, partitions, self.replication)
+        for future in admin.create_topics([spec]).values():
             future.result(30)
         # Apache Kafka's brokers learn a new topic from the metadata log a moment after
         # CreateTopics answers: wait until every partition has a leader
@@ -148,7 +156,9 @@ def local_broker(directory: Path) -> Iterator[Broker]:
             embedded.close()
         return
     with _in_memory("baton-test-kafka-") as logs:
-        kafka = KafkaBroker(directory, logs=logs, nice=BROKER_NICE)
+        kafka: KafkaBroker | KafkaCluster = (
+            KafkaCluster(directory, logs=logs, nice=BROKER_NICE) if broker_kind() == "kafka3"
+            else KafkaBroker(directory, logs=logs, nice=BROKER_NICE))
         kafka.start()
         try:
             _load_coordinators(kafka.bootstrap)

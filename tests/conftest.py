@@ -26,13 +26,19 @@ from tests.daemon_support import Daemon
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked `kafka` test what only Apache Kafka does: the embedded broker has
-    none of it, so under BATON_TEST_BROKER=embedded they are deselected (not skipped)."""
-    if broker_kind() != "embedded":
-        return
-    dropped = [item for item in items if item.get_closest_marker("kafka") is not None]
+    none of it, so under BATON_TEST_BROKER=embedded they are deselected (not skipped).
+    Tests marked `kafka3` stop, kill and freeze nodes of the three-node cluster: they
+    are deselected under any other broker kind (their lane runs them on it)."""
+    kind = broker_kind()
+
+    def unfit(item: pytest.Item) -> bool:
+        return ((kind == "embedded" and item.get_closest_marker("kafka") is not None)
+                or (kind != "kafka3" and item.get_closest_marker("kafka3") is not None))
+
+    dropped = [item for item in items if unfit(item)]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = [item for item in items if item.get_closest_marker("kafka") is None]
+        items[:] = [item for item in items if not unfit(item)]
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +68,10 @@ def restartable_broker(_module_broker: Broker) -> Broker:
     does not fail the next), and tests keep apart by their own topics."""
     local = _module_broker.local
     assert local is not None
-    if local.pid is None:           # stopped or killed by a test that then failed
+    if _module_broker.cluster is not None:    # starts the nodes that are down, if any
+        _module_broker.cluster.thaw()
+        _module_broker.cluster.start()
+    elif local.pid is None:           # stopped or killed by a test that then failed
         local.start()
     return _module_broker
 
@@ -159,8 +168,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         return
     write = terminalreporter.write_line
     write("")
-    write(f"{'fault case':<50} {'in':>7} {'out':>7} {'lost':>5} {'dup':>5} {'wrong':>5}")
-    for case, rin, rout, lost, dup, wrong in results:
-        write(f"{case:<50} {rin:>7} {rout:>7} {lost:>5} {dup:>5} {wrong:>5}")
+    write(f"{'fault case':<56} {'in':>7} {'out':>7} {'lost':>5} {'dup':>5} {'wrong':>5} "
+          f"{'s':>5}")
+    for case, rin, rout, lost, dup, wrong, seconds in results:
+        write(f"{case:<56} {rin:>7} {rout:>7} {lost:>5} {dup:>5} {wrong:>5} {seconds:>5.0f}")
     for figure, seconds in faults.FAULT_FIGURES.items() if faults is not None else ():
         write(f"{figure}: {seconds:.3f} s")

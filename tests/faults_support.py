@@ -28,9 +28,10 @@ __all__ = [
     "leads", "source_of", "start_standby", "two_under_traffic", "verify", "with_standby_url",
 ]
 
-# (case, records in, records out, lost, duplicated, wrong) rows of the fault suite, printed
-# by tests/conftest.py's pytest_terminal_summary
-FAULT_RESULTS: list[tuple[str, int, int, int, int, int]] = []
+# (case, records in, records out, lost, duplicated, wrong, seconds from the traffic's
+# start to the oracle's verdict) rows of the fault suite, printed by tests/conftest.py's
+# pytest_terminal_summary
+FAULT_RESULTS: list[tuple[str, int, int, int, int, int, float]] = []
 # what a case measured (name -> seconds), printed under the table
 FAULT_FIGURES: dict[str, float] = {}
 
@@ -93,7 +94,7 @@ def verify(case: str, j: Job, feeder: Feeder, broker: Broker,
     wait_for(lambda: j.all_consumed(sent), 120, f"all {sent} records consumed")
     result = oracle_check(broker, j.config)
     FAULT_RESULTS.append((case, result.records_in, result.records_out, result.lost,
-                          result.duplicated, result.wrong))
+                          result.duplicated, result.wrong, time.monotonic() - feeder.started))
     assert result.records_in == sent
     assert result.ok, result
 

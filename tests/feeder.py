@@ -30,6 +30,7 @@ class Feeder:
         self.transactional_id, self.batch = transactional_id, batch
         self.settings = settings
         self.sent = 0
+        self.started = 0.0              # time.monotonic() at start()
         self.failed = 0                 # deliveries the broker never acknowledged
         # where each acknowledged record landed: (partition, offset), so a count that
         # does not match the topic can name the record it misses
@@ -42,6 +43,7 @@ class Feeder:
         self._thread = threading.Thread(target=self._guarded, name="feeder", daemon=True)
 
     def start(self) -> Feeder:
+        self.started = time.monotonic()
         self._thread.start()
         return self
 

@@ -123,7 +123,7 @@ def _verify(case: str, lan: Lan, walk: Walk, feeder: Feeder) -> None:
     config = load_config(walk.config_path("ops"))
     result = oracle_check(lan.broker, config)
     FAULT_RESULTS.append((case, result.records_in, result.records_out, result.lost,
-                          result.duplicated, result.wrong))
+                          result.duplicated, result.wrong, time.monotonic() - feeder.started))
     assert result.records_in == sent
     assert result.ok, result
 

@@ -30,6 +30,10 @@ def test_arguments() -> None:
         vs_kafka_streams.parse_args(["--keys", "0"])
     with pytest.raises(SystemExit):
         vs_kafka_streams.parse_args(["--systems", "flink"])
+    assert vs_kafka_streams.parse_args([]).broker == "kafka"
+    assert vs_kafka_streams.parse_args(["--broker", "kafka3"]).broker == "kafka3"
+    with pytest.raises(SystemExit):
+        vs_kafka_streams.parse_args(["--broker", "embedded"])
 
 
 def _phase(**more: Any) -> dict[str, Any]:

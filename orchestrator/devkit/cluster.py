@@ -15,6 +15,8 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from orchestrator.kafka.topics import replication_for
+
 __all__ = ["Cluster", "committed_all", "create_topics", "read_topic"]
 
 
@@ -82,9 +84,11 @@ class Cluster:
 
 
 def create_topics(settings: Mapping[str, Any], partitions: Mapping[str, int]) -> None:
-    """Create each topic with its partition count (one replica); existing ones stay."""
+    """Create each topic with its partition count, replicated as Baton replicates its own
+    topics (3 on a cluster of three brokers or more); existing ones stay."""
     admin = AdminClient(dict(settings))
-    futures = admin.create_topics([NewTopic(name, count, 1)
+    replicas = replication_for(len(admin.list_topics(timeout=30).brokers))
+    futures = admin.create_topics([NewTopic(name, count, replicas)
                                    for name, count in partitions.items()])
     for name, future in futures.items():
         try:

@@ -111,10 +111,12 @@ class KafkaBroker:
 
     def __init__(self, data_dir: Path | None = None, port: int | None = None,
                  settings: dict[str, str] | None = None, logs: Path | None = None,
-                 nice: int = 0) -> None:
+                 nice: int = 0, node_id: int = 1) -> None:
         """`logs`: where the partitions' and the metadata log live (default: `log` in
         `data_dir`, beside the broker's own log and settings). `nice`: the JVM's
-        scheduling priority (below 0 needs root; GNU nice runs it unchanged otherwise)."""
+        scheduling priority (below 0 needs root; GNU nice runs it unchanged otherwise).
+        `node_id`: its id in a cluster (orchestrator/devkit/kafka_cluster.py sets it with
+        `cluster_id` and `quorum_voters`; alone, a one-voter quorum of its own)."""
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if data_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="baton-kafka-")
@@ -125,6 +127,9 @@ class KafkaBroker:
         self.port = port or free_port()
         self.controller_port = free_port()
         self.settings = {**KAFKA_BROKER_SETTINGS, **(settings or {})}
+        self.node_id = node_id
+        self.cluster_id: str | None = None      # None: a new one at the first format
+        self.quorum_voters: str | None = None   # "id@host:port,...": a static quorum
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -150,11 +155,16 @@ class KafkaBroker:
                 "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"}
 
+    def _quorum(self) -> dict[str, str]:
+        if self.quorum_voters is not None:
+            return {"controller.quorum.voters": self.quorum_voters}
+        return {"controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}"}
+
     def _properties(self) -> Path:
         lines = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}",
+            "node.id": str(self.node_id),
+            **self._quorum(),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             **self.listener_properties(),
@@ -176,8 +186,10 @@ class KafkaBroker:
         """Format the log directory once; a restart keeps what is there."""
         if (self.logs / "meta.properties").exists():
             return
-        cmd = self._java("kafka.tools.StorageTool", "format", "-t", new_cluster_id(),
-                         "-c", str(properties), "--standalone")
+        # a static quorum's voters are in the properties; alone, it is the only voter
+        alone = ["--standalone"] if self.quorum_voters is None else []
+        cmd = self._java("kafka.tools.StorageTool", "format", "-t",
+                         self.cluster_id or new_cluster_id(), "-c", str(properties), *alone)
         done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True,
                               timeout=_START_TIMEOUT_S, check=False)
         if done.returncode != 0:
@@ -194,6 +206,17 @@ class KafkaBroker:
         Raises:
             KafkaBrokerError: the jars are missing, or it exited or did not answer in time.
         """
+        self.launch()
+        self.wait_ready()
+        return self.bootstrap
+
+    def launch(self) -> None:
+        """Format (first time) and start the JVM without waiting for it to answer (a
+        cluster's nodes answer only once a majority of its controllers runs).
+
+        Raises:
+            KafkaBrokerError: the jars are missing or formatting failed.
+        """
         self.data_dir.mkdir(parents=True, exist_ok=True)
         properties = self._properties()
         self._format(properties)
@@ -201,10 +224,13 @@ class KafkaBroker:
             self._proc = subprocess.Popen(self._java("kafka.Kafka", str(properties)),
                                           stdout=out, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True)
-        self._wait_ready()
-        return self.bootstrap
 
-    def _wait_ready(self) -> None:
+    def wait_ready(self) -> None:
+        """Wait until a metadata request to this node answers.
+
+        Raises:
+            KafkaBrokerError: it exited or did not answer in time (it is then killed).
+        """
         deadline = time.monotonic() + _START_TIMEOUT_S
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
         while time.monotonic() < deadline:
@@ -238,6 +264,17 @@ class KafkaBroker:
         """Stop cleanly and start again on the same ports with the same log."""
         self.stop()
         self.start()
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send `sig` to the running JVM (SIGSTOP / SIGCONT: a frozen host and its return).
+
+        Raises:
+            KafkaBrokerError: it is not running.
+        """
+        if self._proc is None or self._proc.poll() is not None:
+            raise KafkaBrokerError(f"Kafka node {self.node_id} on {self.bootstrap} "
+                                   "is not running")
+        self._proc.send_signal(sig)
 
     def kill(self) -> None:
         """SIGKILL, like a crashed host: the next start recovers the log."""

@@ -51,6 +51,8 @@ _POLL_S = 0.5
 _BATCH = 10_000
 # writes of one batch while the brokers keep going away; then it is a StreamError
 _REWRITES = 5
+# what a broker of a cluster answers for a topic another broker created a moment ago
+_NOT_YET_KNOWN = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART})
 
 
 class StreamError(RuntimeError):
@@ -281,10 +283,31 @@ class CoordinatorStream:
                      exc.args[0].str())
 
 
+def _end_offset(consumer: Consumer, topic: str, deadline: Deadline, clock: Clock) -> int:
+    """The end offset of partition 0 of `topic`. A topic just created is known to the
+    broker that created it, and to the other brokers of a cluster a moment later: until
+    then a lookup answers UNKNOWN_PARTITION, so it is asked again (metadata refreshed)
+    until `deadline`.
+
+    Raises:
+        StreamError: the broker did not answer, or the topic is still unknown at `deadline`.
+    """
+    while True:
+        try:
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0),
+                                                     timeout=_TXN_TIMEOUT_S, cached=False)
+            return int(high)
+        except KafkaException as exc:
+            if exc.args[0].code() not in _NOT_YET_KNOWN or deadline.expired():
+                raise StreamError(f"cannot read {topic}: {exc.args[0].str()}") from exc
+        refresh_metadata(consumer, [f"{topic}:0"])
+        clock.sleep(_POLL_S)
+
+
 def _read_to_end(consumer: Consumer, topic: str, clock: Clock) -> dict[str, Any]:
     """Last value per key of partition 0, up to the high watermark seen at the start."""
     tp = TopicPartition(topic, 0)
-    _, high = consumer.get_watermark_offsets(tp, timeout=_TXN_TIMEOUT_S, cached=False)
+    high = _end_offset(consumer, topic, Deadline.after(clock, _LOAD_STALL_S), clock)
     state: dict[str, Any] = {}
     if high <= 0:
         return state
@@ -379,12 +402,8 @@ class StreamTail:
         Raises:
             StreamError: the broker did not answer.
         """
-        try:
-            _, high = self._consumer.get_watermark_offsets(self._tp, timeout=_TXN_TIMEOUT_S,
-                                                           cached=False)
-        except KafkaException as exc:
-            raise StreamError(f"cannot read {self.topic}: {exc.args[0].str()}") from exc
         deadline = Deadline.after(self._clock, timeout_s)
+        high = _end_offset(self._consumer, self.topic, deadline, self._clock)
         self.at_end = high <= 0
         while not self.at_end and not deadline.expired():
             self.poll()

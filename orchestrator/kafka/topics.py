@@ -47,6 +47,7 @@ from orchestrator.wire.partitions import format_partition, parse_partition
 __all__ = [
     "ADMIN_RETRY",
     "TopicShape",
+    "replication_for",
     "Watermarks",
     "TopicAdmin",
     "TopicsError",
@@ -192,7 +193,8 @@ class TopicAdmin:
                 meta = self._admin.list_topics(timeout=_REQUEST_TIMEOUT_S)
         if topic in meta.topics and meta.topics[topic].error is None:
             return False
-        spec = NewTopic(topic, partitions, _replication(meta), config=dict(config or {}))
+        spec = NewTopic(topic, partitions, replication_for(len(meta.brokers)),
+                        config=dict(config or {}))
         try:
             for attempt in _retrying():
                 with attempt:
@@ -372,6 +374,8 @@ class TopicAdmin:
             self._clock.sleep(_LEADER_POLL_S)
 
 
-def _replication(meta: Any) -> int:
-    """Replication 3 where there are 3 brokers, else what the cluster can hold."""
-    return max(1, min(3, len(meta.brokers)))
+def replication_for(brokers: int) -> int:
+    """The replication factor of a topic Baton creates on a cluster of `brokers` live
+    brokers: 3 where there are 3 or more (with the usual min.insync.replicas 2, a write
+    then survives the loss of any one broker), else what the cluster can hold."""
+    return max(1, min(3, brokers))

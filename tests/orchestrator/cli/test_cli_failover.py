@@ -92,6 +92,7 @@ def test_wait_and_status_ride_out_a_leader_sigkill_during_a_scale_out(job, broke
     wait_for(lambda: j.all_consumed(sent), 120, f"all {sent} records consumed")
     result = oracle_check(broker, j.config)
     FAULT_RESULTS.append(("leader SIGKILL, `baton wait` 0.1 s later", result.records_in,
-                          result.records_out, result.lost, result.duplicated, result.wrong))
+                          result.records_out, result.lost, result.duplicated, result.wrong,
+                          time.monotonic() - feeder.started))
     assert result.records_in == sent
     assert result.ok, result

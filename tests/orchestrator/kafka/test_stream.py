@@ -131,3 +131,26 @@ def test_an_abort_cut_short_by_a_broker_restart_is_finished_by_the_next_write(
         assert reader.open() == {"model": {"generation": 2}}
     finally:
         reader.close()
+
+
+def test_a_tail_waits_for_a_stream_its_broker_does_not_know_yet(broker, unique) -> None:
+    """A broker of a cluster learns a topic another broker created a moment later, and
+    answers UNKNOWN_PARTITION meanwhile: the tail of a coordinator starting then asks
+    again until its deadline instead of failing the start (here: the topic is created
+    a second after the tail first asks)."""
+    import threading
+
+    from orchestrator.kafka.stream import StreamTail
+
+    job = unique("job")
+    admin = TopicAdmin(broker.settings(), f"baton.{job}")
+    later = threading.Timer(1.0, lambda: admin.ensure_compacted(stream_topic(job)))
+    tail = StreamTail(broker.settings(), job)
+    later.start()
+    try:
+        tail.catch_up(30)
+        assert tail.at_end and tail.leader() is None
+    finally:
+        later.join()
+        admin.close()
+        tail.close()
