@@ -24,11 +24,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from metrics import JobMetrics, JobMetricSet
+from metrics import JobMetrics
 from orchestrator.wire.clock import Clock
 from processor.job import Effect
 
-__all__ = ["REPLAY_HOST", "SLOW_EFFECT_S", "AfterCommit", "TaskHost", "run_effects"]
+__all__ = ["SLOW_EFFECT_S", "AfterCommit", "TaskHost", "run_effects"]
 
 log = logging.getLogger("baton.processor.effects")
 
@@ -95,11 +95,6 @@ class TaskHost:
     @property
     def metrics(self) -> JobMetrics:
         return self._metrics
-
-
-# the host of a run that only ever replays: a Spark fold, `baton audit`, a Context
-# made without a host (its metrics go to a registry nobody serves)
-REPLAY_HOST = TaskHost(JobMetricSet.unserved().task(""))
 
 
 def run_effects(task: str, effects: Sequence[Effect], on_error: Callable[[str], None],

@@ -29,10 +29,9 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
-if TYPE_CHECKING:
-    from processor.job_metrics import JobMetrics
+from metrics import JobMetrics, JobMetricSet
 
 __all__ = ["Context", "Effect", "Emitted", "Headers", "Host", "Job", "JobLoadError", "KeyValue",
            "Output", "Record", "Role", "State", "add_job_path", "load_job", "new_job"]
@@ -101,9 +100,24 @@ class Host(Protocol):
         """The job's instruments on this processor, labelled with the task."""
 
 
+class _ReplayHost:
+    """The host of a run that only ever replays (a Spark fold, `baton audit`, a Context
+    made without a host): `after_commit` drops; metrics go to a registry nobody serves."""
+
+    replaying = True
+
+    def __init__(self) -> None:
+        self.metrics = JobMetricSet.unserved().task("")
+
+    def after_commit(self, fn: Effect) -> None:
+        pass
+
+
+_REPLAY_HOST = _ReplayHost()
+
+
 def _replay_host() -> Host:
-    from processor.effects import REPLAY_HOST
-    return REPLAY_HOST
+    return _REPLAY_HOST
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,8 +43,7 @@ class Notifies(Job):
         Notifies.sent.append(key)
 
 
-@pytest.fixture(autouse=True)
-def _fresh() -> None:
+def setup_function() -> None:
     Notifies.sent, Notifies.contexts = [], []
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.wire.config import parse_config
+from processor.runtime import TaskRuntime
 from tests.processor.effect_jobs import read_ledger
 from tests.processor.runtime.runtime_support import (
     assignment_reply,
@@ -35,8 +36,8 @@ def test_no_effect_from_a_spark_warmup_nor_the_activation_replay(spark, broker, 
     model = task_model(topic, 1)
     old, new = new_runtime(raw, tmp_path, "p1"), new_runtime(raw, tmp_path, "p2")
 
-    def committed(runtime: object, offset: int) -> bool:
-        active = getattr(runtime, "active").get(_TASK)
+    def committed(runtime: TaskRuntime, offset: int) -> bool:
+        active = runtime.active.get(_TASK)
         return active is not None and active.committed.get(partition) == offset
 
     def both() -> None:
