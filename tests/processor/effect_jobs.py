@@ -13,9 +13,10 @@ from typing import IO
 from processor import Context, Emitted, Record, State
 from processor.examples import RunningSum
 
-__all__ = ["EffectSum", "Ledger", "read_ledger"]
+__all__ = ["BLOCK", "POISON", "EffectSum", "Ledger", "read_ledger"]
 
 BLOCK = b"block"        # the key whose effect begins and never returns (a hung call)
+POISON = b"poison"      # the key whose process() raises after asking for its effect
 
 
 class EffectSum(RunningSum):
@@ -25,7 +26,8 @@ class EffectSum(RunningSum):
     `<name>.seen` has a line per process() call, `R <where>` while replaying and
     `L <where>` live; `<name>.effects` a line `done <where>` per effect run, where
     `<where>` is "topic:partition@offset". The effect of a record keyed `BLOCK` writes
-    `begun <where>` and never returns. Effects run are counted on the job's own metric
+    `begun <where>` and never returns; process() raises on a record keyed `POISON`, after
+asking for its effect. Effects run are counted on the job's own metric
     `effectsum_effects_total{kind="done"}`.
     """
 
@@ -43,6 +45,8 @@ class EffectSum(RunningSum):
         where = f"{record.topic}:{record.partition}@{record.offset}"
         self._seen.write(f"{'R' if self.context.replaying else 'L'} {where}\n")
         self.context.after_commit(functools.partial(self._effect, record.key, where))
+        if record.key == POISON:
+            raise ValueError(f"poison at {where}")
         return super().process(record, state)
 
     def _effect(self, key: bytes | None, where: str) -> None:
