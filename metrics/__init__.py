@@ -15,7 +15,9 @@ Theory of operation:
 - Each daemon also registers `baton_build_info{version}` and prometheus_client's
   process and platform collectors on its own registry (`register_daemon_metrics`).
 - Label values are bounded: tasks, processors and topics of the job model, plus the
-  fixed vocabularies in `metrics._vocab` (checked at the call site).
+  fixed vocabularies in `metrics._vocab` (checked at the call site). A job's own
+  metrics (`metrics._job`, `context.metrics`) keep at most `MAX_LABEL_SETS` label sets
+  per metric and task, later ones folded into "other".
 
 The dashboard (`metrics/dashboards/baton.json`) and the alert rules
 (`metrics/alerts.yml`) use only the names in `METRIC_NAMES` (and `up`).
@@ -32,6 +34,7 @@ from metrics._coordinator import (
     LagSample,
     LagView,
 )
+from metrics._job import MAX_LABEL_SETS, JobInstrument, JobMetrics, JobMetricSet
 from metrics._processor import (
     PROCESSOR_METRIC_NAMES,
     NullProcessorMetrics,
@@ -57,6 +60,7 @@ __all__ = [
     "CONTENT_TYPE",
     "COORDINATOR_METRIC_NAMES",
     "HANDOFF_PHASES",
+    "MAX_LABEL_SETS",
     "METRIC_NAMES",
     "PROCESSOR_METRIC_NAMES",
     "CatchUpPath",
@@ -68,6 +72,9 @@ __all__ = [
     "HandoffView",
     "HeartbeatOutcome",
     "LagSample",
+    "JobInstrument",
+    "JobMetricSet",
+    "JobMetrics",
     "LagView",
     "MetricsServer",
     "NullProcessorMetrics",

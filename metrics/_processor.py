@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from metrics._job import JobMetricSet
 from metrics._vocab import (
     CATCH_UP_PATHS,
     CATCH_UP_SOURCES,
@@ -64,6 +65,7 @@ PROCESSOR_METRIC_NAMES: tuple[str, ...] = (
     "baton_store_view_errors_total",
     "baton_consumer_replacements_total",
     "baton_task_stalls_total",
+    "baton_effect_errors_total",
 )
 
 
@@ -150,6 +152,12 @@ class ProcessorMetrics:
             "partition's end moved and the read stood still for processor.stall_timeout_ms; "
             "each was recovered with a new consumer.", [*base, "task", "role"],
             registry=registry)
+        self._effect_errors = Counter(
+            "baton_effect_errors_total", "Functions a job handed to context.after_commit() "
+            "that raised when run after their transaction committed (not retried).",
+            [*base, "task"], registry=registry)
+        # the job's own metrics (context.metrics), on this registry with these labels
+        self.job_metrics = JobMetricSet(registry, job, processor)
         view_errors = Counter(
             "baton_store_view_errors_total", "Scrapes where a store callback (sizes, memory) "
             "raised.",
@@ -244,9 +252,16 @@ class ProcessorMetrics:
         partition vocabulary is unbounded; the processor's log names them)."""
         self._misrouted.labels(job=self.job, processor=self.processor, task=task).inc()
 
+    def record_effect_error(self, task: str) -> None:
+        """An after_commit function of `task`'s job raised."""
+        self._effect_errors.labels(job=self.job, processor=self.processor, task=task).inc()
+
     def forget_task(self, task: str) -> None:
-        """Remove `task`'s series: the processor no longer holds the task."""
+        """Remove `task`'s series (the job's own too): the processor no longer holds
+        the task."""
         me = (self.job, self.processor, task)
+        self.job_metrics.forget(task)
+        _remove(self._effect_errors, me)
         _remove(self._processed, me)
         _remove(self._fallbacks, me)
         _remove(self._misrouted, me)
@@ -269,6 +284,7 @@ class NullProcessorMetrics(ProcessorMetrics):
     def __init__(self, job: str = "", processor: str = "") -> None:  # no super(): no registry
         self.job = job
         self.processor = processor
+        self.job_metrics = JobMetricSet.unserved()
 
     def set_store_view(self, store_view: StoreView) -> None:
         pass
@@ -314,6 +330,9 @@ class NullProcessorMetrics(ProcessorMetrics):
         pass
 
     def record_stall(self, task: str, role: str) -> None:
+        pass
+
+    def record_effect_error(self, task: str) -> None:
         pass
 
     def forget_task(self, task: str) -> None:

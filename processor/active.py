@@ -16,6 +16,11 @@ it is aborted, over every partition the task writes to, and redone; during the c
 group's committed offsets are read back, and a broker that came back without the
 transaction restarts the task from what it does hold (orchestrator/kafka/watched_producer.py).
 After any abort the last commit is read back too (processor/transaction.py, `CommitVoided`).
+
+What the job hands to `context.after_commit` while processing belongs to the open
+transaction (`effects`, processor/effects.py): dropped with a record whose process()
+raised and with an aborted transaction, due once the commit succeeded; the runtime runs
+them on its loop (`run_effects`), never on a commit thread.
 """
 
 from __future__ import annotations
@@ -33,8 +38,9 @@ from orchestrator.wire.barrier import Marker, Reroute, skip_marker
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.partitions import format_partition
 from processor.changelog import ChangelogWriter
+from processor.effects import AfterCommit, run_effects
 from processor.emit import Emitter
-from processor.job import Job, Record
+from processor.job import Effect, Job, Record
 from processor.outputs import OutputError, encode_output
 from processor.records import (
     collector_paused,
@@ -79,7 +85,7 @@ class ActiveTask:
                  committed: dict[str, int],
                  broker_committed: Callable[[list[str]], dict[str, int]], *,
                  clock: Clock | None = None, changelog: ChangelogWriter | None = None,
-                 outputs: Sequence[str] = ()) -> None:
+                 outputs: Sequence[str] = (), effects: AfterCommit | None = None) -> None:
         self.name = name
         self.partitions = list(partitions)
         self.job = job
@@ -95,6 +101,10 @@ class ActiveTask:
         self._broker_committed = broker_committed
         self._clock = clock or SystemClock()
         self.changelog = changelog            # catch_up.source = "changelog" only
+        # the open transaction's after_commit effects (the job's host adds to it), and
+        # those of committed transactions not yet run
+        self.effects = AfterCommit() if effects is None else effects
+        self.due: list[Effect] = []
         self._losses = 0                      # the producer's broker losses at begin
         self.committed = dict(committed)      # T1: the offsets of the last committed txn
         self.pending = dict(committed)        # positions including the open transaction
@@ -109,6 +119,7 @@ class ActiveTask:
         # told about each record process() failed on, with what on_error did (metrics); of
         # a commit the store applied that the brokers took back (`CommitVoided`), at once
         self.on_process_error: Callable[[str, OnError], None] = lambda task, outcome: None
+        self.on_effect_error: Callable[[str], None] = lambda task: None
         self.on_voided: Callable[[str], None] = lambda task: None
         self.fenced = False     # a fencing error was seen (later calls fail bare: fatal)
         # expansion barriers (orchestrator/wire/barrier.py): whose markers count, parents whose
@@ -183,14 +194,16 @@ class ActiveTask:
         """process_batch() over consecutive records of one partition, then their
         outputs; if it raises, the batch is undone and processed record by record, so
         on_error meets the record that failed (nothing was produced yet)."""
-        store = self.store
+        store, effects = self.store, self.effects
         store.begin_record()
+        effects.begin_record()
         try:
             results = list(map(list, self.job.process_batch(records, self._state)))
             if len(results) != len(records):    # not one result per record: not trusted
                 raise ValueError(f"process_batch() gave {len(results)} results")
         except Exception:  # noqa: BLE001 - user code: redone one record at a time below
             store.rollback_record()
+            effects.rollback_record()
             for record in records:
                 self._process_record(record)
             return
@@ -244,12 +257,14 @@ class ActiveTask:
 
     def _process_record(self, record: Record) -> None:
         """process() over one record, its outputs produced, or on_error applied."""
-        store = self.store
+        store, effects = self.store, self.effects
         store.begin_record()
+        effects.begin_record()
         try:
             outputs = list(self.job.process(record, self._state))
         except Exception as exc:  # noqa: BLE001 - user code: every failure goes to on_error
             store.rollback_record()
+            effects.rollback_record()
             self._on_error(record, exc)
             return
         self._emit(self.emitter.emit_one, record, outputs)
@@ -286,7 +301,8 @@ class ActiveTask:
                     self.name, where, self.dlq_topic, exc)
 
     def commit(self) -> int:
-        """Commit the open transaction (outputs + offsets), then the store.
+        """Commit the open transaction (outputs + offsets), then the store; its
+        after_commit effects are then due (`run_effects`).
 
         Returns:
             The number of input records the commit covered (0: nothing was open).
@@ -319,6 +335,7 @@ class ActiveTask:
         else:
             self.store.commit(offsets)
         self.committed.update(offsets)
+        self.due.extend(self.effects.take())
         committed, self.processed = self.processed, 0
         self.records_total += committed
         if self.activated_at is not None and self.pause_ms is None and offsets:
@@ -327,6 +344,12 @@ class ActiveTask:
             if self.stamps:
                 self.stamps["first_commit"] = now
         return committed
+
+    def run_effects(self) -> None:
+        """Run the committed transactions' effects, on the caller's thread (the loop)."""
+        if self.due:
+            due, self.due = self.due, []
+            run_effects(self.name, due, self.on_effect_error, self._clock)
 
     def _commit_transaction(self) -> None:
         """Commit, again 100 ms after a retriable failure (not with tenacity: its wrapper
@@ -349,6 +372,7 @@ class ActiveTask:
         if held == offsets:
             return
         self.store.abort()
+        self.effects.drop()         # whether the transaction committed is unknown
         self.pending = dict(self.committed)
         if applied:
             self.on_voided(self.name)       # a store that must not be served again here
@@ -359,6 +383,7 @@ class ActiveTask:
     def _after_failed_commit(self, exc: KafkaException | BrokerLost) -> None:
         self.in_transaction = False
         self.store.abort()
+        self.effects.drop()
         self.pending = dict(self.committed)
         if isinstance(exc, KafkaException):
             self._unless_abortable(exc)
@@ -394,8 +419,10 @@ class ActiveTask:
                                 f" from its committed offsets with a new producer") from exc
 
     def abort(self) -> None:
-        """Drop the open transaction's outputs and state; positions go back to T1."""
+        """Drop the open transaction's outputs, state and effects; positions go back
+        to T1."""
         self.store.abort()
+        self.effects.drop()
         self.pending = dict(self.committed)
         if self.in_transaction:
             self.in_transaction = False

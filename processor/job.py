@@ -6,26 +6,35 @@ the task store's transaction overlay) and yields `(key, value)` pairs, or `Outpu
 `input` catch-up source it must be deterministic: warmups replay the same records
 through it to rebuild the same state.
 
-One `Job` instance serves one task in one role on one processor: it is made by
-`new_job`, which sets `params` (the `[job.params]` table) and calls `setup(context)`;
-the runtime calls `close()` when the task leaves that role (released, dropped,
-promoted, or the processor stops), so a job may open a client or load a model in
+One `Job` instance serves one task on one processor: it is made by `new_job`, which
+sets `params` (the `[job.params]` table) and calls `setup(context)`; the same instance
+serves the task's replays (warmup, standby, the activation's replay to T1) and its
+active life, and the runtime calls `close()` when the task leaves (released, dropped,
+stopped, or the processor stops), so a job may open a client or load a model in
 `setup` and let it go in `close`.
+
+The context's `replaying` and `after_commit` follow the task's current role through a
+`Host` the runtime keeps per task (processor/effects.py): `process()` runs on every
+replay too, whose outputs are thrown away, so work outside the task (a call to a
+service, an email) goes through `after_commit`, which runs it on the active owner once
+the record's transaction has committed, and never on a replay.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-__all__ = ["Context", "Emitted", "Headers", "Job", "JobLoadError", "KeyValue", "Output",
-           "Record", "Role", "State", "add_job_path", "load_job", "new_job"]
+from metrics import JobMetrics, JobMetricSet
+
+__all__ = ["Context", "Effect", "Emitted", "Headers", "Host", "Job", "JobLoadError", "KeyValue",
+           "Output", "Record", "Role", "State", "add_job_path", "load_job", "new_job"]
 
 State = MutableMapping[Any, Any]
 # Kafka headers as confluent-kafka gives them: (name, value) pairs, names may repeat
@@ -70,11 +79,56 @@ class Output:
 
 
 Emitted = Output | KeyValue
+# work a job asks to be done once the record's transaction has committed
+Effect = Callable[[], object]
+
+
+class Host(Protocol):
+    """Where a job instance runs now, as its `Context` reads it (processor/effects.py):
+    the runtime's per-task host follows the task from replay to active."""
+
+    @property
+    def replaying(self) -> bool:
+        """True while records are processed only to rebuild state."""
+
+    def after_commit(self, fn: Effect) -> None:
+        """Run `fn()` once the current record's transaction has committed (active
+        owner only); dropped while replaying."""
+
+    @property
+    def metrics(self) -> JobMetrics:
+        """The job's instruments on this processor, labelled with the task."""
+
+
+class _ReplayHost:
+    """The host of a run that only ever replays (a Spark fold, `baton audit`, a Context
+    made without a host): `after_commit` drops; metrics go to a registry nobody serves."""
+
+    replaying = True
+
+    def __init__(self) -> None:
+        self.metrics = JobMetricSet.unserved().task("")
+
+    def after_commit(self, fn: Effect) -> None:
+        pass
+
+
+_REPLAY_HOST = _ReplayHost()
+
+
+def _replay_host() -> Host:
+    return _REPLAY_HOST
 
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """What `Job.setup` is told: where this instance runs."""
+    """What `Job.setup` is told: where this instance runs (keep it: `replaying`,
+    `after_commit` and `metrics` are for `process()`).
+
+    `role` is the role the instance was set up in; `replaying` follows the task's
+    role as it changes (a warmup's instance goes on to serve the active task). A
+    Context made without a host is a replay's: `after_commit` drops its function.
+    """
 
     job: str                       # the job's name (`[job] name`)
     task: str                      # e.g. "Partition 3"
@@ -82,6 +136,30 @@ class Context:
     processor: str                 # the processor id (e.g. "p1")
     role: Role
     params: Mapping[str, Any] = field(default_factory=lambda: _NO_PARAMS)
+    host: Host = field(default_factory=_replay_host, repr=False, compare=False)
+
+    @property
+    def replaying(self) -> bool:
+        """True while records are processed only to rebuild state (a warmup, a
+        standby's apply, the activation's replay to T1, a Spark fold, `baton audit`);
+        False on the active owner, whose records commit with their outputs."""
+        return self.host.replaying
+
+    def after_commit(self, fn: Effect) -> None:
+        """Call `fn()` once the transaction carrying the current record has committed,
+        on the active owner only, on the processor's loop; never during a replay
+        (dropped there), nor for a record whose transaction aborts (its record is
+        processed again and asks again). At most once per call: a processor that
+        dies between the commit and the call loses it (docs/jobs.md, "Side effects").
+        An `fn` that raises is logged and counted; the task goes on.
+        """
+        self.host.after_commit(fn)
+
+    @property
+    def metrics(self) -> JobMetrics:
+        """The job's counters, gauges and histograms on this processor's registry,
+        labelled with the job, processor and task (docs/jobs.md, "Metrics")."""
+        return self.host.metrics
 
 
 class Job:

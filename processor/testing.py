@@ -7,6 +7,10 @@ real task store (`store.TaskStore`, RocksDB in a temporary directory), through t
 steps the active task takes: `new_job` (params, `setup`), per record `begin_record`,
 `process`, `rollback_record` when it raises, outputs encoded as the producer gets them
 (`processor/outputs.py`), a commit every `commit_every` records, `close` at the end.
+What the job hands to `context.after_commit` runs at each commit, in order, and is
+dropped with a record that raised or an `abort()`; `replaying=True` runs the job as a
+replay does (`context.replaying` true, `after_commit` dropped). `context.metrics` is
+on `harness.registry` (assert with `registry.get_sample_value`).
 
     from processor.testing import run_job
 
@@ -23,6 +27,10 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
+from prometheus_client import CollectorRegistry
+
+from metrics import JobMetricSet
+from processor.effects import AfterCommit, TaskHost
 from processor.formats import Format, with_formats
 from processor.job import Context, Job, Output, Record, new_job
 from processor.outputs import encode_output, output_fields
@@ -41,11 +49,14 @@ _OUTPUT = "output"         # the job's `output` topic, unless given
 @dataclass
 class Run:
     """What a job did: its outputs (key and value as bytes, as produced; topic and
-    timestamp resolved), its committed state, and the records it raised on."""
+    timestamp resolved), its committed state, the records it raised on, how many
+    after_commit effects ran and what those that raised raised."""
 
     outputs: list[Output] = field(default_factory=list)
     state: dict[Key, Any] = field(default_factory=dict)
     failed: list[tuple[Record, Exception]] = field(default_factory=list)
+    effects: int = 0
+    effect_errors: list[Exception] = field(default_factory=list)
 
 
 class JobHarness:
@@ -62,19 +73,26 @@ class JobHarness:
             a job whose result depends on it has a bug this exposes).
         key_format, value_format: `[job] key_format` / `value_format`
             (processor/formats.py): records decoded, outputs encoded as the daemon does.
+        replaying: run the job as a replay does: `context.replaying` true,
+            `after_commit` dropped.
     """
 
     def __init__(self, job: type[Job] | Job, *, params: Mapping[str, Any] | None = None,
                  output: str = _OUTPUT, outputs: Iterable[str] = (),
                  on_error: OnError = "fail", commit_every: int = 1,
                  task: str = "Partition 0", partitions: Iterable[str] = (f"{_INPUT}:0",),
-                 key_format: Format = "bytes", value_format: Format = "bytes") -> None:
+                 key_format: Format = "bytes", value_format: Format = "bytes",
+                 replaying: bool = False) -> None:
         if commit_every < 1:
             raise ValueError(f"commit_every must be >= 1, got {commit_every}")
         self._dir = tempfile.TemporaryDirectory(prefix="baton-testing-")
         self.store = TaskStore(self._dir.name)
+        self.registry = CollectorRegistry()
+        self.effects = AfterCommit()
+        host = TaskHost(JobMetricSet(self.registry, "testing", "testing").task(task),
+                        None if replaying else self.effects)
         context = Context("testing", task, tuple(partitions), "testing", "testing",
-                          dict(params or {}))
+                          dict(params or {}), host)
         made = new_job(job, context) if isinstance(job, type) else job
         self.job = with_formats(made, key_format, value_format)
         self.output = output
@@ -96,10 +114,12 @@ class JobHarness:
         record = item if isinstance(item, Record) else self._record(item)
         store = self.store
         store.begin_record()
+        self.effects.begin_record()
         try:
             yielded = list(self.job.process(record, store.state))
         except Exception as exc:
             store.rollback_record()
+            self.effects.rollback_record()
             if self.on_error == "fail":
                 raise
             self.run.failed.append((record, exc))
@@ -113,13 +133,22 @@ class JobHarness:
         return produced
 
     def commit(self) -> None:
-        """Commit the open transaction (state and offsets in one write)."""
+        """Commit the open transaction (state and offsets in one write), then run its
+        after_commit effects."""
         self.store.commit(self._offsets)
         self._pending = 0
+        for fn in self.effects.take():
+            self.run.effects += 1
+            try:
+                fn()
+            except Exception as exc:  # noqa: BLE001 - kept, as the processor logs it
+                self.run.effect_errors.append(exc)
 
     def abort(self) -> None:
-        """Drop the open transaction's state writes (its outputs stay in `run`)."""
+        """Drop the open transaction's state writes and effects (its outputs stay in
+        `run`)."""
         self.store.abort()
+        self.effects.drop()
         self._pending = 0
 
     @property

@@ -43,6 +43,7 @@ from orchestrator.wire.clock import Clock, Deadline
 from orchestrator.wire.config import Config
 from processor.active import ActiveTask
 from processor.changelog import ChangelogTarget, ChangelogWriter
+from processor.effects import AfterCommit
 from processor.replica import Replay, ReplicaRole
 from processor.runtime.consumers import Consumers
 from processor.runtime.dead_letters import dlq_topic
@@ -352,17 +353,20 @@ class Activations:
             raise RuntimeError(f"task {task!r}: go_active before any replay")
         replay.commit()
         config = self._config
-        job = self._jobs.get(replay.name, "activating", partitions)
+        effects = AfterCommit()
+        job = self._jobs.get(replay.name, "active", partitions, effects)
         active = ActiveTask(replay.name, list(partitions), job, replay.store,
                             activation.producer, config.job.output, dlq_topic(config.job.name),
                             config.processor.on_error,
                             self._group_metadata,
                             {p: replay.caps[p] for p in partitions},
                             self._stable_t1_once, clock=self._clock,
-                            changelog=changelog, outputs=config.job.outputs)
+                            changelog=changelog, outputs=config.job.outputs,
+                            effects=effects)
         active.activated_at = activation.started
         active.stamps = {**activation.stamps, "replay": self._clock.monotonic()}
         active.on_process_error = self._metrics.record_process_error
+        active.on_effect_error = self._metrics.record_effect_error
         active.on_voided = self.voided
         return active
 

@@ -10,7 +10,8 @@ A commit is a few broker round trips (flush, offsets, end of transaction) waited
 with the GIL released: one after the other, four tasks' commits held the round, and so
 a release, for 50-280 ms. So the open transactions commit on `_COMMIT_THREADS` threads
 while the main loop waits; a task's failure is still handled on the main loop, as for a
-commit of its own.
+commit of its own, and so are the job's after_commit effects (processor/effects.py),
+run once their commit is known.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ class Commits:
         """Commit `active` (or take the result of its commit on a thread, `outcome`) and
         count it."""
         had_pause, count = outcome.result() if outcome is not None else _counted_commit(active)
+        active.run_effects()
         first = not had_pause and active.pause_ms is not None
         steps = step_ms(active.stamps) if first else {}
         if first:

@@ -89,7 +89,8 @@ class TaskRuntime:
         self.metrics = NullProcessorMetrics() if metrics is None else metrics
         self._sizes = StoreSizes(self.clock)       # snapshot for the scrape-time collector
         self.processor_id = processor_id
-        self.jobs = TaskJobs(config, processor_id, job)     # one instance per task
+        self.jobs = TaskJobs(config, processor_id, job,     # one instance per task
+                             self.metrics.job_metrics)
         self.group = f"baton.{config.job.name}"
         self.consumers = Consumers(config, self.group, self.clock)
         self.consumers.on_replaced(self.metrics.record_consumer_replaced)
@@ -228,6 +229,7 @@ class TaskRuntime:
         started = self.clock.monotonic()
         try:
             count = active.commit()         # the final transaction counts like any other
+            active.run_effects()
             if count:
                 self.metrics.record_processed(task, count)
                 self.metrics.record_transaction(task, "committed")

@@ -56,6 +56,7 @@ def populate(registry: CollectorRegistry) -> tuple[CoordinatorMetrics, Processor
     processor.record_heartbeat("ok")
     processor.record_process_error("Partition 0", "skip")
     processor.record_misrouted("Partition 1", "events:1", "events:5")
+    processor.record_effect_error("Partition 0")
     return coordinator, processor
 
 

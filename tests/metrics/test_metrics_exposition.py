@@ -37,6 +37,7 @@ def test_public_surface_is_pinned():
         "NullProcessorMetrics", "ProcessErrorOutcome", "ProcessorMetrics", "ProcessorState",
         "ProcessorStep", "StoreView", "TransactionOutcome", "render", "serve_metrics",
         "BUILD_METRIC_NAMES", "baton_version", "register_daemon_metrics",
+        "MAX_LABEL_SETS", "JobInstrument", "JobMetricSet", "JobMetrics",
     }
     for name in metrics.__all__:
         assert hasattr(metrics, name), name
