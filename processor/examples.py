@@ -7,9 +7,9 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from processor.job import Emitted, Job, Output, Record, State
+from processor.job import Context, Emitted, Job, Output, Record, State
 
-__all__ = ["Discard", "IdentifiedSum", "KeyStats", "ResettableSum", "RunningSum",
+__all__ = ["Discard", "IdentifiedSum", "KeyStats", "PacedSum", "ResettableSum", "RunningSum",
            "StampedSum"]
 
 
@@ -67,6 +67,25 @@ class StampedSum(RunningSum):
         for out in super().process(record, state):
             key, value = out    # type: ignore[misc]    # RunningSum yields pairs only
             yield Output(key, value, timestamp=time.time_ns() // 1_000_000)
+
+
+class PacedSum(RunningSum):
+    """RunningSum that costs a fixed `SECONDS_PER_RECORD` per record its active role
+    processes (a warmup's or a standby's replay stays fast): one processor's capacity is known
+    and small (about 1 / SECONDS_PER_RECORD records/s), whatever the machine, so the
+    autoscaling tests can load a job past it with a modest producer."""
+
+    SECONDS_PER_RECORD = 0.004
+
+    paced = True
+
+    def setup(self, context: Context) -> None:
+        self.paced = context.role == "active"
+
+    def process(self, record: Record, state: State) -> Iterator[Emitted]:
+        if self.paced:
+            time.sleep(self.SECONDS_PER_RECORD)
+        return super().process(record, state)
 
 
 class ResettableSum(Job):
