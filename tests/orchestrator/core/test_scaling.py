@@ -32,8 +32,11 @@ def status(*processors: dict[str, Any], recommended: int | None = 2, tasks: int 
             "handoffs": [{"task": "Partition 0"}] * handoffs, "balanced": balanced}
 
 
+ANY_COUNT = Bounds()
+
+
 def step(s: dict[str, Any], started: dict[str, bool] | None = None,
-         bounds: Bounds = Bounds()) -> Any:
+         bounds: Bounds = ANY_COUNT) -> Any:
     return next_step(Situation(s, started or {}, bounds, "auto-"))
 
 
