@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from processor.job import Context, Emitted, Job, Output, Record, State
+from processor.job import Emitted, Job, Output, Record, State
 
 __all__ = ["Discard", "IdentifiedSum", "KeyStats", "PacedSum", "ResettableSum", "RunningSum",
            "StampedSum"]
@@ -70,21 +70,17 @@ class StampedSum(RunningSum):
 
 
 class PacedSum(RunningSum):
-    """RunningSum that costs a fixed `SECONDS_PER_RECORD` per record its active role
-    processes (a warmup's or a standby's replay stays fast): one processor's capacity is known
-    and small (about 1 / SECONDS_PER_RECORD records/s), whatever the machine, so the
-    autoscaling tests can load a job past it with a modest producer."""
+    """RunningSum that costs a fixed `SECONDS_PER_RECORD` per record: one processor
+    serves about 1 / SECONDS_PER_RECORD records/s whatever the machine (2,000), so the
+    autoscaling tests load a job past one processor with a modest producer. (A cost
+    much higher would hold the main loop for seconds per batch of 5,000 records.) Run it with
+    catch_up.source = "changelog": replicas then apply the changelog and never call
+    `process()`, so only the active tasks pay the cost and a catch-up stays fast."""
 
-    SECONDS_PER_RECORD = 0.004
-
-    paced = True
-
-    def setup(self, context: Context) -> None:
-        self.paced = context.role == "active"
+    SECONDS_PER_RECORD = 0.0005
 
     def process(self, record: Record, state: State) -> Iterator[Emitted]:
-        if self.paced:
-            time.sleep(self.SECONDS_PER_RECORD)
+        time.sleep(self.SECONDS_PER_RECORD)
         return super().process(record, state)
 
 

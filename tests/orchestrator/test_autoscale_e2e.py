@@ -1,7 +1,8 @@
 """`baton autoscale` on a live job: real coordinator and processors on the broker, the
 local launcher starting processors as child processes, PacedSum (a running sum of a
-fixed per-record cost, so one processor serves about 250 records/s) under a keyed
-producer, and the running-sum oracle over the output topic.
+fixed per-record cost, so one processor serves about 2,000 records/s; replicas catch up
+from the changelog, at no such cost) under a keyed producer, and the running-sum oracle
+over the output topic.
 
 - a step up is followed by a scale-out and the lag recovers; a step down by drains and
   a scale-in to one processor, with no record lost or duplicated;
@@ -35,8 +36,8 @@ pytestmark = pytest.mark.integration
 AUTOSCALE = {"up_window_ms": 4000, "down_window_ms": 12000, "max_lag_s": 10,
              "max_decisions_per_hour": 30, "poll_interval_ms": 500, "processor_prefix": "a"}
 PACED = {"class": "processor.examples:PacedSum"}
-# PacedSum's 4 ms a record: about 250 records/s a processor
-HIGH_RATE, LOW_RATE = 400.0, 30.0
+# PacedSum's 0.5 ms a record: about 2,000 records/s a processor
+HIGH_RATE, LOW_RATE = 3000.0, 150.0
 
 
 @pytest.fixture
@@ -47,7 +48,7 @@ def autoscaled(job: Any) -> Iterator[Any]:
 
     def make(coordinator: dict[str, Any] | None = None, **autoscale: Any) -> Job:
         j = job(job=PACED, autoscale={**AUTOSCALE, **autoscale},
-                coordinator=coordinator or {})
+                catch_up={"source": "changelog"}, coordinator=coordinator or {})
         made.append(j)
         return j
     yield make
@@ -74,6 +75,18 @@ def live(j: Job) -> list[str]:
                   if p["alive"] and not p.get("draining"))
 
 
+def until(j: Job, condition: Any, timeout: float, what: str) -> None:
+    """wait_for, naming the recommendation and the processors when it times out."""
+    try:
+        wait_for(condition, timeout, what)
+    except AssertionError as exc:
+        status = j.status()
+        raise AssertionError(f"{exc}; recommended {status['recommended_processors']}, "
+                             f"{status['autoscale']}, processors "
+                             f"{[(p['id'], p['alive'], p['active']) for p in status['processors']]}"
+                             ) from None
+
+
 def decisions_total(j: Job, direction: str, outcome: str) -> float:
     text = j.client._http.get("/metrics").text
     found = re.search(rf'baton_autoscale_decisions_total\{{direction="{direction}",'
@@ -88,19 +101,19 @@ def test_step_up_scales_out_and_step_down_drains_in(autoscaled, broker) -> None:
     j.start_processor("p1")
     feeder = Feeder(broker, j.config.job.inputs[0], keys=40, rate=HIGH_RATE).start()
     scaler = autoscaler(j)
-    # a step up: one processor serves ~250 records/s of 400, so it scales out
-    wait_for(lambda: len(live(j)) >= 2, 90, "a scale-out")
+    # a step up: one processor serves ~2,000 records/s of 3,000, so it scales out
+    until(j, lambda: len(live(j)) >= 2, 90, "a scale-out")
     up = [r for r in reports(scaler) if r["direction"] == "up"]
     assert up[0]["outcome"] == "started" and up[0]["current"] == 1
     assert up[0]["inputs"]["capacity_per_processor"] is not None
     wait_for(lambda: j.balanced() and any(r["direction"] == "up" and r["outcome"] == "done"
                                           for r in reports(scaler)), 90, "the new ones placed")
     # ... and the lag recovers
-    wait_for(lambda: sum(t["lag"] or 0 for t in j.status()["tasks"]) < 400, 90,
+    wait_for(lambda: sum(t["lag"] or 0 for t in j.status()["tasks"]) < HIGH_RATE, 90,
              "the lag burnt")
     assert decisions_total(j, "up", "started") >= 1
     assert any(d["direction"] == "up" for d in j.status()["autoscale_decisions"])
-    # a step down: 30 records/s needs one processor; drained one at a time
+    # a step down: 150 records/s needs one processor; drained one at a time
     feeder.pause()
     feeder.rate = LOW_RATE
     feeder.resume()
@@ -109,7 +122,7 @@ def test_step_up_scales_out_and_step_down_drains_in(autoscaled, broker) -> None:
         downs = [r["outcome"] for r in reports(scaler) if r["direction"] == "down"]
         return len(live(j)) == 1 and j.balanced() and downs.count("done") == downs.count(
             "started") and not list(state_dir_of(j.config).glob("*.pid"))
-    wait_for(scaled_in, 180, "a scale-in to one processor, the drained ones stopped")
+    until(j, scaled_in, 180, "a scale-in to one processor, the drained ones stopped")
     downs = [r for r in reports(scaler) if r["direction"] == "down"]
     assert [r["outcome"] for r in downs][:2] == ["started", "done"], downs
     assert all(len(r["processors"]) == 1 for r in downs)
