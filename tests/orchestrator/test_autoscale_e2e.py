@@ -36,8 +36,9 @@ pytestmark = pytest.mark.integration
 AUTOSCALE = {"up_window_ms": 4000, "down_window_ms": 12000, "max_lag_s": 10,
              "max_decisions_per_hour": 30, "poll_interval_ms": 500, "processor_prefix": "a"}
 PACED = {"class": "processor.examples:PacedSum"}
-# PacedSum's 0.5 ms a record: about 2,000 records/s a processor
-HIGH_RATE, LOW_RATE = 3000.0, 150.0
+# PacedSum's 0.5 ms a record: at most 2,000 records/s a processor, about half that on a
+# loaded 2-core machine; three serve the high rate, one the low
+HIGH_RATE, LOW_RATE = 1000.0, 60.0
 
 
 @pytest.fixture
@@ -101,7 +102,7 @@ def test_step_up_scales_out_and_step_down_drains_in(autoscaled, broker) -> None:
     j.start_processor("p1")
     feeder = Feeder(broker, j.config.job.inputs[0], keys=40, rate=HIGH_RATE).start()
     scaler = autoscaler(j)
-    # a step up: one processor serves ~2,000 records/s of 3,000, so it scales out
+    # a step up: one processor cannot serve it all, so it scales out
     until(j, lambda: len(live(j)) >= 2, 90, "a scale-out")
     up = [r for r in reports(scaler) if r["direction"] == "up"]
     assert up[0]["outcome"] == "started" and up[0]["current"] == 1
@@ -109,11 +110,11 @@ def test_step_up_scales_out_and_step_down_drains_in(autoscaled, broker) -> None:
     wait_for(lambda: j.balanced() and any(r["direction"] == "up" and r["outcome"] == "done"
                                           for r in reports(scaler)), 90, "the new ones placed")
     # ... and the lag recovers
-    wait_for(lambda: sum(t["lag"] or 0 for t in j.status()["tasks"]) < HIGH_RATE, 90,
+    until(j, lambda: sum(t["lag"] or 0 for t in j.status()["tasks"]) < 2 * HIGH_RATE, 90,
              "the lag burnt")
     assert decisions_total(j, "up", "started") >= 1
     assert any(d["direction"] == "up" for d in j.status()["autoscale_decisions"])
-    # a step down: 150 records/s needs one processor; drained one at a time
+    # a step down: 60 records/s needs one processor; drained one at a time
     feeder.pause()
     feeder.rate = LOW_RATE
     feeder.resume()
