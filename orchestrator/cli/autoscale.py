@@ -183,11 +183,12 @@ class Autoscaler:
             return
         alive = {p["id"] for p in status.get("processors", []) if p["alive"]}
         mine = set(decision.processors)
-        if decision.direction == "up" and mine <= alive:
-            self._end("done", f"{', '.join(decision.processors)} registered")
-        elif decision.direction == "up" and not mine & set(situation.started):
-            self._end("failed", f"{', '.join(sorted(mine - alive))} stopped before "
-                                f"registering")
+        if decision.direction == "up" and all(p in alive or p not in situation.started
+                                              for p in mine):
+            lost = sorted(mine - alive)     # stopped (and tidied) before registering
+            self._end("failed" if lost else "done",
+                      f"{', '.join(lost)} stopped before registering" if lost
+                      else f"{', '.join(decision.processors)} registered")
         elif decision.direction == "down" and not mine & alive and \
                 not mine & set(situation.started):
             self._forget(mine & {p["id"] for p in status.get("processors", [])})

@@ -157,7 +157,7 @@ def _moving(s: Situation, procs: Mapping[str, Mapping[str, Any]]) -> str | None:
     unregistered = sorted(pid for pid in s.started
                           if not (pid in procs and procs[pid]["alive"]))
     if unregistered:
-        return f"{', '.join(unregistered)} started, not registered yet"
+        return f"{', '.join(unregistered)} (started) not live: registering, or stopping"
     handoffs = status.get("handoffs") or []
     if handoffs:
         return f"{len(handoffs)} handoff(s) in flight ({handoffs[0]['task']} first)"
