@@ -191,19 +191,28 @@ class Autoscaler:
                       else f"{', '.join(decision.processors)} registered")
         elif decision.direction == "down" and not mine & alive and \
                 not mine & set(situation.started):
-            self._forget(mine & {p["id"] for p in status.get("processors", [])})
-            self._end("done", f"{', '.join(decision.processors)} drained and stopped")
+            listed = {p["id"]: p for p in status.get("processors", []) if p["id"] in mine}
+            if self._forget(set(listed)):   # else again at the next poll
+                why = "; ".join(f"{p}: {q.get('reason')}" for p, q in listed.items()
+                                if q.get("reason"))
+                self._end("done", f"{', '.join(decision.processors)} drained and stopped"
+                          + (f" ({why})" if why else ""))
         elif decision.direction == "expand" and not status.get("handoffs") and \
                 status.get("balanced"):
             self._end("done", "expanded and split; the children took their tasks over")
 
-    def _forget(self, processors: set[str]) -> None:
-        """A drained processor the launcher did not start leaves the status too."""
+    def _forget(self, processors: set[str]) -> bool:
+        """A drained processor the launcher did not start leaves the status too;
+        False while the coordinator refuses (a handoff in flight still names it)."""
+        done = True
         for processor in sorted(processors):
             try:
                 self._client.forget(processor)
             except CoordinatorError as exc:
-                log.info("%s is not forgotten: %s", processor, exc)
+                if exc.status != 404:
+                    log.info("%s is not forgotten yet: %s", processor, exc)
+                    done = False
+        return done
 
     # ---- the steps -------------------------------------------------------------------
 
@@ -335,6 +344,7 @@ def autoscale_command(config_path: str, least: int | None, most: int | None, dry
 
     config = load(config_path)
     bounds = _bounds(config, least, most)
+    setup_logging("autoscale", secrets=config.secret_values())
     client = _client(config)
     launcher = launcher_for(config)
     scaler = Autoscaler(client, launcher, state_dir_of(config), bounds,
@@ -344,7 +354,6 @@ def autoscale_command(config_path: str, least: int | None, most: int | None, dry
         if dry_run:
             _dry_run(scaler, bounds, as_json)
             return
-        setup_logging("autoscale", secrets=config.secret_values())
         _run(scaler, config.autoscale.poll_interval_ms / 1000)
     except CoordinatorUnreachable as exc:
         fail(str(exc), 1)

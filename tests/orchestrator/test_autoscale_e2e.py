@@ -8,6 +8,8 @@ over the output topic.
   a scale-in to one processor, with no record lost or duplicated;
 - the autoscaler SIGKILLed while its drain is in flight and started again: it finds the
   drain (its decision file and the status) and ends it, never draining twice;
+- the processor being drained SIGKILLed mid-drain: the decision ends, the dead
+  processor is forgotten, the oracle holds;
 - `--dry-run --json` prints the recommendation and its inputs.
 """
 
@@ -173,6 +175,34 @@ def test_autoscaler_killed_mid_drain_resumes_it(autoscaled, broker) -> None:
     assert live(j) == others
     assert not (state_dir_of(j.config) / "decision.json").exists()
     second.stop()
+    finish(j, feeder, broker)
+
+
+def test_processor_killed_during_a_scale_in(autoscaled, broker) -> None:
+    # the processor being drained is SIGKILLed mid-drain: its tasks fail over (fenced,
+    # rebuilt elsewhere), the decision ends, the dead processor is forgotten, nothing
+    # is lost or duplicated, and the autoscaler keeps to its minimum
+    j = autoscaled(min_processors=2)
+    j.start_coordinator()
+    for pid in ("p1", "p2", "p3"):
+        j.start_processor(pid)
+    feeder = Feeder(broker, j.config.job.inputs[0], keys=40, rate=LOW_RATE).start()
+    wait_for(j.balanced, 90, "three processors balanced")
+    scaler = autoscaler(j)
+    wait_for(lambda: any(r["direction"] == "down" for r in reports(scaler)), 90,
+             "a scale-in decision", step=lambda: None)
+    drained = reports(scaler)[0]["processors"][0]
+    j.processors[drained].kill()
+    del j.processors[drained]
+    until(j, lambda: any(r["direction"] == "down" and r["outcome"] != "started"
+                         for r in reports(scaler)), 90, "the decision's end")
+    until(j, lambda: j.balanced() and drained not in [p["id"] for p in
+                                                      j.status()["processors"]], 90,
+          "the dead processor forgotten, its tasks placed")
+    assert len(live(j)) == 2
+    downs = [r for r in reports(scaler) if r["direction"] == "down"]
+    assert [r["outcome"] for r in downs] == ["started", "done"], downs
+    scaler.stop()
     finish(j, feeder, broker)
 
 
