@@ -7,7 +7,8 @@ wait, scale out, scale in, expand, hold) through the launcher of
 orchestrator/cli/launchers.py. Each decision is reported to the coordinator (`POST
 /autoscale/decisions`: logged there with its inputs, counted in
 `baton_autoscale_decisions_total{direction,outcome}`, shown by `baton status`) when it
-is made (`started`) and when it ends (`done` or `failed`), and logged here too.
+is made (`started`) and when it ends (`done` or `failed`), and logged here too. A poll
+that ends a decision takes no new one: the next is sized on the status after it.
 
 What survives a restart of the autoscaler: the processors it started (the launcher's
 records), and the decision in flight (`decision.json` in the same state directory,
@@ -122,7 +123,9 @@ class Autoscaler:
         """Read the status once and take the step it calls for."""
         status, situation = self.situation()
         step = next_step(situation)
-        self._follow_open(status, situation)
+        if self._follow_open(status, situation) and isinstance(step, ScaleOut | ScaleIn
+                                                                 | Expand):
+            return Wait("a decision just ended: the next one on the next status")
         if isinstance(step, Tidy):
             self._tidy(step)
         elif isinstance(step, Wait):
@@ -176,11 +179,12 @@ class Autoscaler:
         except CoordinatorError as exc:     # the decision stands; only its report is lost
             log.warning("the coordinator did not record the decision: %s", exc)
 
-    def _follow_open(self, status: dict[str, Any], situation: Situation) -> None:
-        """End the decision in flight once the status shows it through."""
+    def _follow_open(self, status: dict[str, Any], situation: Situation) -> bool:
+        """End the decision in flight once the status shows it through; True if it
+        ended now."""
         decision = self._open
         if decision is None:
-            return
+            return False
         alive = {p["id"] for p in status.get("processors", []) if p["alive"]}
         mine = set(decision.processors)
         if decision.direction == "up" and all(p in alive or p not in situation.started
@@ -200,6 +204,7 @@ class Autoscaler:
         elif decision.direction == "expand" and not status.get("handoffs") and \
                 status.get("balanced"):
             self._end("done", "expanded and split; the children took their tasks over")
+        return self._open is None
 
     def _forget(self, processors: set[str]) -> bool:
         """A drained processor the launcher did not start leaves the status too;
