@@ -10,6 +10,8 @@ over the output topic.
   drain (its decision file and the status) and ends it, never draining twice;
 - the processor being drained SIGKILLed mid-drain: the decision ends, the dead
   processor is forgotten, the oracle holds;
+- the leading coordinator SIGKILLed right after a scale-out decision: a standby takes
+  over, the autoscaler follows it and the decision ends there;
 - `--dry-run --json` prints the recommendation and its inputs.
 """
 
@@ -28,6 +30,7 @@ import pytest
 
 from orchestrator.cli.launchers import state_dir_of
 from tests.daemon_support import Daemon
+from tests.faults_support import leader_killed, start_standby, with_standby_url
 from tests.feeder import Feeder
 from tests.orchestrator.test_e2e import ROOT, Job, finish
 from tests.waiting import wait_for
@@ -202,6 +205,30 @@ def test_processor_killed_during_a_scale_in(autoscaled, broker) -> None:
     assert len(live(j)) == 2
     downs = [r for r in reports(scaler) if r["direction"] == "down"]
     assert [r["outcome"] for r in downs] == ["started", "done"], downs
+    scaler.stop()
+    finish(j, feeder, broker)
+
+
+def test_standby_coordinator_takes_over_while_it_scales_out(autoscaled, broker) -> None:
+    # the leader is SIGKILLed right after a scale-out decision: the autoscaler's client
+    # follows the new leader, the processors it started register there, and the
+    # decision ends done, reported to the new leader
+    j = autoscaled(max_processors=3)
+    listen = with_standby_url(j)
+    j.start_coordinator()
+    standby = start_standby(j, listen)
+    j.start_processor("p1")
+    feeder = Feeder(broker, j.config.job.inputs[0], keys=40, rate=HIGH_RATE).start()
+    scaler = autoscaler(j)
+    until(j, lambda: any(r["direction"] == "up" for r in reports(scaler)), 90,
+          "a scale-out decision")
+    leader_killed(j, standby)
+    until(j, lambda: any(r["direction"] == "up" and r["outcome"] == "done"
+                         for r in reports(scaler)), 90, "the scale-out's end")
+    assert scaler.running()
+    until(j, lambda: j.balanced() and len(live(j)) >= 2, 90, "the new processors placed")
+    assert any(d["direction"] == "up" and d["outcome"] == "done"
+               for d in j.status()["autoscale_decisions"])
     scaler.stop()
     finish(j, feeder, broker)
 
