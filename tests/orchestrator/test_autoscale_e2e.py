@@ -133,6 +133,12 @@ def test_step_up_scales_out_and_step_down_drains_in(autoscaled, broker) -> None:
     assert [r["outcome"] for r in downs][:2] == ["started", "done"], downs
     assert all(len(r["processors"]) == 1 for r in downs)
     assert decisions_total(j, "down", "done") >= 1
+    shown = subprocess.run([sys.executable, "-m", "orchestrator.cli", "status", "-c",
+                            str(j.path)], capture_output=True, text=True, timeout=90, cwd=ROOT,
+                           env={**os.environ, "COLUMNS": "300"})
+    assert shown.returncode == 0, shown.stderr
+    assert "recommended processors: 1" in shown.stdout
+    assert "autoscale decisions" in shown.stdout and "drained and stopped" in shown.stdout
     assert scaler.running()
     scaler.stop()
     assert scaler.proc.returncode == 0

@@ -115,20 +115,3 @@ def test_a_start_that_never_registers_is_stopped_and_fails(tmp_path: Path) -> No
     s.poll()
     assert fake.decisions() == [("up", "started"), ("up", "failed")]
 
-
-def test_baton_status_shows_the_recommendation_and_the_decisions() -> None:
-    from rich.console import Console
-
-    from orchestrator.cli.ops import _render_status
-
-    console = Console(record=True, width=200)
-    _render_status({"generation": 1, "processors": [], "tasks": [], "handoffs": [],
-                    "recommended_processors": 3,
-                    "autoscale": {"current": 2, "direction": "up", "reason": "more needed"},
-                    "autoscale_decisions": [{"direction": "up", "outcome": "started",
-                                             "current": 2, "target": 3,
-                                             "processors": ["auto-1"], "reason": "more"}]},
-                   console)
-    text = console.export_text()
-    assert "recommended processors: 3 (now 2, up: more needed)" in text
-    assert "auto-1" in text and "started" in text
