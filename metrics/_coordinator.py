@@ -30,12 +30,16 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from metrics._vocab import (
+    AUTOSCALE_DIRECTIONS,
+    AUTOSCALE_OUTCOMES,
     CATCH_UP_ROLES,
     HANDOFF_OUTCOMES,
     HANDOFF_PHASES,
     PAUSE_BUCKETS,
     PHASE_BUCKETS,
     PROCESSOR_STATES,
+    AutoscaleDirection,
+    AutoscaleOutcome,
     HandoffOutcome,
     HandoffPhase,
     ProcessorState,
@@ -113,6 +117,7 @@ COORDINATOR_METRIC_NAMES: tuple[str, ...] = (
     "baton_autoscale_capacity_records_per_second",
     "baton_autoscale_demand_records_per_second",
     "baton_autoscale_input_records_per_second",
+    "baton_autoscale_decisions_total",
 )
 
 
@@ -191,6 +196,10 @@ class CoordinatorMetrics:
             ("input", "The inputs' rate, from their end offsets."))}
         for gauge in self._estimates.values():
             gauge.set(float("nan"))            # not estimated yet
+        self._decisions = Counter(
+            "baton_autoscale_decisions_total", "Decisions `baton autoscale` reported, by "
+            "direction (up, down, expand) and outcome (started, then done or failed).",
+            ["job", "direction", "outcome"], registry=registry)
         errors = Counter(
             "baton_coordinator_view_errors_total", "Scrapes where a coordinator view "
             "callback raised (its families were left out).", ["job"], registry=registry
@@ -211,6 +220,9 @@ class CoordinatorMetrics:
             self._handoffs.labels(job=self.job, outcome=outcome)
         for state in PROCESSOR_STATES:
             self._processors.labels(job=self.job, state=state).set(0)
+        for direction in AUTOSCALE_DIRECTIONS:
+            for result in AUTOSCALE_OUTCOMES:
+                self._decisions.labels(job=self.job, direction=direction, outcome=result)
 
     def set_views(self, *, lag_view: LagView | None = None,
                   handoff_view: HandoffView | None = None) -> None:
@@ -276,6 +288,13 @@ class CoordinatorMetrics:
         for name, value in (("capacity", capacity), ("demand", demand),
                             ("input", input_rate)):
             self._estimates[name].set(float("nan") if value is None else value)
+
+    def record_autoscale_decision(self, direction: AutoscaleDirection,
+                                  outcome: AutoscaleOutcome) -> None:
+        """`baton autoscale` reported a decision (POST /autoscale/decisions)."""
+        check_label(direction, AUTOSCALE_DIRECTIONS, "direction")
+        check_label(outcome, AUTOSCALE_OUTCOMES, "outcome")
+        self._decisions.labels(job=self.job, direction=direction, outcome=outcome).inc()
 
     def set_leader(self, leading: bool) -> None:
         """This coordinator became the leader (True) or a standby (False).

@@ -12,6 +12,8 @@ from collections.abc import Collection
 from typing import Literal
 
 __all__ = [
+    "AUTOSCALE_DIRECTIONS",
+    "AUTOSCALE_OUTCOMES",
     "CATCH_UP_PATHS",
     "CATCH_UP_ROLES",
     "CATCH_UP_SOURCES",
@@ -27,6 +29,8 @@ __all__ = [
     "STALL_ROLES",
     "STEP_BUCKETS",
     "TRANSACTION_OUTCOMES",
+    "AutoscaleDirection",
+    "AutoscaleOutcome",
     "CatchUpPath",
     "CatchUpSource",
     "HandoffOutcome",
@@ -47,6 +51,14 @@ HANDOFF_PHASES: tuple[HandoffPhase, ...] = ("planned", "catching_up", "releasing
 # declared dead, its producer fenced, final T1 = its last commit), `cancelled`.
 HandoffOutcome = Literal["done", "cancelled", "fenced"]
 HANDOFF_OUTCOMES: tuple[HandoffOutcome, ...] = ("done", "cancelled", "fenced")
+
+# What a `baton autoscale` decision does: start processors, drain one, or expand the
+# inputs and split the tasks; and how far it got: made (`started`), then `done` or
+# `failed` (a launcher error, a processor that never registered, a refused request).
+AutoscaleDirection = Literal["up", "down", "expand"]
+AUTOSCALE_DIRECTIONS: tuple[AutoscaleDirection, ...] = ("up", "down", "expand")
+AutoscaleOutcome = Literal["started", "done", "failed"]
+AUTOSCALE_OUTCOMES: tuple[AutoscaleOutcome, ...] = ("started", "done", "failed")
 
 # A processor as the coordinator sees it.
 ProcessorState = Literal["alive", "draining", "dead"]

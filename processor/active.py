@@ -111,6 +111,10 @@ class ActiveTask:
         self.in_transaction = False
         self.processed = 0                    # records in the open transaction
         self.records_total = 0
+        # records/s committed over the last second or more (its heartbeat's `rate`: with
+        # the loop's busy share, what the autoscaling recommendation sizes processors by)
+        self.rate = 0.0
+        self._rate_mark = (self._clock.monotonic(), 0)
         self.activated_at: float | None = None
         self.pause_ms: float | None = None
         # when the activation that made it active began and each of its steps ended
@@ -350,6 +354,15 @@ class ActiveTask:
         if self.due:
             due, self.due = self.due, []
             run_effects(self.name, due, self.on_effect_error, self._clock)
+
+    def update_rate(self) -> float:
+        """Records/s committed since the last update at least a second ago."""
+        now = self._clock.monotonic()
+        then, count = self._rate_mark
+        if now - then >= 1.0:
+            self.rate = (self.records_total - count) / (now - then)
+            self._rate_mark = (now, self.records_total)
+        return self.rate
 
     def _commit_transaction(self) -> None:
         """Commit, again 100 ms after a retriable failure (not with tenacity: its wrapper

@@ -9,7 +9,7 @@ from typing import Any
 
 from processor.job import Emitted, Job, Output, Record, State
 
-__all__ = ["Discard", "IdentifiedSum", "KeyStats", "ResettableSum", "RunningSum",
+__all__ = ["Discard", "IdentifiedSum", "KeyStats", "PacedSum", "ResettableSum", "RunningSum",
            "StampedSum"]
 
 
@@ -67,6 +67,21 @@ class StampedSum(RunningSum):
         for out in super().process(record, state):
             key, value = out    # type: ignore[misc]    # RunningSum yields pairs only
             yield Output(key, value, timestamp=time.time_ns() // 1_000_000)
+
+
+class PacedSum(RunningSum):
+    """RunningSum that costs a fixed `SECONDS_PER_RECORD` per record: one processor
+    serves about 1 / SECONDS_PER_RECORD records/s whatever the machine (2,000), so the
+    autoscaling tests load a job past one processor with a modest producer. (A cost
+    much higher would hold the main loop for seconds per batch of 5,000 records.) Run it with
+    catch_up.source = "changelog": replicas then apply the changelog and never call
+    `process()`, so only the active tasks pay the cost and a catch-up stays fast."""
+
+    SECONDS_PER_RECORD = 0.0005
+
+    def process(self, record: Record, state: State) -> Iterator[Emitted]:
+        time.sleep(self.SECONDS_PER_RECORD)
+        return super().process(record, state)
 
 
 class ResettableSum(Job):

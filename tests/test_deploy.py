@@ -14,6 +14,7 @@ import pytest
 UNITS = Path(__file__).resolve().parent.parent / "deploy" / "systemd"
 COORDINATOR = UNITS / "baton-coordinator.service"
 PROCESSOR = UNITS / "baton-processor@.service"
+AUTOSCALER = UNITS / "baton-autoscale.service"
 
 
 def _parse(path: Path) -> configparser.ConfigParser:
@@ -24,7 +25,7 @@ def _parse(path: Path) -> configparser.ConfigParser:
     return unit
 
 
-@pytest.mark.parametrize("path", [COORDINATOR, PROCESSOR], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [COORDINATOR, PROCESSOR, AUTOSCALER], ids=lambda p: p.name)
 def test_restart_and_stop_policy(path: Path) -> None:
     service = _parse(path)["Service"]
     assert service["Restart"] == "on-failure"
@@ -43,6 +44,8 @@ def test_the_commands_are_the_cli() -> None:
     processor = _parse(PROCESSOR)["Service"]["ExecStart"].split()
     assert processor[0].endswith("/baton") and processor[1:3] == ["processor", "-c"]
     assert processor[-2:] == ["--id", "%i"]         # the instance name is the processor id
+    autoscaler = _parse(AUTOSCALER)["Service"]["ExecStart"].split()
+    assert autoscaler[0].endswith("/baton") and autoscaler[1:3] == ["autoscale", "-c"]
 
 
 def test_the_processor_may_open_every_file_of_512_stores() -> None:
@@ -57,14 +60,14 @@ def test_the_processor_may_open_every_file_of_512_stores() -> None:
 def test_the_operations_guide_shows_the_shipped_units() -> None:
     guide = (UNITS.parent.parent / "docs" / "operations.md").read_text()
     assert "## Running as services" in guide
-    for path in (COORDINATOR, PROCESSOR):
+    for path in (COORDINATOR, PROCESSOR, AUTOSCALER):
         assert path.read_text().strip() in guide, f"the guide's copy of {path.name} differs"
 
 
 def test_systemd_analyze_verify(tmp_path: Path) -> None:
     """Always parses; runs `systemd-analyze verify` too where it is installed (the
     ExecStart binary is pointed at an existing executable: verify checks it exists)."""
-    for path in (COORDINATOR, PROCESSOR):
+    for path in (COORDINATOR, PROCESSOR, AUTOSCALER):
         assert {"Unit", "Service", "Install"} <= set(_parse(path).sections())
         (tmp_path / path.name).write_text(
             path.read_text().replace("/opt/baton/venv/bin/baton", sys.executable))

@@ -46,6 +46,10 @@ EXIT_CODES: dict[str, str] = {
                "count that is not a multiple of the current one"),
     "split": (f"0 split, or nothing to split; 1 {_LEADER}; 2 bad usage or configuration, the "
               "single grouping, or the changelog source"),
+    "autoscale": ("0 stopped by SIGTERM (the processors it started keep running), or the "
+                  "dry run printed; 1 no token file yet (the coordinator has not started), "
+                  "or a dry run that no coordinator answered within 60 s; 2 bad usage or "
+                  "configuration"),
     "check": "0 all good; 1 the broker or a coordinator did not answer; 2 a config or "
              "permission error (a missing topic included)",
     "token": "0 every token file written; 1 one existed and was kept (--force replaces "

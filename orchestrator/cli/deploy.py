@@ -7,7 +7,8 @@ container file and the docs as data files under `<prefix>/share/baton/`
 (pyproject.toml). A checkout has them in `deploy/`, `metrics/` and `docs/`. Either way
 this command writes the same tree:
 
-    systemd/     baton-coordinator.service, baton-processor@.service
+    systemd/     baton-coordinator.service, baton-processor@.service,
+                 baton-autoscale.service
     kubernetes/  the manifests, and prometheus-rule.yaml made from alerts.yml
     container/   Containerfile
     prometheus/  alerts.yml

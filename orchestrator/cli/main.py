@@ -31,6 +31,7 @@ _COMMANDS = {
     "forget": "orchestrator.cli.ops:forget_command",
     "expand": "orchestrator.cli.ops:expand_command",
     "split": "orchestrator.cli.ops:split_command",
+    "autoscale": "orchestrator.cli.autoscale:autoscale_command",
     "assign": "orchestrator.cli.assign:assign_command",
     "audit": "orchestrator.cli.audit:audit_command",
     "check": "orchestrator.cli.check:check_command",

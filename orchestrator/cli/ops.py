@@ -130,10 +130,28 @@ def _render_status(status: dict[str, Any], console: Console) -> None:
                   else f"not settled (at or after offset {b['offset']})")
             table.add_row(child, b["parent"], at, "yes" if b.get("reached") else "no")
         console.print(table)
+    _render_autoscale(status, console)
     for line in status.get("pending", []):
         console.print(f"pending: {line}")
     for line in status.get("errors", []):
         console.print(f"[red]error:[/] {line}")
+
+
+def _render_autoscale(status: dict[str, Any], console: Console) -> None:
+    """The recommendation, and the last decisions `baton autoscale` reported."""
+    found = status.get("autoscale")
+    if found:
+        console.print(f"recommended processors: {status.get('recommended_processors')} "
+                      f"(now {found['current']}, {found['direction']}: {found['reason']})",
+                      markup=False, highlight=False)
+    decisions = status.get("autoscale_decisions") or []
+    if decisions:
+        table = Table("direction", "outcome", "from", "to", "processors", "reason",
+                      title="autoscale decisions (latest last)")
+        for d in decisions[-5:]:
+            table.add_row(d["direction"], d["outcome"], str(d["current"]), str(d["target"]),
+                          _names(d["processors"]), d["reason"])
+        console.print(table)
 
 
 # ---- wait ---------------------------------------------------------------------------------

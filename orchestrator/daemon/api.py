@@ -8,7 +8,7 @@ Endpoints (DESIGN.md "Liveness" and "CLI"):
   target with `job` and `processor` labels (pinned; no token, as `/metrics`)
 - `POST /processors/register`, `POST /processors/heartbeat` (HeartbeatRequest -> HeartbeatReply)
 - `GET /status`, `POST /plan`, `POST /drain`, `POST /forget`, `POST /expand`, `POST /split`,
-  `GET /openapi.json`
+  `POST /autoscale/decisions` (what `baton autoscale` decided), `GET /openapi.json`
 
 Every endpoint but these three requires `Authorization: Bearer <token>`: the
 processor token for `/processors/*`, the operator token for the rest (401 without a
@@ -24,7 +24,7 @@ caller should retry or look at the coordinator's log.
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from confluent_kafka import KafkaException
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
@@ -55,8 +55,8 @@ from orchestrator.kafka.stream import StreamError
 from orchestrator.kafka.topics import TopicsError
 from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest
 
-__all__ = ["AliveReply", "DrainRequest", "ExpandRequest", "ForgetRequest", "PlanRequest",
-           "SplitRequest", "create_app"]
+__all__ = ["AliveReply", "AutoscaleDecision", "DrainRequest", "ExpandRequest",
+           "ForgetRequest", "PlanRequest", "SplitRequest", "create_app"]
 
 log = logging.getLogger("baton.coordinator.api")
 
@@ -98,6 +98,20 @@ class ExpandRequest(_Body):
 
 class SplitRequest(_Body):
     dry_run: bool = False
+
+
+class AutoscaleDecision(_Body):
+    """One decision of `baton autoscale`, as it made it or when it ended."""
+
+    direction: Literal["up", "down", "expand"]
+    outcome: Literal["started", "done", "failed"]
+    current: int = Field(ge=0, le=100_000)
+    target: int = Field(ge=0, le=100_000)
+    processors: list[_ProcessorId] = Field(default_factory=list, max_length=1000)
+    reason: str = Field(default="", max_length=4000)
+    inputs: dict[Annotated[str, Field(max_length=100)],
+                 float | int | str | bool | None] = Field(default_factory=dict,
+                                                          max_length=50)
 
 
 _BEARER = HTTPBearer(auto_error=False, description="The operator or processor token")
@@ -195,6 +209,11 @@ def create_app(service: CoordinatorService, credentials: Credentials,
     def split(request: SplitRequest) -> dict[str, Any]:
         """Split every task that can split after an expansion (dry run: plan only)."""
         return service.operations.split(request.dry_run)
+
+    @app.post("/autoscale/decisions", dependencies=auth, tags=["operators"])
+    def autoscale_decision(request: AutoscaleDecision) -> dict[str, Any]:
+        """A decision of `baton autoscale`: logged, counted, shown in /status."""
+        return service.operations.autoscale_decision(request.model_dump())
 
     @app.get("/metrics", response_class=Response, tags=["metrics"])
     def metrics() -> Response:

@@ -1,8 +1,11 @@
 """The operators' requests to the coordinator: status, plan, drain, forget, expand,
-split."""
+split; and the decisions `baton autoscale` reports."""
 
 from __future__ import annotations
 
+import logging
+import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -12,7 +15,13 @@ from orchestrator.core.split import SplitError
 from orchestrator.daemon.growth import InputGrowth
 from orchestrator.daemon.guarded_core import GuardedCore
 
-__all__ = ["Operations"]
+__all__ = ["AUTOSCALE_DECISIONS_KEPT", "Operations"]
+
+log = logging.getLogger("baton.coordinator.autoscale")
+
+# the last decisions `baton status` shows (kept in memory: a coordinator that takes
+# over starts with none, and its counters at 0)
+AUTOSCALE_DECISIONS_KEPT = 20
 
 
 class Operations:
@@ -31,11 +40,29 @@ class Operations:
         self._growth = growth
         self._info = dict(info or {})
         self._recommended = recommended
+        self._decisions: deque[dict[str, Any]] = deque(maxlen=AUTOSCALE_DECISIONS_KEPT)
 
     def status(self) -> dict[str, Any]:
         with self._guard.lock:
             return {**views.status(self._guard.core),
-                    **views.recommendation(self._recommended()), **self._info}
+                    **views.recommendation(self._recommended()),
+                    "autoscale_decisions": list(self._decisions), **self._info}
+
+    def autoscale_decision(self, decision: Mapping[str, Any]) -> dict[str, Any]:
+        """A decision `baton autoscale` made or finished (POST /autoscale/decisions):
+        logged with its inputs, counted in baton_autoscale_decisions_total, and the last
+        `AUTOSCALE_DECISIONS_KEPT` shown by `baton status`."""
+        entry = {"at": round(time.time(), 3), **decision}
+        log.info("autoscale decision %s %s: %s -> %s processors (%s): %s; inputs %s",
+                 entry["direction"], entry["outcome"], entry.get("current"),
+                 entry.get("target"), ", ".join(entry.get("processors", [])) or "-",
+                 entry.get("reason", ""), entry.get("inputs", {}))
+        with self._guard.lock:
+            self._decisions.append(entry)
+            metrics = self._guard.core.metrics
+            if metrics is not None:
+                metrics.record_autoscale_decision(entry["direction"], entry["outcome"])
+        return {"recorded": True, "kept": len(self._decisions)}
 
     def plan(self, add: Sequence[str], remove: Sequence[str]) -> dict[str, Any]:
         with self._guard.lock:

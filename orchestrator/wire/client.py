@@ -302,6 +302,10 @@ class CoordinatorClient:
         result: dict[str, Any] = self.request("POST", "/split", {"dry_run": dry_run})
         return result
 
+    def autoscale_decision(self, decision: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("POST", "/autoscale/decisions", decision)
+        return result
+
     def register(self, request: HeartbeatRequest) -> HeartbeatReply:
         return HeartbeatReply.model_validate(
             self.request("POST", "/processors/register", request.model_dump(mode="json")))

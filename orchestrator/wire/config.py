@@ -232,12 +232,37 @@ class AutoscaleConfig(_Section):
     """A scale-in once every estimate of this long needs fewer, to the window's peak."""
     max_decisions_per_hour: int = Field(default=6, ge=1)
     """Decisions (the recommendation leaving the current count) in any hour."""
+    launcher: Literal["local", "systemd", "command"] = "local"
+    """How `baton autoscale` starts and stops processors: `local` (child processes on its
+    own host, `baton processor -c <this file> --id ID`), `systemd` (the template units
+    `baton-processor@ID` of deploy/systemd), or `command` (start_command, stop_command)."""
+    start_command: str = Field(default="", examples=["nomad job dispatch -meta id={id} baton"])
+    """The command launcher's start of processor `{id}` (run by /bin/sh; exit 0: started)."""
+    stop_command: str = Field(default="", examples=["nomad job stop baton-{id}"])
+    """The command launcher's stop of processor `{id}` after its drain (exit 0: stopped)."""
+    processor_prefix: str = Field(default="auto-", pattern=r"^[A-Za-z0-9._-]{0,100}$")
+    """Processors `baton autoscale` starts are named this and the lowest number no live
+    processor has (`auto-1`, `auto-2`, ...)."""
+    state_dir: str = Field(default="", examples=["/var/lib/baton/autoscale"])
+    """Where `baton autoscale` records the processors it started (the local launcher's
+    pid files and logs), so a restarted autoscaler finds them; empty:
+    `<processor.state_dir>/autoscale-<job>`."""
+    poll_interval_ms: int = Field(default=2000, ge=100)
+    """How often `baton autoscale` reads the coordinator's status and recommendation."""
+    start_timeout_ms: int = Field(default=120_000, ge=1000)
+    """A processor `baton autoscale` started that has not registered within this is
+    stopped again and the scale-out counted as failed."""
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoscaleConfig:
         if self.max_processors and self.max_processors < self.min_processors:
             raise ValueError(f"max_processors ({self.max_processors}) is below "
                              f"min_processors ({self.min_processors})")
+        if self.launcher == "command":
+            for key in ("start_command", "stop_command"):
+                if "{id}" not in getattr(self, key):
+                    raise ValueError(f"{key} must name the processor as {{id}} with "
+                                     f'launcher = "command"')
         return self
 
 

@@ -49,7 +49,8 @@ class TaskReport(_Message):
     positions: dict[str, int] = Field(default_factory=dict)
     # warmup/standby: T1 - T2 as the processor sees it (the coordinator recomputes it)
     lag: int | None = Field(default=None, ge=0)
-    # records/s over the last reporting interval (catch-up rate for replicas)
+    # records/s over the last reporting interval: committed by an active task, replayed
+    # by a replica (its catch-up rate)
     rate: float = Field(default=0.0, ge=0)
     error: str | None = Field(default=None, max_length=4000)
     # active only: the pause (ms) between activation and the first committed output

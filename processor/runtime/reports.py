@@ -31,7 +31,8 @@ def task_reports(active: Mapping[str, ActiveTask], replicas: Mapping[str, Replay
     """One report per task the processor holds, in its role.
 
     Args:
-        active: the active tasks (reported with T1 and the handoff pause).
+        active: the active tasks (reported with T1, the handoff pause and the records/s
+            they commit).
         replicas: warmups, standbys and replaying activations (T2, lag, rate; a
             changelog replica: the input offsets its changelog carried, and its lag in
             changelog records).
@@ -44,7 +45,7 @@ def task_reports(active: Mapping[str, ActiveTask], replicas: Mapping[str, Replay
     """
     stalled = stalled or {}
     out = [TaskReport(task=t, role="active", positions=t1(a) if t1 else dict(a.committed),
-                      pause_ms=a.pause_ms, stalled=stalled.get(t, []))
+                      pause_ms=a.pause_ms, rate=a.update_rate(), stalled=stalled.get(t, []))
            for t, a in active.items()]
     for task, replica in replicas.items():
         out.append(TaskReport(task=task, role=replica.role,

@@ -55,7 +55,7 @@ def test_metric_names_are_exactly_the_exposed_families(registry):
 def test_every_family_has_job_and_labels_are_bounded(registry):
     populate(registry)
     allowed = {"job", "task", "processor", "role", "phase", "outcome", "path", "source", "state",
-               "topic", "le", "version"}
+               "topic", "le", "version", "direction"}
     for name, family in exposed(registry).items():
         assert family.documentation, f"{name} has no help text"
         for sample in family.samples:

@@ -105,7 +105,7 @@ def beat(execution: str = "e1", pid: str = "p1", **extra: Any) -> dict[str, Any]
 @pytest.mark.parametrize(("method", "path"), [
     ("GET", "/status"), ("POST", "/processors/register"), ("POST", "/processors/heartbeat"),
     ("POST", "/plan"), ("POST", "/drain"), ("POST", "/forget"), ("POST", "/expand"),
-    ("POST", "/split"), ("GET", "/openapi.json")])
+    ("POST", "/split"), ("POST", "/autoscale/decisions"), ("GET", "/openapi.json")])
 def test_token_required(api: tuple[TestClient, Any], method: str, path: str) -> None:
     client, _ = api
     assert client.request(method, path).status_code == 401
@@ -139,6 +139,26 @@ def test_register_heartbeat_and_replacement(api: tuple[TestClient, Any]) -> None
                       params={"executionContainerId": "e1"}).json() == {"alive": False}
     metrics = client.get("/metrics").text
     assert 'baton_invalid_heartbeats_total{job="j"} 1.0' in metrics
+
+
+def test_autoscale_decisions_are_counted_and_shown(api: tuple[TestClient, Any]) -> None:
+    client, _ = api
+    decision = {"direction": "down", "outcome": "started", "current": 3, "target": 2,
+                "processors": ["auto-2"], "reason": "fewer needed",
+                "inputs": {"demand": 120.5, "lag": 4, "expand": False}}
+    assert client.post("/autoscale/decisions", json=decision, headers=AUTH).json()[
+        "recorded"]
+    client.post("/autoscale/decisions", json={**decision, "outcome": "done"}, headers=AUTH)
+    shown = client.get("/status", headers=AUTH).json()["autoscale_decisions"]
+    assert [d["outcome"] for d in shown] == ["started", "done"]
+    assert shown[0]["inputs"] == decision["inputs"] and shown[0]["at"] > 0
+    metrics = client.get("/metrics").text
+    assert ('baton_autoscale_decisions_total{direction="down",job="j",outcome="started"} 1.0'
+            in metrics)
+    assert 'baton_autoscale_decisions_total{direction="up",job="j",outcome="failed"} 0.0' in metrics
+    bad = client.post("/autoscale/decisions", json={**decision, "direction": "sideways"},
+                      headers=AUTH)
+    assert bad.status_code == 422
 
 
 def test_status_has_the_pinned_keys(api: tuple[TestClient, Any]) -> None:
@@ -330,7 +350,9 @@ def two_tokens() -> TestClient:
 @pytest.mark.parametrize(("method", "path", "body"), [
     ("GET", "/status", None), ("POST", "/plan", {"add": ["p2"]}),
     ("POST", "/drain", {"processor": "p1"}), ("POST", "/expand", {"topic": "in", "partitions": 4}),
-    ("POST", "/split", {}), ("GET", "/openapi.json", None)])
+    ("POST", "/split", {}), ("GET", "/openapi.json", None),
+    ("POST", "/autoscale/decisions", {"direction": "up", "outcome": "started", "current": 1,
+                                      "target": 2})])
 def test_a_processor_token_cannot_call_operator_endpoints(two_tokens: TestClient, method: str,
                                                           path: str, body: Any) -> None:
     refused = two_tokens.request(method, path, json=body, headers=PROCESSOR_AUTH)

@@ -43,6 +43,9 @@ def test_handoff_under_traffic_keeps_exactly_once(broker, job_config, tmp_path) 
         old.apply(assignment_reply(model, active=list(model)))
         wait_for(lambda: sum(a.records_total for a in old.active.values()) > 2000, 60,
                  "the first owner to process records", lambda: old.poll(0.05))
+        # an active task reports the records/s it commits (the autoscaling capacity)
+        wait_for(lambda: sum(r.rate for r in old.reports() if r.role == "active") > 100, 30,
+                 "the active tasks' rate reported", lambda: old.poll(0.05))
         new.apply(assignment_reply(model, warmup=["Partition 0"]))
 
         def both() -> None:

@@ -1,0 +1,271 @@
+"""`baton autoscale` on a live job: real coordinator and processors on the broker, the
+local launcher starting processors as child processes, PacedSum (a running sum of a
+fixed per-record cost, so one processor serves about 2,000 records/s; replicas catch up
+from the changelog, at no such cost) under a keyed producer, and the running-sum oracle
+over the output topic.
+
+- a step up is followed by a scale-out and the lag recovers; a step down by drains and
+  a scale-in to one processor, with no record lost or duplicated;
+- the autoscaler SIGKILLed while its drain is in flight and started again: it finds the
+  drain (its decision file and the status) and ends it, never draining twice;
+- the processor being drained SIGKILLed mid-drain: the decision ends, the dead
+  processor is forgotten, the oracle holds;
+- the leading coordinator SIGKILLed right after a scale-out decision: a standby takes
+  over, the autoscaler follows it and the decision ends there;
+- `--dry-run --json` prints the recommendation and its inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from orchestrator.cli.launchers import state_dir_of
+from tests.daemon_support import Daemon
+from tests.faults_support import leader_killed, start_standby, with_standby_url
+from tests.feeder import Feeder
+from tests.orchestrator.test_e2e import ROOT, Job, finish
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.integration
+
+# small windows and a short lag horizon, so a step shows within seconds
+AUTOSCALE = {"up_window_ms": 4000, "down_window_ms": 12000, "max_lag_s": 10,
+             "max_decisions_per_hour": 30, "poll_interval_ms": 500, "processor_prefix": "a"}
+PACED = {"class": "processor.examples:PacedSum"}
+# PacedSum's 0.5 ms a record: at most 2,000 records/s a processor, about half that on a
+# loaded 2-core machine; three serve the high rate, one the low
+HIGH_RATE, LOW_RATE = 1000.0, 60.0
+
+
+@pytest.fixture
+def autoscaled(job: Any) -> Iterator[Any]:
+    """A job config for autoscaling; at teardown every processor the local launcher
+    started (its pid files) is killed, so none outlives the test."""
+    made: list[Job] = []
+
+    def make(coordinator: dict[str, Any] | None = None, **autoscale: Any) -> Job:
+        j = job(job=PACED, autoscale={**AUTOSCALE, **autoscale},
+                catch_up={"source": "changelog"}, coordinator=coordinator or {})
+        made.append(j)
+        return j
+    yield make
+    for j in made:
+        for pid_file in state_dir_of(j.config).glob("*.pid"):
+            pid = int(pid_file.read_text().split()[0])
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def autoscaler(j: Job, *args: str) -> Daemon:
+    j.restarts += 1
+    return j.daemons(f"autoscale-{j.restarts}", "autoscale", "-c", j.path, "--json", *args)
+
+
+def reports(daemon: Daemon) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in daemon.log().splitlines() if line.startswith("{")]
+
+
+def live(j: Job) -> list[str]:
+    return sorted(p["id"] for p in j.status()["processors"]
+                  if p["alive"] and not p.get("draining"))
+
+
+def until(j: Job, condition: Any, timeout: float, what: str) -> None:
+    """wait_for, naming the recommendation and the processors when it times out."""
+    try:
+        wait_for(condition, timeout, what)
+    except AssertionError as exc:
+        status = j.status()
+        raise AssertionError(f"{exc}; recommended {status['recommended_processors']}, "
+                             f"{status['autoscale']}, processors "
+                             f"{[(p['id'], p['alive'], p['active']) for p in status['processors']]}"
+                             ) from None
+
+
+def decisions_total(j: Job, direction: str, outcome: str) -> float:
+    text = j.client._http.get("/metrics").text
+    found = re.search(rf'baton_autoscale_decisions_total\{{direction="{direction}",'
+                      rf'job="[^"]+",outcome="{outcome}"\}} ([0-9.e+]+)', text)
+    assert found, text[-2000:]
+    return float(found.group(1))
+
+
+def test_step_up_scales_out_and_step_down_drains_in(autoscaled, broker) -> None:
+    j = autoscaled(max_processors=3)
+    j.start_coordinator()
+    j.start_processor("p1")
+    feeder = Feeder(broker, j.config.job.inputs[0], keys=40, rate=HIGH_RATE).start()
+    scaler = autoscaler(j)
+    # a step up: one processor cannot serve it all, so it scales out
+    until(j, lambda: len(live(j)) >= 2, 90, "a scale-out")
+    up = [r for r in reports(scaler) if r["direction"] == "up"]
+    assert up[0]["outcome"] == "started" and up[0]["current"] == 1
+    assert up[0]["inputs"]["capacity_per_processor"] is not None
+    wait_for(lambda: j.balanced() and any(r["direction"] == "up" and r["outcome"] == "done"
+                                          for r in reports(scaler)), 90, "the new ones placed")
+    # ... and the lag recovers
+    until(j, lambda: sum(t["lag"] or 0 for t in j.status()["tasks"]) < 2 * HIGH_RATE, 90,
+             "the lag burnt")
+    assert decisions_total(j, "up", "started") >= 1
+    assert any(d["direction"] == "up" for d in j.status()["autoscale_decisions"])
+    # a step down: 60 records/s needs one processor; drained one at a time
+    feeder.pause()
+    feeder.rate = LOW_RATE
+    feeder.resume()
+
+    def scaled_in() -> bool:
+        downs = [r["outcome"] for r in reports(scaler) if r["direction"] == "down"]
+        return len(live(j)) == 1 and j.balanced() and downs.count("done") == downs.count(
+            "started") and not list(state_dir_of(j.config).glob("*.pid"))
+    until(j, scaled_in, 180, "a scale-in to one processor, the drained ones stopped")
+    downs = [r for r in reports(scaler) if r["direction"] == "down"]
+    assert [r["outcome"] for r in downs][:2] == ["started", "done"], downs
+    assert all(len(r["processors"]) == 1 for r in downs)
+    assert decisions_total(j, "down", "done") >= 1
+    shown = subprocess.run([sys.executable, "-m", "orchestrator.cli", "status", "-c",
+                            str(j.path)], capture_output=True, text=True, timeout=90, cwd=ROOT,
+                           env={**os.environ, "COLUMNS": "300"})
+    assert shown.returncode == 0, shown.stderr
+    assert "recommended processors: 1" in shown.stdout
+    assert "autoscale decisions" in shown.stdout and "drained and stopped" in shown.stdout
+    assert scaler.running()
+    scaler.stop()
+    assert scaler.proc.returncode == 0
+    finish(j, feeder, broker)
+
+
+def test_autoscaler_killed_mid_drain_resumes_it(autoscaled, broker) -> None:
+    # three processors and little traffic: it drains one (down to --min 2). The drain is
+    # held open by freezing the two processors its tasks move to (their silence is
+    # excused: processor_timeout_ms is long), and the autoscaler is killed meanwhile
+    j = autoscaled(coordinator={"processor_timeout_ms": 60000}, min_processors=2)
+    j.start_coordinator()
+    for pid in ("p1", "p2", "p3"):
+        j.start_processor(pid)
+    feeder = Feeder(broker, j.config.job.inputs[0], keys=40, rate=LOW_RATE).start()
+    wait_for(j.balanced, 90, "three processors balanced")
+    first = autoscaler(j)
+    # the decision is written and reported before the drain is asked for
+    wait_for(lambda: any(r["direction"] == "down" for r in reports(first)), 90,
+             "a scale-in decision", step=lambda: None)
+    drained = reports(first)[0]["processors"][0]
+    others = [p for p in ("p1", "p2", "p3") if p != drained]
+    j.signal(others, signal.SIGSTOP)
+    try:
+        wait_for(lambda: drained in [p["id"] for p in j.status()["processors"]
+                                     if p.get("draining")], 30, f"{drained} draining")
+        first.kill()
+        decision = json.loads((state_dir_of(j.config) / "decision.json").read_text())
+        assert decision["processors"] == [drained] and decision["direction"] == "down"
+        second = autoscaler(j)
+        wait_for(lambda: "was in flight before this start" in second.log(), 60,
+                 "the restarted autoscaler finding the decision")
+        assert not reports(second)
+    finally:
+        j.signal(others, signal.SIGCONT)
+    wait_for(lambda: any(r["outcome"] == "done" for r in reports(second)), 120,
+             "the resumed drain's end")
+    ends = [r for r in reports(second) if r["direction"] == "down"]
+    # the same decision ended; no second drain started meanwhile
+    assert ends[0]["outcome"] == "done" and ends[0]["processors"] == [drained], ends
+    assert j.processors[drained].wait(60) == 0
+    del j.processors[drained]
+    assert live(j) == others
+    assert not (state_dir_of(j.config) / "decision.json").exists()
+    second.stop()
+    finish(j, feeder, broker)
+
+
+def test_processor_killed_during_a_scale_in(autoscaled, broker) -> None:
+    # the processor being drained is SIGKILLed mid-drain: its tasks fail over (fenced,
+    # rebuilt elsewhere), the decision ends, the dead processor is forgotten, nothing
+    # is lost or duplicated, and the autoscaler keeps to its minimum
+    j = autoscaled(min_processors=2)
+    j.start_coordinator()
+    for pid in ("p1", "p2", "p3"):
+        j.start_processor(pid)
+    feeder = Feeder(broker, j.config.job.inputs[0], keys=40, rate=LOW_RATE).start()
+    wait_for(j.balanced, 90, "three processors balanced")
+    scaler = autoscaler(j)
+    wait_for(lambda: any(r["direction"] == "down" for r in reports(scaler)), 90,
+             "a scale-in decision", step=lambda: None)
+    drained = reports(scaler)[0]["processors"][0]
+    j.processors[drained].kill()
+    del j.processors[drained]
+    until(j, lambda: any(r["direction"] == "down" and r["outcome"] != "started"
+                         for r in reports(scaler)), 90, "the decision's end")
+    until(j, lambda: j.balanced() and drained not in [p["id"] for p in
+                                                      j.status()["processors"]], 90,
+          "the dead processor forgotten, its tasks placed")
+    assert len(live(j)) == 2
+    downs = [r for r in reports(scaler) if r["direction"] == "down"]
+    assert [r["outcome"] for r in downs] == ["started", "done"], downs
+    scaler.stop()
+    finish(j, feeder, broker)
+
+
+def test_standby_coordinator_takes_over_while_it_scales_out(autoscaled, broker) -> None:
+    # the leader is SIGKILLed right after a scale-out decision: the autoscaler's client
+    # follows the new leader, the processors it started register there, and the
+    # decision ends done, reported to the new leader
+    j = autoscaled(max_processors=3)
+    listen = with_standby_url(j)
+    j.start_coordinator()
+    standby = start_standby(j, listen)
+    j.start_processor("p1")
+    feeder = Feeder(broker, j.config.job.inputs[0], keys=40, rate=HIGH_RATE).start()
+    scaler = autoscaler(j)
+    until(j, lambda: any(r["direction"] == "up" for r in reports(scaler)), 90,
+          "a scale-out decision")
+    leader_killed(j, standby)
+    until(j, lambda: any(r["direction"] == "up" and r["outcome"] == "done"
+                         for r in reports(scaler)), 90, "the scale-out's end")
+    assert scaler.running()
+    until(j, lambda: j.balanced() and len(live(j)) >= 2, 90, "the new processors placed")
+    assert any(d["direction"] == "up" and d["outcome"] == "done"
+               for d in j.status()["autoscale_decisions"])
+    scaler.stop()
+    finish(j, feeder, broker)
+
+
+def test_dry_run_prints_the_recommendation_and_its_inputs(autoscaled, broker) -> None:
+    j = autoscaled()
+    j.start_coordinator()
+    j.start_processor("p1")
+    feeder = Feeder(broker, j.config.job.inputs[0], keys=40, rate=LOW_RATE).start()
+    wait_for(lambda: j.status()["recommended_processors"] is not None, 60,
+             "a recommendation")
+    out = subprocess.run([sys.executable, "-m", "orchestrator.cli", "autoscale", "-c",
+                          str(j.path), "--dry-run", "--json", "--max", "2"],
+                         capture_output=True, text=True, timeout=90, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    shown = json.loads(out.stdout)
+    assert shown["recommended_processors"] >= 1
+    assert shown["processors"] == ["p1"]
+    assert shown["bounds"] == {"min": 1, "max": 2}
+    assert {"reason", "capacity_per_processor", "demand", "input_rate", "lag",
+            "inputs"} <= set(shown["autoscale"])
+    assert shown["action"]["step"] in ("hold", "wait", "scale_out")
+    # nothing was started
+    assert not list(state_dir_of(j.config).glob("*.pid"))
+    finish(j, feeder, broker)
+
+
+def test_bounds_refused(autoscaled, broker) -> None:
+    j = autoscaled()
+    out = subprocess.run([sys.executable, "-m", "orchestrator.cli", "autoscale", "-c",
+                          str(j.path), "--min", "3", "--max", "2", "--dry-run"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 2, out.stderr
+    assert "--max 2 is below --min 3" in out.stderr
