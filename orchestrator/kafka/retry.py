@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from tenacity import retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
+from tenacity import retry_if_exception, stop_after_attempt, wait_exponential
 
-__all__ = ["KAFKA_RETRY", "RETRY_FOR_S", "is_fatal", "is_transient", "kafka_error"]
+__all__ = ["KAFKA_RETRY", "is_fatal", "is_transient", "kafka_error"]
 
 # librdkafka error codes that mean "try again", whatever `retriable()` says (some local
 # transport errors are not flagged retriable but are, for an idempotent request).
@@ -35,15 +35,10 @@ _TRANSIENT_CODES = frozenset({
 })
 
 # A broker that restarts or elects a coordinator answers with transient errors for a
-# few seconds; beyond that something is really wrong and the caller must hear of it. The
-# bound is in time as well as in attempts: a lookup that times out (its own 10 s) counts
-# as transient too, so eight of them held a processor's loop for 97 s when a killed
-# broker was its group's coordinator, past any release timeout. No new attempt starts
-# after RETRY_FOR_S; the last one may still take its own timeout.
-RETRY_FOR_S = 20.0
+# few seconds; beyond ~30 s something is really wrong and the caller must hear of it.
 KAFKA_RETRY: dict[str, Any] = {
     "retry": retry_if_exception(lambda exc: is_transient(exc)),
-    "stop": stop_after_attempt(8) | stop_after_delay(RETRY_FOR_S),
+    "stop": stop_after_attempt(8),
     "wait": wait_exponential(multiplier=0.2, max=5),
     "reraise": True,
 }
