@@ -18,12 +18,17 @@ Faults are routes, which the kernel has without any extra module:
 
 `heal()` undoes every fault. `close()` (and leaving the `with` block) deletes the
 namespaces and the bridge even after a failure; names are unique per `Network`, so
-runs side by side never meet. Needs root (CAP_NET_ADMIN).
+runs side by side never meet. A run that was killed before its `close()` leaves its
+bridge and namespaces behind, holding the subnet; each bridge carries its creator's pid
+(as its alias), so the next `Network` removes those whose creator is gone and refuses,
+naming them, those whose creator still runs. Needs root (CAP_NET_ADMIN).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
+import os
 import subprocess
 import sys
 import uuid
@@ -97,8 +102,10 @@ class Network:
         self.gateway = str(self.subnet.network_address + 1)
         self.hosts: dict[str, Host] = {}
         self._veths: list[str] = []
+        _sweep(self.gateway)
         _ip("link", "add", self.bridge, "type", "bridge")
         try:
+            _ip("link", "set", self.bridge, "alias", f"{_ALIAS}{os.getpid()}")
             _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
             _ip("link", "set", self.bridge, "up")
         except NetworkError:
@@ -162,6 +169,37 @@ class Network:
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+_ALIAS = "baton-devkit-pid-"
+
+
+def _sweep(gateway: str) -> None:
+    """Remove the bridges (and their namespaces) of devkit runs whose process is gone;
+    raise if a live one's bridge holds `gateway`."""
+    shown = subprocess.run(["ip", "-j", "-d", "addr", "show", "type", "bridge"],
+                           capture_output=True, text=True, check=False)
+    try:
+        links = json.loads(shown.stdout or "[]")
+    except ValueError:
+        return
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                           check=False).stdout.split()
+    for link in links:
+        name, alias = str(link.get("ifname", "")), str(link.get("ifalias", ""))
+        if not (name.startswith("bb") and alias.startswith(_ALIAS)):
+            continue
+        pid = int(alias[len(_ALIAS):] or 0)
+        if pid and Path(f"/proc/{pid}").exists():
+            if any(a.get("local") == gateway for a in link.get("addr_info", [])):
+                raise NetworkError(f"{gateway} is on bridge {name} of process {pid}, "
+                                   "which still runs: another several-host network")
+            continue
+        uid = name[2:]
+        for ns in netns:
+            if ns.startswith(f"baton-{uid}-"):
+                subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+        subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
 
 
 class HostKafkaBroker(KafkaBroker):
