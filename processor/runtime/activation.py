@@ -112,7 +112,7 @@ class Activation:
 class Fenced:
     """What the fence's thread found: when init_transactions returned, and T1 read right
     after it (stable: nobody else can commit the task's offsets now), or the error of
-    that one lookup (the loop then takes the slow path: `_stable_t1`)."""
+    that lookup (a timeout: the loop takes the void-commit path, `_stable_t1`)."""
 
     at: float
     committed: dict[str, int] | None
@@ -192,8 +192,7 @@ class Activations:
                 producer.init_transactions(max(1.0, deadline.remaining()))
                 at = self._clock.monotonic()
                 try:
-                    committed = self._consumers.lookups.committed_once(partitions,
-                                                                       _STABLE_T1_WAIT_S)
+                    committed = self._t1_after_fence(partitions)
                 except KafkaException as exc:
                     return Fenced(at, None, exc, self._clock.monotonic())
                 return Fenced(at, committed, None, self._clock.monotonic())
@@ -202,6 +201,20 @@ class Activations:
                 if err is None or err.code() not in _FENCE_AGAIN or deadline.expired():
                     raise
             self._clock.sleep(0.1)
+
+    def _t1_after_fence(self, partitions: list[str]) -> dict[str, int]:
+        """One stable lookup of T1; after any failure but its timeout (the group's
+        coordinator moving: a broker killed or restarting), the lookup retried as any
+        lookup is, here on the fence's thread: on the loop it would hold every other
+        task and the heartbeats' replies for as long (up to a minute and a half)."""
+        lookups = self._consumers.lookups
+        try:
+            return lookups.committed_once(partitions, _STABLE_T1_WAIT_S)
+        except KafkaException as exc:
+            err = kafka_error(exc)
+            if err is not None and err.code() == KafkaError._TIMED_OUT:
+                raise           # pending past the wait: a void commit (the module doc)
+        return lookups.committed(partitions)
 
     def _producer(self, task: str) -> WatchedProducer:
         return WatchedProducer({**_PRODUCER_DEFAULTS, **self._producer_settings,
@@ -283,7 +296,7 @@ class Activations:
             return lookups.committed(partitions)    # the task's partitions changed meanwhile
         err = kafka_error(fenced.error)
         if err is None or err.code() != KafkaError._TIMED_OUT:
-            return lookups.committed(partitions)            # retried, as any lookup
+            raise fenced.error      # retried on the fence's thread already: the task fails
         settled = lookups.settled(partitions)
         log.error("task %r: the group's offsets stayed pending %.0f s after the fence: the "
                   "brokers ended a transaction of this task without writing its markers; "
