@@ -154,11 +154,14 @@ class Autoscaler:
         return decision
 
     def _begin(self, decision: _Decision) -> None:
+        self._save(decision)
+        self._report(decision.report("started"))
+
+    def _save(self, decision: _Decision) -> None:
         temporary = self._file.with_suffix(".tmp")
         temporary.write_text(json.dumps(asdict(decision)))
         temporary.replace(self._file)
         self._open = decision
-        self._report(decision.report("started"))
 
     def _end(self, outcome: str, reason: str | None = None) -> None:
         if self._open is None:
@@ -267,12 +270,22 @@ class Autoscaler:
             self._launched[processor] = time.monotonic()
 
     def _scale_in(self, step: ScaleIn, status: dict[str, Any]) -> None:
-        self._begin(_Decision("down", step.current, step.target, [step.processor],
+        self._begin(_Decision("down", step.current, step.target, list(step.processors),
                               step.reason, _inputs(status)))
-        try:
-            self._client.drain(step.processor)
-        except CoordinatorError as exc:     # unreachable included: no drain to wait for
-            self._end("failed", f"the coordinator did not start the drain: {exc}")
+        draining: list[str] = []
+        refused = ""
+        for processor in step.processors:
+            try:
+                self._client.drain(processor)
+            except CoordinatorError as exc:     # unreachable included: no drain to wait for
+                refused = f"the coordinator did not start the drain of {processor}: {exc}"
+                break
+            draining.append(processor)
+        if not draining:
+            self._end("failed", refused)
+        elif refused and self._open is not None:    # the decision goes on with the others
+            log.warning("%s; the decision waits for %s only", refused, ", ".join(draining))
+            self._save(_Decision(**{**asdict(self._open), "processors": draining}))
 
     def _expand(self, step: Expand, status: dict[str, Any]) -> None:
         self._begin(_Decision("expand", step.current, step.target, [],

@@ -25,8 +25,11 @@ why, and the estimates behind it.
    estimate (every processor nearly idle) it is the busy share the job uses at the
    target utilization, `ceil(Σ busy / target)`, which only ever lowers the count.
 4. **Stabilization.** Up: every sample of the last `up_window_s` needs more than the
-   current count (a spike does not scale), and the count recommended is the smallest
-   of them. Down: every sample of the last `down_window_s` needs fewer, and the count
+   current count (a spike does not scale), and the count recommended is the latest
+   sample's: the window's earlier ones were sized on an input rate still climbing (it
+   is measured over `RATE_WINDOW_S`) and on a lag still piling up, and a scale-out to
+   their count would need a second one at once (one step in the load, one decision).
+   Down: every sample of the last `down_window_s` needs fewer, and the count
    is the largest of them (Kubernetes' HPA does the same), so a scale-down never goes
    below what the window's peak needed: it does not need an immediate scale-up.
 5. **Budget.** A *decision* is the recommendation leaving the current count, up or
@@ -203,7 +206,7 @@ class Recommender:
         up = [n for at, n in self._needs if at >= now - p.up_window_s]
         down = [n for at, n in self._needs if at >= now - p.down_window_s]
         if self._covers(now, p.up_window_s) and min(up) > current:
-            return min(up), f"every estimate of the last {p.up_window_s:.0f} s needs more"
+            return up[-1], f"every estimate of the last {p.up_window_s:.0f} s needs more"
         if self._covers(now, p.down_window_s) and max(down) < current:
             return max(down), (f"every estimate of the last {p.down_window_s:.0f} s needs "
                                "fewer (the window's peak kept)")

@@ -21,9 +21,12 @@ this order, so the first that applies wins:
 3. **Scale out** by the difference when the target (the recommendation within
    `--min`/`--max`) is above the live, non-draining processors: new ids are the prefix
    and the lowest numbers no known processor and no started one has.
-4. **Scale in** one processor at a time when the target is below: the one with the
-   fewest active tasks (the least state to move), a started one before another, the
-   newest first. It is drained (its tasks move warm), then rule 1 ends it.
+4. **Scale in** by the difference when the target is below, in one decision: the
+   processors with the fewest active tasks (the least state to move), started ones
+   before others, the newest first. They are drained together (their tasks move warm,
+   as many at once as the coordinator's `max_warmups` lets), then rule 1 ends each.
+   One decision a step in the load, as the recommendation's own: a scale-in from 3 to 1
+   made as two drains would be two decisions, and the second would wait for the first.
 5. **Expand** when every task has a processor, the recommendation says the demand
    needs more than the task count and `[autoscale] allow_expand` let it say so: each
    input grows to twice its partitions, then the tasks split (after which rule 3 can
@@ -102,7 +105,7 @@ class ScaleOut:
 
 @dataclass(frozen=True)
 class ScaleIn:
-    processor: str
+    processors: tuple[str, ...]
     current: int
     target: int
     reason: str
@@ -139,7 +142,8 @@ def next_step(s: Situation) -> Step:
     if target > current:
         return ScaleOut(_new_ids(s, procs, target - current), current, target, why)
     if target < current:
-        return ScaleIn(_least_loaded(live, s.started), current, target, why)
+        return ScaleIn(_least_loaded(live, s.started, current - target), current, target,
+                       why)
     grow = _expansion(s, current)
     if grow:
         return Expand(grow, current, current, "the demand needs more processors than the "
@@ -185,13 +189,15 @@ def _new_ids(s: Situation, procs: Mapping[str, Any], count: int) -> tuple[str, .
     return tuple(out)
 
 
-def _least_loaded(live: Sequence[Mapping[str, Any]], started: Mapping[str, bool]) -> str:
-    """Fewest active tasks; among those one the launcher started; the newest."""
+def _least_loaded(live: Sequence[Mapping[str, Any]], started: Mapping[str, bool],
+                  count: int) -> tuple[str, ...]:
+    """The `count` with the fewest active tasks; among those ones the launcher started;
+    the newest first."""
     def key(p: Mapping[str, Any]) -> tuple[int, bool, int, str]:
         tail = re.search(r"(\d+)$", p["id"])
         return (len(p["active"]), p["id"] not in started,
                 -int(tail.group(1)) if tail else 0, p["id"])
-    return str(min(live, key=key)["id"])
+    return tuple(str(p["id"]) for p in sorted(live, key=key)[:count])
 
 
 def _expansion(s: Situation, current: int) -> dict[str, int]:

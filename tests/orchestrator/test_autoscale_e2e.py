@@ -12,7 +12,10 @@ over the output topic.
   processor is forgotten, the oracle holds;
 - the leading coordinator SIGKILLed right after a scale-out decision: a standby takes
   over, the autoscaler follows it and the decision ends there;
-- `--dry-run --json` prints the recommendation and its inputs.
+- `--dry-run --json` prints the recommendation and its inputs;
+- a job of one task under more than one processor serves: with `allow_expand` the
+  autoscaler expands the input, splits the task and scales out onto the child; without,
+  the recommendation names the ceiling and nothing is done.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -121,7 +125,7 @@ def test_step_up_scales_out_and_step_down_drains_in(autoscaled, broker) -> None:
              "the lag burnt")
     assert decisions_total(j, "up", "started") >= 1
     assert any(d["direction"] == "up" for d in j.status()["autoscale_decisions"])
-    # a step down: 60 records/s needs one processor; drained one at a time
+    # a step down: 60 records/s needs one processor; the others drained in one decision
     feeder.pause()
     feeder.rate = LOW_RATE
     feeder.resume()
@@ -132,8 +136,9 @@ def test_step_up_scales_out_and_step_down_drains_in(autoscaled, broker) -> None:
             "started") and not list(state_dir_of(j.config).glob("*.pid"))
     until(j, scaled_in, 180, "a scale-in to one processor, the drained ones stopped")
     downs = [r for r in reports(scaler) if r["direction"] == "down"]
-    assert [r["outcome"] for r in downs][:2] == ["started", "done"], downs
-    assert all(len(r["processors"]) == 1 for r in downs)
+    assert [r["outcome"] for r in downs] == ["started", "done"], downs
+    assert len(downs[0]["processors"]) == downs[0]["current"] - 1 == downs[0]["current"] \
+        - downs[0]["target"]
     assert decisions_total(j, "down", "done") >= 1
     shown = subprocess.run([sys.executable, "-m", "orchestrator.cli", "status", "-c",
                             str(j.path)], capture_output=True, text=True, timeout=90, cwd=ROOT,
@@ -271,3 +276,56 @@ def test_bounds_refused(autoscaled, broker) -> None:
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 2, out.stderr
     assert "--max 2 is below --min 3" in out.stderr
+
+
+@pytest.mark.parametrize("allowed", [False, True], ids=["not-allowed", "allowed"])
+def test_past_the_task_count_it_expands_and_splits_only_when_allowed(
+        coordinated, daemons, broker, allowed: bool) -> None:
+    # one input partition: one task, so one processor at most, and the high rate is past
+    # what one serves. Allowed, the autoscaler doubles the input's partitions, splits the
+    # task, and scales out onto the child; not allowed, it says why and holds
+    config, path = coordinated(1, job=PACED, catch_up={"source": "changelog"},
+                               autoscale={**AUTOSCALE, "allow_expand": allowed,
+                                          "max_processors": 2})
+    j = Job(config, path, daemons)
+    j.start_coordinator()
+    j.start_processor("p1")
+    topic = j.config.job.inputs[0]
+    feeder = Feeder(broker, topic, keys=40, rate=HIGH_RATE).start()
+    scaler = autoscaler(j)
+    try:
+        if not allowed:
+            until(j, lambda: "expanding is not allowed ([autoscale] allow_expand)"
+                  in str((j.status()["autoscale"] or {}).get("reason")), 90,
+                  "the ceiling named in the recommendation")
+            status = j.status()
+            assert status["recommended_processors"] == 1
+            assert status["autoscale"]["expand"] is False
+            time.sleep(3.0)     # six of its polls later it has still done nothing
+            assert not [r for r in reports(scaler) if r["direction"] in ("expand", "up")]
+            assert [t["partitions"] for t in j.status()["tasks"]] == [[f"{topic}:0"]]
+            assert live(j) == ["p1"]
+        else:
+            until(j, lambda: any(r["direction"] == "expand" and r["outcome"] == "started"
+                                 for r in reports(scaler)), 90, "an expand decision")
+            until(j, lambda: any(r["direction"] == "expand" and r["outcome"] == "done"
+                                 for r in reports(scaler)), 120, "the expansion and split")
+            tasks = j.status()["tasks"]
+            assert len(tasks) == 2, tasks
+            assert sorted(p for t in tasks for p in t["partitions"]) == \
+                [f"{topic}:0", f"{topic}:1"]
+            until(j, lambda: len(live(j)) == 2 and j.balanced()
+                  and all(j.holding().get(p) for p in live(j)), 120,
+                  "a second processor on the child task")
+            up = [r for r in reports(scaler) if r["direction"] == "up"]
+            assert up and up[0]["outcome"] == "started", up
+            assert decisions_total(j, "expand", "done") == 1
+        assert scaler.running()
+        scaler.stop()
+        finish(j, feeder, broker)
+    finally:
+        for pid_file in state_dir_of(j.config).glob("*.pid"):
+            try:
+                os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
+            except ProcessLookupError:
+                pass

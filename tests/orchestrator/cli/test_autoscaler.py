@@ -90,7 +90,7 @@ def test_a_drain_in_flight_survives_a_restart_and_ends_once(tmp_path: Path) -> N
     fake.add("auto-1", 1)
     launcher.running["auto-1"] = True
     s = scaler(fake, launcher, tmp_path)
-    assert s.poll() == ScaleIn("auto-1", 2, 1, "because")
+    assert s.poll() == ScaleIn(("auto-1",), 2, 1, "because")
     assert ("/drain", {"processor": "auto-1"}) in fake.posts
     # the autoscaler restarts while auto-1 drains: the new one waits, then ends it
     again = scaler(fake, launcher, tmp_path)

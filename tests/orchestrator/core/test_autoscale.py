@@ -81,6 +81,25 @@ def test_a_step_up_is_recommended_within_half_a_minute_and_burns_the_lag() -> No
     assert "every estimate of the last 15 s needs more" in found.reason
 
 
+@pytest.mark.parametrize("step", [2.0, 3.0, 4.0])
+def test_a_step_up_is_met_by_one_scale_out(step: float) -> None:
+    """The count acted on (10 s after it is recommended: the new processors' start and
+    warmups) serves the step: no second scale-out follows the first."""
+    j = job()
+    j.run(60)
+    j.rate = 1000.0 * step
+    changes, due = [], None
+    for second in range(240):
+        j.run(1)
+        if due is None and j.recommended > j.processors:
+            due = (second + 10, j.recommended)
+        if due is not None and second == due[0]:
+            j.processors, due = due[1], None
+            changes.append(j.processors)
+    assert len(changes) == 1, changes
+    assert j.lag == 0 and j.processors >= 1000.0 * step / CAPACITY
+
+
 def test_a_spike_shorter_than_the_up_window_does_not_scale() -> None:
     j = job()
     j.run(60)

@@ -54,13 +54,16 @@ def test_scale_out_by_the_difference_with_free_ids() -> None:
     assert found == ScaleOut(("auto-1", "auto-3"), 2, 4, "because")
 
 
-def test_scale_in_one_at_a_time_the_least_loaded_started_newest_first() -> None:
+def test_scale_in_by_the_difference_the_least_loaded_started_newest_first() -> None:
     s = status(proc("p1", 1), proc("auto-1", 1), proc("auto-2", 1), proc("p2", 1),
                recommended=1)
-    assert step(s, started={"auto-1": True, "auto-2": True}) == ScaleIn("auto-2", 4, 1,
-                                                                          "because")
+    assert step(s, started={"auto-1": True, "auto-2": True}) == ScaleIn(
+        ("auto-2", "auto-1", "p2"), 4, 1, "because")
+    s = status(proc("p1", 1), proc("auto-1", 1), proc("auto-2", 1), proc("p2", 1),
+               recommended=3)
+    assert step(s, started={"auto-1": True, "auto-2": True}).processors == ("auto-2",)
     s = status(proc("p1", 1), proc("auto-1", 2), recommended=1)
-    assert step(s, started={"auto-1": True}).processor == "p1"
+    assert step(s, started={"auto-1": True}).processors == ("p1",)
 
 
 def test_bounds_override_the_recommendation() -> None:
