@@ -123,9 +123,12 @@ class Autoscaler:
         """Read the status once and take the step it calls for."""
         status, situation = self.situation()
         step = next_step(situation)
-        if self._follow_open(status, situation) and isinstance(step, ScaleOut | ScaleIn
-                                                                 | Expand):
+        ended = self._follow_open(status, situation)
+        acting = isinstance(step, ScaleOut | ScaleIn | Expand)
+        if acting and ended:
             return Wait("a decision just ended: the next one on the next status")
+        if acting and self._open is not None:   # what it did may not show yet (a split)
+            return Wait(f"the {self._open.direction} decision is in flight")
         if isinstance(step, Tidy):
             self._tidy(step)
         elif isinstance(step, Wait):
@@ -205,7 +208,8 @@ class Autoscaler:
                 self._end("done", f"{', '.join(decision.processors)} drained and stopped"
                           + (f" ({why})" if why else ""))
         elif decision.direction == "expand" and not status.get("handoffs") and \
-                status.get("balanced"):
+                status.get("balanced") and \
+                len(status.get("tasks", [])) > int(decision.inputs.get("tasks") or 0):
             self._end("done", "expanded and split; the children took their tasks over")
         return self._open is None
 

@@ -31,7 +31,10 @@ why, and the estimates behind it.
    their count would need a second one at once (one step in the load, one decision).
    Down: every sample of the last `down_window_s` needs fewer, and the count
    is the largest of them (Kubernetes' HPA does the same), so a scale-down never goes
-   below what the window's peak needed: it does not need an immediate scale-up.
+   below what the window's peak needed: it does not need an immediate scale-up. The
+   peak is that of the window's own input: the samples of its first `RATE_WINDOW_S`
+   measure input from before it (a load just stepped down would be scaled in twice,
+   first to what the rate still climbing down from the step needed).
 5. **Budget.** A *decision* is the recommendation leaving the current count, up or
    down, from a count it has not left in that direction before (a recommendation that
    keeps rising while a scale-out is being made, or that wavers before it is acted
@@ -39,8 +42,9 @@ why, and the estimates behind it.
    it holds and says so.
 6. **Past the tasks.** A job cannot use more processors than it has tasks. When the
    demand needs more, the count is the task count, and the recommendation says
-   `expand` (grow the inputs and split the tasks) when `allow_expand` is set, or that
-   it is needed but not allowed.
+   `expand` (grow the inputs and split the tasks) when `allow_expand` is set and the
+   tasks can split (`cannot_split` says why not: a changelog catch-up source), or that
+   it is needed but not allowed, or not possible.
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ class AutoscalePolicy:
     up_window_s: float = 15.0
     down_window_s: float = 300.0
     max_decisions_per_hour: int = 6
+    cannot_split: str = ""              # why the job's tasks cannot split ("": they can)
 
 
 @dataclass(frozen=True)
@@ -151,15 +156,17 @@ class Recommender:
         count = max(self.policy.min_processors, min(wanted, self._ceiling(now)))
         count, reason = self._budgeted(now.at, count, current, reason)
         expand = wanted > now.tasks
+        can_expand = self.policy.allow_expand and not self.policy.cannot_split
         if expand:
             reason += (f"; the demand needs {wanted} processors but the job has {now.tasks} "
-                       "tasks: " + ("expand the inputs and split the tasks"
-                                    if self.policy.allow_expand else
-                                    "expanding is not allowed ([autoscale] allow_expand)"))
+                       "tasks: " + ("expand the inputs and split the tasks" if can_expand
+                                    else "expanding is not allowed ([autoscale] allow_expand)"
+                                    if not self.policy.allow_expand else
+                                    f"expanding is not possible: {self.policy.cannot_split}"))
         return Recommendation(
             processors=count, current=current,
             reason=reason, capacity_per_processor=capacity, demand=demand, input_rate=rate,
-            lag=now.lag, expand=expand and self.policy.allow_expand,
+            lag=now.lag, expand=expand and can_expand,
             inputs={"busy": round(sum(x.busy for x in now.loads.values()), 3),
                     "records_per_s": round(sum(x.rate for x in now.loads.values()), 1),
                     "warmup_s": round(now.warmup_s, 1), "tasks": now.tasks})
@@ -208,8 +215,11 @@ class Recommender:
         if self._covers(now, p.up_window_s) and min(up) > current:
             return up[-1], f"every estimate of the last {p.up_window_s:.0f} s needs more"
         if self._covers(now, p.down_window_s) and max(down) < current:
-            return max(down), (f"every estimate of the last {p.down_window_s:.0f} s needs "
-                               "fewer (the window's peak kept)")
+            # the window's own input: a sample's rate reaches RATE_WINDOW_S before it
+            inside = [n for at, n in self._needs
+                      if at >= now - p.down_window_s + RATE_WINDOW_S] or down[-1:]
+            return max(inside), (f"every estimate of the last {p.down_window_s:.0f} s "
+                                 "needs fewer (the window's peak kept)")
         return current, "the current count serves the demand at the target utilization"
 
     def _covers(self, now: float, window: float) -> bool:

@@ -151,8 +151,12 @@ def _place_task(core: PlacementView, task: str, home: str | None, warm: str | No
     """One task: keep it, list it directly, plan a handoff, or cancel a stale one."""
     handoff = core.handoffs.get(task)
     if handoff is not None:
+        # a draining source's task keeps its handoff unless its target drains too (two
+        # drains in a row: the first one's handoffs may go to the second processor,
+        # whose warmups the drain cleared, so they would never end)
         if handoff.phase in (hs.Phase.PLANNED, hs.Phase.CATCHING_UP) \
-                and handoff.target not in (home, warm) and handoff.source not in core.draining:
+                and handoff.target not in (home, warm) \
+                and (handoff.source not in core.draining or handoff.target in core.draining):
             core.moves.step(handoff, hs.Cancel(f"the assignor now wants it on {warm or home}"))
         return
     if _family_moving(core, task):

@@ -56,4 +56,8 @@ class CoreConfig:
             autoscale=AutoscalePolicy(
                 a.min_processors, a.max_processors, a.target_utilization, a.max_lag_s,
                 a.allow_expand, a.up_window_ms / 1000, a.down_window_ms / 1000,
-                a.max_decisions_per_hour))
+                a.max_decisions_per_hour,
+                # the split that must follow an expansion is refused then (the children's
+                # state is in the parent's changelog partition)
+                "a split needs catch_up.source = \"input\"" if k.source == "changelog"
+                else ""))

@@ -86,6 +86,7 @@ class CoordinatorStream:
         self._producer: WatchedProducer | None = None
         self._marker_doubt = False      # a marker transaction may have committed
         self._commit_unfinished = self._abort_unfinished = False
+        self._in_transaction = False    # begun, neither committed nor aborted yet
 
     def open(self) -> dict[str, Any]:
         """Fence any previous writer, then read the stream to its end.
@@ -179,6 +180,7 @@ class CoordinatorStream:
         losses = producer.losses()
         try:
             producer.begin_transaction()
+            self._in_transaction = True
             for parent, children in due.items():
                 if parent in offsets:
                     continue            # committed by the attempt whose outcome was unknown
@@ -198,19 +200,54 @@ class CoordinatorStream:
             self._commit(producer)
         except KafkaException as exc:
             self._marker_doubt = True
+            if exc.args and isinstance(exc.args[0], KafkaError) and \
+                    exc.args[0].code() == KafkaError._UNKNOWN_PARTITION:
+                self._refresh(producer, due)
             self._fail(producer, exc)
+        except Exception:
+            self._marker_doubt = True
+            self._abort_open(producer)
+            raise
         return offsets
+
+    @staticmethod
+    def _refresh(producer: WatchedProducer, due: Mapping[str, Sequence[str]]) -> None:
+        """Ask for the parents' topics again: a partition just added is unknown to the
+        producer's metadata until its next refresh (minutes away), and produce() refuses
+        it at once until then."""
+        for topic in {split_partition(parent)[0] for parent in due}:
+            try:
+                producer.list_topics(topic, timeout=5)
+            except KafkaException:
+                pass            # the next attempt fails the same way and says why
 
     def _write_once(self, producer: WatchedProducer, changes: Mapping[str, Any | None]) -> None:
         try:
             self._finish(producer)
             producer.begin_transaction()
+            self._in_transaction = True
             for key, value in changes.items():
                 producer.produce(self.topic, key=key.encode(),
                                  value=None if value is None else orjson.dumps(value))
             self._commit(producer)
         except KafkaException as exc:
             self._fail(producer, exc)
+        except Exception:
+            self._abort_open(producer)
+            raise
+
+    def _abort_open(self, producer: WatchedProducer) -> None:
+        """A transaction begun and then left by an error that is not Kafka's (a value
+        that cannot be encoded, a caller's bug): abort it, or librdkafka refuses every
+        later transaction of this producer ("Operation not valid in state
+        InTransaction") and the coordinator could never write its stream again."""
+        if not self._left_open():
+            return
+        try:
+            self._abort(producer)
+        except KafkaException as exc:
+            log.warning("aborting the transaction an error left open on %s: %s",
+                        self.topic, exc.args[0].str() if exc.args else exc)
 
     def _commit(self, producer: WatchedProducer) -> None:
         """Commit, or remember it unfinished: one that timed out (a broker restarting
@@ -218,7 +255,7 @@ class CoordinatorStream:
         it is called again. The batch is reported failed and written again (same values)."""
         try:
             producer.commit_transaction(_TXN_TIMEOUT_S)
-            self._commit_unfinished = False
+            self._commit_unfinished = self._in_transaction = False
         except KafkaException as exc:
             err: KafkaError = exc.args[0]
             self._commit_unfinished = (err.retriable() and not err.fatal()
@@ -230,7 +267,7 @@ class CoordinatorStream:
         with "Conflicting abort_transaction API call is already in progress")."""
         try:
             producer.abort_transaction(_TXN_TIMEOUT_S)
-            self._abort_unfinished = False
+            self._abort_unfinished = self._in_transaction = False
         except KafkaException as exc:
             err: KafkaError = exc.args[0]
             self._abort_unfinished = err.retriable() and not err.fatal()
@@ -261,13 +298,23 @@ class CoordinatorStream:
             raise FencedError(
                 f"the coordinator stream's producer failed fatally ({err.str()}); this "
                 f"coordinator stops; restart it (it rebuilds from {self.topic})") from exc
-        if err.txn_requires_abort():
+        if self._left_open():
+            # whatever failed inside it (a produce() refused at once: "Unknown partition"
+            # for a partition just added), an open transaction is aborted: left open,
+            # librdkafka refuses every later one ("Operation not valid in state
+            # InTransaction") and the coordinator could never write its stream again
             try:
                 self._abort(producer)
             except KafkaException as abort_exc:
                 raise StreamError(f"cannot abort a failed write to {self.topic}: "
                                   f"{abort_exc.args[0].str()}") from exc
         raise StreamError(f"cannot write to {self.topic}: {err.str()}") from exc
+
+    def _left_open(self) -> bool:
+        """A transaction is open and no commit or abort of it is still in librdkafka's
+        hands (`_finish` ends those)."""
+        return self._in_transaction and not (self._commit_unfinished
+                                             or self._abort_unfinished)
 
     def close(self) -> None:
         producer, self._producer = self._producer, None

@@ -4,6 +4,9 @@ Each step on an active task (processing a batch, committing) runs through `run`,
 owns what a step may raise: an aborted transaction rewinds the task to T1 and it goes
 on; a fatal producer error restarts it (fence again, replay, carry on); a fence, a
 failure or a store error stops it, reported `failed`.
+
+A round takes at most what the job processes in a tenth of a second at its recent cost
+(processor/runtime/batch_size.py), so a slow job does not hold the loop for seconds.
 """
 
 from __future__ import annotations
@@ -13,13 +16,16 @@ import logging
 from collections.abc import Callable, Mapping
 
 from metrics import ProcessorMetrics
+from orchestrator.wire.clock import Clock
 from processor.active import ActiveTask, ProducerFatal, TaskFailed, TaskFenced, TransactionAborted
 from processor.runtime.activation import StoreAheadError
 from processor.runtime.active_consumer import ActiveConsumer
+from processor.runtime.batch_size import BatchSize
 from processor.runtime.batches import by_task
 from processor.runtime.children import SplitChildren
 from processor.runtime.commits import Commits
 from processor.runtime.consumers import log_error
+from processor.runtime.replay_round import BATCH
 from store import StoreError
 
 __all__ = ["ActiveRound"]
@@ -42,9 +48,12 @@ class ActiveRound:
 
     def __init__(self, active: Mapping[str, ActiveTask], consumer: ActiveConsumer,
                  children: SplitChildren, commits: Commits, metrics: ProcessorMetrics,
-                 stop: Callable[[str, str], None], restart: Callable[[str, str], None]
-                 ) -> None:
+                 stop: Callable[[str, str], None], restart: Callable[[str, str], None],
+                 clock: Clock) -> None:
         self._active = active
+        self._clock = clock
+        self.size = BatchSize(BATCH)
+        self.share = 0      # the last round's records, counted against a full batch
         self._consumer = consumer
         self._children = children
         self._commits = commits
@@ -52,15 +61,19 @@ class ActiveRound:
         self._stop = stop
         self._restart = restart
 
-    def poll(self, batch: int, timeout: float, commit: bool = True) -> int:
-        """Process one batch of at most `batch` records; with `commit`, commit every
-        open transaction after it (without, only a newly active task's first one).
-        Returns the records read."""
+    def poll(self, timeout: float, commit: bool = True) -> int:
+        """Process one batch (its size: `size`); with `commit`, commit every open
+        transaction after it (without, only a newly active task's first one).
+        Returns the records read; `share` says how much of a full batch's time that was."""
         self._consumer.release_barriers(self._active)
         self._children.prune(self._active)
-        messages = self._consumer.poll(batch, timeout, self._active)
+        bite = self.size.bite()
+        messages = self._consumer.poll(bite, timeout, self._active)
+        began = self._clock.monotonic()
         for task, records in by_task(messages, self._consumer.owner.get, log_error).items():
             self.run(task, functools.partial(ActiveTask.process, messages=records))
+        self.size.observe(len(messages), self._clock.monotonic() - began)
+        self.share = self.size.share(len(messages), bite)
         if commit:
             self._commits.commit_all(self._active, self.run)
         elif messages:

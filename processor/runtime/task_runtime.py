@@ -46,7 +46,7 @@ from processor.runtime.load import LoadMeter
 from processor.runtime.preflight import FenceRefused
 from processor.runtime.producer_close import close_producer
 from processor.runtime.reconciliation import reconcile
-from processor.runtime.replay_round import BATCH, ReplayRound, replay_bite
+from processor.runtime.replay_round import ReplayRound, replay_bite
 from processor.runtime.reports import StoreSizes, task_reports
 from processor.runtime.stall_watch import StallWatch
 from processor.runtime.stores import TaskStores
@@ -118,7 +118,7 @@ class TaskRuntime:
                                self.clock)
         self.active_round = ActiveRound(self.active, self.consumers.active, self.children,
                                         self.commits, self.metrics, self._stop_active,
-                                        self._restart)
+                                        self._restart, self.clock)
         self.child_releases = ChildReleases(self)
         self.replay_round = ReplayRound(self.consumers.replays, self.source, self.metrics,
                                         self.guard, self._replay_done)
@@ -326,9 +326,9 @@ class TaskRuntime:
         backlog = any(r.lag() > 0 for r in self.replicas.values())
         took: int | None = None
         if self.active:
-            took = self.active_round.poll(BATCH, 0.0 if backlog else split,
-                                          self.commits.due(timeout))
-            handled += took
+            handled += self.active_round.poll(0.0 if backlog else split,
+                                              self.commits.due(timeout))
+            took = self.active_round.share
         if self.replicas:
             room = replay_bite(took, self._activation_next(),
                                self.source.replays_input(self.replicas.values()))

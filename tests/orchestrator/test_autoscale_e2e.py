@@ -284,9 +284,10 @@ def test_past_the_task_count_it_expands_and_splits_only_when_allowed(
     # one input partition: one task, so one processor at most, and the high rate is past
     # what one serves. Allowed, the autoscaler doubles the input's partitions, splits the
     # task, and scales out onto the child; not allowed, it says why and holds
-    config, path = coordinated(1, job=PACED, catch_up={"source": "changelog"},
-                               autoscale={**AUTOSCALE, "allow_expand": allowed,
-                                          "max_processors": 2})
+    # a split child replays its parent's input (the default catch-up source): a task
+    # whose state is in a changelog partition does not split
+    config, path = coordinated(1, job=PACED, autoscale={**AUTOSCALE, "allow_expand": allowed,
+                                                        "max_processors": 2})
     j = Job(config, path, daemons)
     j.start_coordinator()
     j.start_processor("p1")

@@ -100,6 +100,21 @@ def test_a_step_up_is_met_by_one_scale_out(step: float) -> None:
     assert j.lag == 0 and j.processors >= 1000.0 * step / CAPACITY
 
 
+@pytest.mark.parametrize("window_s", [12, 60, 300])
+def test_a_step_down_is_met_by_one_scale_in(window_s: int) -> None:
+    j = job(down_window_s=float(window_s))
+    j.processors, j.rate = 6, 4000.0
+    j.run(400)
+    j.rate = 1000.0
+    changes = []
+    for _ in range(window_s + 60):
+        j.run(1)
+        if j.recommended != j.processors:
+            j.processors = j.recommended
+            changes.append(j.processors)
+    assert changes == [2]
+
+
 def test_a_spike_shorter_than_the_up_window_does_not_scale() -> None:
     j = job()
     j.run(60)
@@ -166,6 +181,17 @@ def test_past_the_task_count_it_says_expand_when_allowed(allowed: bool) -> None:
     assert found.expand is allowed
     assert ("expand the inputs and split the tasks" if allowed
             else "expanding is not allowed ([autoscale] allow_expand)") in found.reason
+
+
+def test_past_the_task_count_it_says_why_tasks_that_cannot_split_are_not_expanded() -> None:
+    j = job(allow_expand=True, cannot_split="a split needs catch_up.source = \"input\"")
+    j.tasks = 4
+    j.run(30)
+    j.rate = 9000.0
+    j.run(40)
+    found = j.recommender.recommend()
+    assert found is not None and found.processors == 4 and found.expand is False
+    assert "expanding is not possible: a split needs catch_up.source" in found.reason
 
 
 def test_decisions_per_hour_are_bounded() -> None:

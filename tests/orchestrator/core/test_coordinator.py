@@ -256,6 +256,34 @@ def test_drain_moves_everything_then_stops() -> None:
     assert status(h.core)["balanced"], pending(h.core)
 
 
+def test_two_drains_in_a_row_move_everything_to_the_one_left() -> None:
+    """The first drain's handoffs may be planned to the second processor drained: they
+    are cancelled and planned again to the one left (else they waited for ever: a
+    draining processor is given no warmup)."""
+    h = Harness()
+    p1, p2 = start_two(h)
+    p3 = FakeProcessor(h, "p3")
+    p3.register()
+    procs = (p1, p2, p3)
+    for _ in range(4):
+        for p in procs:
+            p.positions = at(1000, *ALL)
+            p.beat()
+    assert set(owners(h).values()) == {"p1", "p2", "p3"}, owners(h)
+    h.core.drain("p3")
+    p3.beat()
+    p2.beat()       # p3's tasks may now be planned to p2 ...
+    h.core.drain("p2")      # ... which drains too
+    h.sync()
+    for _ in range(8):
+        for p in procs:
+            p.positions = at(1000, *ALL)
+            p.beat()
+    assert set(owners(h).values()) == {"p1"}, (owners(h), pending(h.core))
+    assert p2.reply is not None and p2.reply.stop
+    assert p3.reply is not None and p3.reply.stop
+
+
 def test_drain_of_a_dead_processor_is_refused() -> None:
     h = Harness()
     p1, p2 = start_two(h)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from orchestrator.kafka.stream import CoordinatorStream, FencedError, stream_topic
+from orchestrator.kafka.stream import CoordinatorStream, FencedError, StreamError, stream_topic
 from orchestrator.kafka.topics import TopicAdmin
 
 pytestmark = pytest.mark.integration
@@ -44,6 +44,65 @@ def test_persist_and_reload_last_value_wins(open_stream) -> None:
     _, state = open_stream()
     assert state == {"model": {"generation": 2},
                      "handoff/Partition 0": {"phase": "releasing"}}
+
+
+def test_a_write_that_fails_outside_kafka_leaves_no_transaction_open(open_stream) -> None:
+    """A value that cannot be encoded fails the write after its transaction began; the
+    next writes go through (before, librdkafka refused every one of them: "Operation
+    not valid in state InTransaction"), and nothing of the failed one is visible."""
+    stream, _ = open_stream()
+    stream.write({"model": {"generation": 1}})
+    with pytest.raises(TypeError):
+        stream.write({"processor/p1": {"execution_id": "a"}, "model": {"bad": object()}})
+    stream.write({"model": {"generation": 2}})
+    stream.close()
+    _, state = open_stream()
+    assert state == {"model": {"generation": 2}}
+
+
+def test_a_marker_refused_at_once_leaves_no_transaction_open(open_stream, broker,
+                                                            unique) -> None:
+    """produce() of a marker to a partition the producer's metadata does not hold yet
+    (just added by an expansion) fails inside the transaction; it is aborted, so the
+    stream's next write goes through, and the state written with the markers is not."""
+    topic = broker.create_topic(unique("events"), 1)
+    stream, _ = open_stream()
+    # a first marker: the producer now holds the topic's metadata (one partition)
+    assert set(stream.write_markers({f"{topic}:0": [f"{topic}:1"]}, {topic: 2},
+                                    lambda offsets: {"model": {"generation": 1}})) \
+        == {f"{topic}:0"}
+    with pytest.raises(StreamError, match="Unknown partition"):
+        stream.write_markers({f"{topic}:5": [f"{topic}:9"]}, {topic: 10},
+                             lambda offsets: {"model": {"generation": 7}})
+    stream.write({"model": {"generation": 2}})
+    stream.close()
+    _, state = open_stream()
+    assert state == {"model": {"generation": 2}}
+
+
+def test_a_marker_on_a_partition_just_added_is_written_at_the_next_attempt(
+        open_stream, broker, unique) -> None:
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    topic = broker.create_topic(unique("events"), 1)
+    stream, _ = open_stream()
+    stream.write_markers({f"{topic}:0": [f"{topic}:1"]}, {topic: 2},
+                         lambda offsets: {"model": {"generation": 1}})
+    admin = AdminClient(broker.settings())
+    for future in admin.create_partitions([NewPartitions(topic, 2)]).values():
+        future.result(30)
+    written: dict[str, int] = {}
+    for _ in range(2):          # the first may meet the producer's metadata of before
+        try:
+            written = stream.write_markers({f"{topic}:1": [f"{topic}:3"]}, {topic: 4},
+                                           lambda offsets: {"model": {"generation": 2}})
+            break
+        except StreamError as exc:
+            assert "Unknown partition" in str(exc)
+    assert set(written) == {f"{topic}:1"}
+    stream.close()
+    _, state = open_stream()
+    assert state == {"model": {"generation": 2}}
 
 
 def test_second_coordinator_fences_the_first(open_stream) -> None:
