@@ -13,12 +13,13 @@ together with offsets in one WriteBatch (a replica's changelog position).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from store.codec import Key
+from store.state import State, Timed
 
 __all__ = ["Change", "Changes", "Key", "Offsets", "Store"]
 
@@ -56,13 +57,21 @@ class Store(Protocol):
         ...
 
     @property
-    def state(self) -> MutableMapping[Key, Any]:
+    def state(self) -> State:
         """The mapping a job's `process()` sees (the `State` of processor.job).
 
         A Protocol cannot say "is a MutableMapping" (that ABC is nominal), so the
         processor asks for the mapping here; an implementation returns itself.
         """
         ...
+
+    @property
+    def now(self) -> int | None:
+        """The stream time entries expire by: the record being processed (store/state.py)."""
+        ...
+
+    @now.setter
+    def now(self, timestamp: int | None) -> None: ...
 
     # The state mapping (collections.abc.MutableMapping semantics).
     def __getitem__(self, key: Key) -> Any: ...
@@ -72,9 +81,11 @@ class Store(Protocol):
     def __iter__(self) -> Iterator[Key]: ...
     def __len__(self) -> int: ...
     def get(self, key: Key, default: Any = None) -> Any: ...
-    def put(self, key: Key, value: Any) -> None: ...
+    def put(self, key: Key, value: Any, *, ttl_ms: int | None = None) -> None: ...
     def delete(self, key: Key) -> None: ...
     def contains(self, key: Key) -> bool: ...
+    def scan(self, prefix: Key) -> Iterator[tuple[Key, Any]]: ...
+    def clocked(self, records: Iterable[Timed]) -> Iterator[State]: ...
 
     # The transaction.
     def begin_record(self) -> None: ...

@@ -36,7 +36,7 @@ class StoreHandle:
     """The open (or closed) database of one task store and its transaction overlay."""
 
     __slots__ = ("_path", "_db", "_write_opts", "_overlay", "_bases", "_undo", "_closed",
-                 "_reads", "__weakref__")
+                 "_reads", "_now", "__weakref__")
 
     _path: Path
     _db: rocksdict.Rdict
@@ -46,6 +46,7 @@ class StoreHandle:
     _undo: list[tuple[Key, Any]] | None      # None: no undo log kept
     _closed: bool
     _reads: bool
+    _now: int | None                 # stream time: the record being processed (store/state.py)
 
     @property
     def path(self) -> Path:
