@@ -7,7 +7,8 @@ against the job's rules computed from the input topic alone:
 - scale out 2 -> 3 (catch_up.source = "input"): warmups replay the input through
   process(), expiring and scanning as the owners did, then the handoffs;
 - catch_up.source = "changelog" with a standby, the owner SIGKILLed: the standby's
-  state, applied from the changelog (expiry deletes included), takes over;
+  state, applied from the changelog (expiry deletes included), takes over; keys last
+  seen two hours of stream time ago are swept (their tombstones in the changelog);
 - expand 4 -> 8, split, scale out 2 -> 4: the split children rebuild their keys'
   entries from the parent partition through a key filter.
 """
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 from orchestrator.wire.barrier import input_records
+from orchestrator.wire.changelog import changelog_topic
 from tests.feeder import Feeder
 from tests.orchestrator.test_e2e import Job
 from tests.orchestrator.test_split_e2e import FAST_METADATA, expand_under_pause, split
@@ -39,10 +41,10 @@ def _gap(feeder: Feeder) -> None:
     feeder.resume()
 
 
-def _finish(j: Job, feeder: Feeder, broker: Any) -> None:
+def _finish(j: Job, feeder: Feeder, broker: Any, extra: int = 0) -> None:
     """Stop the producer, let every record through, and compare each key's outputs with
-    RecentSum's rules over the input topic."""
-    sent = feeder.stop()
+    RecentSum's rules over the input topic (`extra`: records sent besides the feeder's)."""
+    sent = feeder.stop() + extra
     wait_for(lambda: j.all_consumed(sent), 120, f"all {sent} records consumed")
     j.check_running()
     inputs = describe(m for topic in j.config.job.inputs
@@ -92,6 +94,12 @@ def test_ttl_and_scans_from_the_changelog_after_a_sigkill(job, broker) -> None:
     j.start_processor("p2")
     wait_for(lambda: j.balanced() and sorted(map(len, j.holding().values())) == [2, 2],
              90, "p1 and p2 balanced with 2 tasks each")
+    old = [b"old%d" % i for i in range(8)]          # one record each, two hours ago
+    producer = broker.producer()
+    stamp = int(time.time() * 1000) - 2 * 3_600_000
+    for i, key in enumerate(old):
+        producer.produce(j.config.job.inputs[0], key=key, value=b"1", timestamp=stamp + i)
+    assert producer.flush(30) == 0
     feeder = Feeder(broker, j.config.job.inputs[0], keys=24, rate=300.0).start()
     wait_for(lambda: feeder.sent > 1500, 30, "some traffic")
     _gap(feeder)
@@ -102,7 +110,11 @@ def test_ttl_and_scans_from_the_changelog_after_a_sigkill(job, broker) -> None:
              "p2 to take p1's tasks from its standbys")
     sent = feeder.sent
     wait_for(lambda: feeder.sent > sent + 600, 30, "traffic after the kill")
-    _finish(j, feeder, broker)
+    _finish(j, feeder, broker, extra=len(old))
+    # their totals were never read again: only the sweep deleted them
+    swept = {m.key() for m in broker.read_all(changelog_topic(j.config.job.name))
+             if m.value() is None}
+    assert {b"\x01" + key for key in old} <= swept
 
 
 def test_ttl_and_scans_through_a_split(job, broker) -> None:

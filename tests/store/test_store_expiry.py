@@ -125,3 +125,25 @@ def test_the_expiry_survives_reopening_a_changelog_apply_and_an_sst(
     assert dict(bulk.items()) == {"k": "v", "plain": 1}
     bulk.now = 1100
     assert dict(bulk.items()) == {"plain": 1}
+
+
+def test_the_sweep_deletes_what_expired_before_its_bound_a_slice_at_a_time(
+        store: TaskStore) -> None:
+    store.now = 0
+    for i in range(6):
+        store.put(f"old/{i}", i, ttl_ms=10)         # expire at 10
+    store.put("late", 1, ttl_ms=100)                # expires at 100
+    store["plain"] = 1
+    store.commit({"t:0": 1})
+    store["old/3"] = "rewritten"                    # the transaction's: left to it
+    cursor = store.sweep_expired(50, b"", 4)        # late, old/0..old/2
+    assert cursor == b"\x02old/3"
+    assert store.sweep_expired(50, cursor, 4) is None
+    changes = dict(store.changes())
+    assert changes == {b"\x02old/%d" % i: None for i in (0, 1, 2, 4, 5)} | {
+        b"\x02old/3": b'"rewritten"'}
+    store.commit({"t:0": 2}, store.changes())
+    store.now = 5                                   # a record from before: it cannot tell
+    assert sorted(store) == ["late", "old/3", "plain"]
+    assert store.sweep_expired(100, b"", 100) is None
+    assert list(store.changes()) == [(b"\x02late", None)]
