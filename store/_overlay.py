@@ -24,7 +24,7 @@ fragments the heap, which every write then pays for (docs/performance.md,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, cast
 
 import orjson
@@ -141,7 +141,9 @@ def prefix_changes(overlay: dict[Key, Any], prefix: Key) -> Changes:
     with it), as `overlay_changes` gives them: a scan's share of the open transaction,
     found in one pass without sorting the rest."""
     cls = str if isinstance(prefix, str) else bytes
-    keys: list[Any] = sorted(k for k in overlay if k.__class__ is cls and k.startswith(prefix))
+    held: Iterable[Any] = overlay
+    wanted: Any = prefix        # of `cls`: the keys kept are of its type
+    keys: list[Any] = sorted(k for k in held if k.__class__ is cls and k.startswith(wanted))
     if cls is str:
         raw_keys = list(map(STR_TAG.__add__, map(str.encode, keys)))
     else:

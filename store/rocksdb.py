@@ -55,7 +55,7 @@ _JSONDecodeError = orjson.JSONDecodeError
 _DbClosedError = rocksdict.DbClosedError
 _NoneType = type(None)
 _LIVE = LIVE
-_SET_NOW = StoreHandle._now.__set__  # type: ignore[attr-defined]  # the slot's descriptor
+_SET_NOW = StoreHandle.__dict__["_now"].__set__    # the slot's descriptor: a C setter
 _RAISE: Any = object()      # `_expiring`: no default, a KeyError
 
 

@@ -157,9 +157,10 @@ class FoldState(State):
         """The live (key, value) pairs under `prefix` in key order: the keys taken now,
         each value read as the scan reaches it (store/state.py)."""
         start, _ = prefix_bounds(prefix)
-        chosen = decode_key(start)
+        chosen: Any = decode_key(start)
         cls = chosen.__class__
-        keys = sorted(k for k in self.raw if k.__class__ is cls and k.startswith(chosen))
+        held: Iterable[Any] = self.raw
+        keys = sorted(k for k in held if k.__class__ is cls and k.startswith(chosen))
         return self._read_each(keys)
 
     def _read_each(self, keys: list[Any]) -> Iterator[tuple[Any, Any]]:
@@ -200,7 +201,7 @@ class FoldState(State):
 
 
 _MISSING: Any = object()
-_SET_NOW = FoldState._now.__set__  # type: ignore[attr-defined]  # the slot's descriptor
+_SET_NOW = FoldState.__dict__["_now"].__set__      # the slot's descriptor: a C setter
 
 
 def _normalise(key: Any) -> Any:

@@ -10,17 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import hypothesis.strategies as st
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 
 from processor.spark import FoldState
 from store import TaskStore
 
-KEYS = st.sampled_from(["s/a", "s/b", "s", "t/a", b"s/a", b"s/\xff"])
+KEYS = st.sampled_from(["s/a", "s/b", "s", b"s/\xff"])
 PREFIXES = st.sampled_from(["s/", "s", "", b"s/", b"", "t/", "u"])
 VALUES = st.one_of(st.integers(-5, 5), st.lists(st.integers(0, 3), max_size=2))
 STEPS = st.lists(st.one_of(
-    st.tuples(st.just("clock"), st.integers(-1, 60)),         # a record at this time
-    st.tuples(st.just("put"), KEYS, VALUES, st.one_of(st.none(), st.integers(1, 30))),
+    st.tuples(st.just("clock"), st.integers(-1, 40)),         # a record at this time
+    st.tuples(st.just("put"), KEYS, VALUES, st.one_of(st.none(), st.integers(1, 20))),
+    st.tuples(st.just("put"), KEYS, VALUES, st.integers(1, 20)),
     st.tuples(st.just("get"), KEYS),
     st.tuples(st.just("in"), KEYS),
     st.tuples(st.just("del"), KEYS),
@@ -127,9 +128,15 @@ def _scan(state: Any, model: Model | None, prefix: Any, write: bool,
     return seen
 
 
-@settings(max_examples=150, deadline=None,
+@settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=STEPS)
+# the read that finds an entry expired deletes it: an older record then misses it too
+@example(steps=[("clock", 10), ("put", "s/a", 1, 5), ("clock", 20), ("get", "s/a"),
+                ("clock", 12), ("get", "s/a")])
+@example(steps=[("clock", 10), ("put", "s/a", [1], 5), ("put", "s/b", 2, None),
+                ("clock", 20), ("scan", "s/"), ("clock", 12), ("in", "s/a"),
+                ("scan_write", "s"), ("fail",), ("len",), ("scan", "")])
 def test_the_store_the_fold_and_the_model_agree(tmp_path: Path, steps: list[Any]) -> None:
     path = tmp_path / f"db-{len(list(tmp_path.iterdir()))}"
     fold, model = FoldState(), Model()
