@@ -187,15 +187,16 @@ class Job:
         reached. A job that can do a batch's work at once (one state read and one
         write per key rather than per record) overrides it, faithfully: the same state
         afterwards and the same outputs per record as `process()` record by record
-        (one that uses TTLs sets `state.now = record.timestamp` before each record's
-        share). Should it raise, the runtime undoes the batch's state changes and runs
-        the batch through `process()` record by record, so the record that fails meets
-        `[job] on_error` alone; an active task does the same with a result that is not
-        one iterable per record.
+        (one that uses TTLs takes its records through `state.following(records)`, so
+        that `state.now` is each one's timestamp in turn). Should it raise, the
+        runtime undoes the batch's state changes and runs the batch through
+        `process()` record by record, so the record that fails meets `[job] on_error`
+        alone; an active task does the same with a result that is not one iterable per
+        record.
         """
-        clocked = getattr(state, "clocked", None)     # a plain dict in a unit test has none
-        return map(self.process, records,
-                   repeat(state) if clocked is None else clocked(records))
+        following = getattr(state, "following", None)    # a unit test's dict has none
+        return map(self.process, records if following is None else following(records),
+                   repeat(state))
 
     def close(self) -> None:
         """Called once when the task leaves this role here (its state is not touched)."""

@@ -39,11 +39,10 @@ from store._overlay import ABSENT, DELETED, LIVE, freeze, merge, prefix_changes
 from store.codec import BYTES_TAG, STR_TAG, Key, decode_key, decode_value, encode_key, encode_value
 from store.errors import open_error
 from store.expiry import EXPIRING_TAG, decode_expiring, encode_expiring, expires_at, is_expired
-from store.handle import StoreHandle
 from store.ingest import StoreIngest
 from store.options import OPEN_OPTIONS, StoreMemory, db_options, write_options
 from store.paths import prepare_db_dir
-from store.state import State, Timed, clocked, prefix_bounds
+from store.state import R, State, StreamClock, prefix_bounds
 
 if TYPE_CHECKING:
     from store.base import Store
@@ -55,7 +54,6 @@ _JSONDecodeError = orjson.JSONDecodeError
 _DbClosedError = rocksdict.DbClosedError
 _NoneType = type(None)
 _LIVE = LIVE
-_SET_NOW = StoreHandle.__dict__["_now"].__set__    # the slot's descriptor: a C setter
 _RAISE: Any = object()      # `_expiring`: no default, a KeyError
 
 
@@ -99,7 +97,7 @@ class TaskStore(StoreIngest, State):
         self._bases: dict[Key, bytes] = {}  # committed encodings of live values read
         self._undo: list[tuple[Key, Any]] | None = None  # None: no undo log kept
         self._closed = False
-        self._now = None
+        self._clock = StreamClock()
 
     @property
     def state(self) -> State:
@@ -109,15 +107,15 @@ class TaskStore(StoreIngest, State):
     @property
     def now(self) -> int | None:
         """The stream time entries expire by (store/state.py)."""
-        return self._now
+        return self._clock.now
 
     @now.setter
     def now(self, timestamp: int | None) -> None:
-        self._now = timestamp
+        self._clock.set(timestamp)
 
-    def clocked(self, records: Iterable[Timed]) -> Iterator[State]:
-        """This store once per record, its clock at the record's timestamp."""
-        return clocked(self, _SET_NOW, records)
+    def following(self, records: Iterable[R]) -> Iterator[R]:
+        """`records`, the clock following them (store/state.py)."""
+        return self._clock.following(records)
 
     def __repr__(self) -> str:
         return f"TaskStore({str(self._path)!r})"
@@ -188,7 +186,7 @@ class TaskStore(StoreIngest, State):
     def _expiring(self, key: Key, raw: bytes, default: Any) -> Any:
         """The value of an entry with a TTL (a copy), or, once expired at `now`, its
         delete (the transaction's, like `del`) and `default` (`_RAISE`: KeyError)."""
-        if not is_expired(raw, self._now):
+        if not is_expired(raw, self._clock.now):
             return decode_expiring(raw)
         self.delete(key)
         if default is _RAISE:
@@ -246,13 +244,13 @@ class TaskStore(StoreIngest, State):
     def __iter__(self) -> Iterator[Key]:
         """Keys in encoded-key order; expired entries are skipped (not deleted: a read
         of the store outside `process()`, such as a split's pruning, iterates too)."""
-        now = self._now
+        now = self._clock.now
         for raw_key, raw in self._merged():
             if raw[:1] != EXPIRING_TAG or not is_expired(raw, now):
                 yield decode_key(raw_key)
 
     def __len__(self) -> int:
-        now = self._now
+        now = self._clock.now
         return sum(1 for _, raw in self._merged()
                    if raw[:1] != EXPIRING_TAG or not is_expired(raw, now))
 
@@ -275,7 +273,7 @@ class TaskStore(StoreIngest, State):
         if ttl_ms is None:
             self[key] = value
             return
-        raw = encode_expiring(value, expires_at(self._now, ttl_ms))
+        raw = encode_expiring(value, expires_at(self._clock.now, ttl_ms))
         key = _normalise_key(key)
         if self._undo is not None:
             self._undo.append((key, self._overlay.get(key, ABSENT)))
@@ -314,7 +312,7 @@ class TaskStore(StoreIngest, State):
             raw = entry
         else:
             return entry is not DELETED
-        if raw[:1] == EXPIRING_TAG and is_expired(raw, self._now):
+        if raw[:1] == EXPIRING_TAG and is_expired(raw, self._clock.now):
             self.delete(key)
             return False
         return True
@@ -347,7 +345,7 @@ class TaskStore(StoreIngest, State):
         taken when the iteration began), each value as it is when the iteration reaches
         its key: lists and dicts become the state's own (as a read makes them), keys
         deleted meanwhile or expired are skipped (store/state.py)."""
-        overlay, now = self._overlay, self._now
+        overlay, now = self._overlay, self._clock.now
         for raw_key, raw in pairs:
             key = decode_key(raw_key)
             entry = overlay.get(key, ABSENT)

@@ -6,9 +6,11 @@ transaction's overlay) and the Spark fold's single-range state
 (processor/spark/fold.py). Both keep the same rules, so a job reads the same state on
 every path:
 
-* **The clock.** `now` is the timestamp of the record being processed. Whoever calls
-  `process()` sets it first; `Job.process_batch` does so per record through `clocked`
-  (a chain of C calls: the batched path runs without a Python step per record).
+* **The clock.** `now` is the timestamp of the record being processed (`StreamClock`).
+  Whoever calls `process()` on one record sets it first; `Job.process_batch` hands its
+  records to `process()` through `state.following(records)`, an iterator whose
+  position tells the clock which record is being processed: the batched path pays
+  nothing per record, and only a read of `now` (a TTL's) looks the record up.
 * **Prefixes.** Keys are bytes or str, and the two never meet: a str prefix selects
   the str keys that start with it (as `str.startswith` says, which is the order and
   prefix of their UTF-8 bytes), a bytes prefix the bytes keys. `""` selects every str
@@ -25,24 +27,23 @@ every path:
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterable, Iterator, MutableMapping
-from itertools import repeat
-from operator import attrgetter, itemgetter
-from typing import Any, Protocol
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
+from operator import length_hint
+from typing import Any, Protocol, TypeVar
 
 from store.codec import BYTES_TAG, STR_TAG, Key
 
-__all__ = ["State", "Timed", "clocked", "prefix_bounds"]
-
-_TIMESTAMP = attrgetter("timestamp")
-_SECOND = itemgetter(1)
+__all__ = ["State", "StreamClock", "Timed", "prefix_bounds"]
 
 
 class Timed(Protocol):
-    """What `clocked` needs of a record: its timestamp (processor.job.Record)."""
+    """What the clock needs of a record: its timestamp (processor.job.Record)."""
 
     @property
     def timestamp(self) -> int: ...
+
+
+R = TypeVar("R", bound=Timed)
 
 
 class State(MutableMapping[Key, Any]):
@@ -59,8 +60,7 @@ class State(MutableMapping[Key, Any]):
     @now.setter
     @abstractmethod
     def now(self, timestamp: int | None) -> None:
-        """Set the clock (done before each record; a `process_batch` that does a
-        batch's work at once sets it per record itself)."""
+        """Set the clock (before a record that is processed alone)."""
 
     @abstractmethod
     def put(self, key: Key, value: Any, *, ttl_ms: int | None = None) -> None:
@@ -82,20 +82,51 @@ class State(MutableMapping[Key, Any]):
         """
 
     @abstractmethod
-    def clocked(self, records: Iterable[Timed]) -> Iterator[State]:
-        """This state once per record, its clock set to that record's timestamp as the
-        record is reached: `map(job.process, records, state.clocked(records))`."""
+    def following(self, records: Iterable[R]) -> Iterator[R]:
+        """`records`, one at a time, the clock at the timestamp of the one last taken
+        until the next is: `for record in state.following(records): ...` (or
+        `map(job.process, state.following(records), repeat(state))`)."""
 
 
-def clocked(state: State, set_now: Any, records: Iterable[Timed]) -> Iterator[State]:
-    """`state.clocked(records)` for a state whose clock is the slot `set_now` (a member
-    descriptor's `__set__`): each step sets it, then yields the state, all in C.
+class StreamClock:
+    """A state's clock: the timestamp of the record being processed.
 
-    `zip` takes the setter's result (None) before the state, so the clock is set when
-    `map(process, records, ...)` asks for the state of that record, just before it calls
-    process() on it; a record's outputs are drained before the next one is reached."""
-    stamps = map(set_now, repeat(state), map(_TIMESTAMP, records))
-    return map(_SECOND, zip(stamps, repeat(state)))
+    Set for one record (`set`), or following a batch (`following`): then the record
+    being processed is the one the batch's iterator gave last, which its position
+    tells (`length_hint` of a list iterator: what is left), so following costs nothing
+    per record; `now` looks the record up when asked. A record's outputs are drained
+    before the next record is taken (the runtime's `map` and `chain` do), so the
+    position is that record's while its `process()` runs.
+    """
+
+    __slots__ = ("_now", "_records", "_position")
+
+    def __init__(self) -> None:
+        self._now: int | None = None
+        self._records: Sequence[Timed] = ()
+        self._position: Iterator[Timed] | None = None
+
+    @property
+    def now(self) -> int | None:
+        """The timestamp of the record being processed (None before any)."""
+        position = self._position
+        if position is None:
+            return self._now
+        index = len(self._records) - length_hint(position) - 1
+        return self._records[index].timestamp if index >= 0 else self._now
+
+    def set(self, timestamp: int | None) -> None:
+        """The record being processed is at `timestamp`."""
+        self._now, self._position = timestamp, None
+
+    def following(self, records: Iterable[R]) -> Iterator[R]:
+        """`records` as an iterator the clock follows (see the class)."""
+        listed = records if isinstance(records, list | tuple) else list(records)
+        self._now = self.now                # before the first: the last record's time
+        self._records = listed
+        position = iter(listed)
+        self._position = position
+        return position
 
 
 def prefix_bounds(prefix: Key) -> tuple[bytes, bytes]:

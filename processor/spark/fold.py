@@ -13,7 +13,7 @@ import orjson
 from processor.job import Job, Record
 from store import State, decode_key, decode_value, encode_key, encode_value
 from store.expiry import EXPIRING_TAG, decode_expiring, encode_expiring, expires_at, is_expired
-from store.state import Timed, clocked, prefix_bounds
+from store.state import R, StreamClock, prefix_bounds
 
 __all__ = ["FoldState", "Timings", "replay"]
 
@@ -37,7 +37,7 @@ class FoldState(State):
     its record's writes), a scan sorts the keys under its prefix.
     """
 
-    __slots__ = ("raw", "carried", "_undo", "_now")
+    __slots__ = ("raw", "carried", "_undo", "_clock")
 
     def __init__(self) -> None:
         # key -> encoded value, or the live list or dict it was decoded into
@@ -45,20 +45,20 @@ class FoldState(State):
         # changelog folds only: input partition -> the offset its records carried
         self.carried: dict[str, int] = {}
         self._undo: list[tuple[Any, Any]] = []
-        self._now: int | None = None
+        self._clock = StreamClock()
 
     @property
     def now(self) -> int | None:
         """The stream time entries expire by: the record being folded."""
-        return self._now
+        return self._clock.now
 
     @now.setter
     def now(self, timestamp: int | None) -> None:
-        self._now = timestamp
+        self._clock.set(timestamp)
 
-    def clocked(self, records: Iterable[Timed]) -> Iterator[State]:
-        """This state once per record, its clock at the record's timestamp."""
-        return clocked(self, _SET_NOW, records)
+    def following(self, records: Iterable[R]) -> Iterator[R]:
+        """`records`, the clock following them (store/state.py)."""
+        return self._clock.following(records)
 
     def __getitem__(self, key: Any) -> Any:
         value = self.get(key, _MISSING)
@@ -88,7 +88,7 @@ class FoldState(State):
 
     def _expiring(self, key: Any, raw: bytes, default: Any) -> Any:
         """The value of an entry with a TTL, or once expired its delete and `default`."""
-        if not is_expired(raw, self._now):
+        if not is_expired(raw, self._clock.now):
             return decode_expiring(raw)
         self._undo.append((key, self.raw.pop(key)))
         return default
@@ -129,13 +129,13 @@ class FoldState(State):
         raw = self.raw.get(key)
         if raw is None:
             return False
-        if raw.__class__ is bytes and raw[:1] == EXPIRING_TAG and is_expired(raw, self._now):
+        if raw.__class__ is bytes and raw[:1] == EXPIRING_TAG and is_expired(raw, self._clock.now):
             self._undo.append((key, self.raw.pop(key)))
             return False
         return True
 
     def __iter__(self) -> Iterator[Any]:
-        now = self._now
+        now = self._clock.now
         return (key for key, raw in list(self.raw.items()) if raw.__class__ is not bytes
                 or raw[:1] != EXPIRING_TAG or not is_expired(raw, now))
 
@@ -147,7 +147,7 @@ class FoldState(State):
         if ttl_ms is None:
             self[key] = value
             return
-        raw = encode_expiring(value, expires_at(self._now, ttl_ms))
+        raw = encode_expiring(value, expires_at(self._clock.now, ttl_ms))
         if key.__class__ is not bytes and key.__class__ is not str:
             key = _normalise(key)
         self._undo.append((key, self.raw.get(key)))
@@ -201,7 +201,6 @@ class FoldState(State):
 
 
 _MISSING: Any = object()
-_SET_NOW = FoldState.__dict__["_now"].__set__      # the slot's descriptor: a C setter
 
 
 def _normalise(key: Any) -> Any:

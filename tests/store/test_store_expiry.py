@@ -147,3 +147,24 @@ def test_the_sweep_deletes_what_expired_before_its_bound_a_slice_at_a_time(
     assert sorted(store) == ["late", "old/3", "plain"]
     assert store.sweep_expired(100, b"", 100) is None
     assert list(store.changes()) == [(b"\x02late", None)]
+
+
+def test_the_clock_follows_a_batch_at_no_cost_per_record(store: TaskStore) -> None:
+    class At:
+        def __init__(self, timestamp: int) -> None:
+            self.timestamp = timestamp
+
+    store.now = 5
+    batch = [At(10), At(30), At(20)]
+    seen = []
+    for record in store.following(iter(batch)):     # any iterable; a list is kept
+        seen.append((record.timestamp, store.now))
+        store.put(f"k{record.timestamp}", 1, ttl_ms=15)
+    assert seen == [(10, 10), (30, 30), (20, 20)]
+    assert store.now == 20                          # the last record's, until the next
+    following = store.following([At(40)])
+    assert store.now == 20                          # none taken yet: still the last one
+    next(following)
+    assert store.now == 40 and sorted(store) == ["k30"]     # k10, k20 expired by 40
+    store.now = 7                                   # one record alone
+    assert store.now == 7 and sorted(store) == ["k10", "k20", "k30"]
