@@ -17,7 +17,7 @@ every path:
   key, `b""` every bytes key. A scan yields `(key, value)` in key order (str keys by
   code point, bytes keys bytewise) and skips expired entries, deleting them as a read
   does.
-* **What a scan sees of writes made while it runs**: the keys are those live when it
+* **What a scan sees of writes made while it runs**: the keys are those held when it
   began; each value is the one its key holds when the scan reaches it. A key deleted
   meanwhile is skipped, a key added meanwhile is not seen (the write is kept). Both
   implementations do exactly this, so a job that writes as it scans rebuilds the same
@@ -33,7 +33,7 @@ from typing import Any, Protocol, TypeVar
 
 from store.codec import BYTES_TAG, STR_TAG, Key
 
-__all__ = ["State", "StreamClock", "Timed", "prefix_bounds"]
+__all__ = ["R", "State", "StreamClock", "Timed", "prefix_bounds"]
 
 
 class Timed(Protocol):
