@@ -17,6 +17,9 @@ group's committed offsets are read back, and a broker that came back without the
 transaction restarts the task from what it does hold (orchestrator/kafka/watched_producer.py).
 After any abort the last commit is read back too (processor/transaction.py, `CommitVoided`).
 
+Each commit also sweeps a slice of the state's expired entries into the transaction
+(processor/expiry_sweep.py), by the clocks of the records the task processed.
+
 What the job hands to `context.after_commit` while processing belongs to the open
 transaction (`effects`, processor/effects.py): dropped with a record whose process()
 raised and with an aborted transaction, due once the commit succeeded; the runtime runs
@@ -26,6 +29,7 @@ them on its loop (`run_effects`), never on a commit thread.
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -40,6 +44,7 @@ from orchestrator.wire.partitions import format_partition
 from processor.changelog import ChangelogWriter
 from processor.effects import AfterCommit, run_effects
 from processor.emit import Emitter
+from processor.expiry_sweep import ExpirySweep
 from processor.job import Effect, Job, Record
 from processor.outputs import OutputError, encode_output
 from processor.records import (
@@ -74,6 +79,7 @@ log = logging.getLogger("baton.processor.active")
 OnError = Literal["fail", "skip", "dlq"]
 # misrouted records are logged at most once per this many seconds per task
 _MISROUTE_LOG_S = 60.0
+_TIMESTAMP = operator.attrgetter("timestamp")
 
 
 class ActiveTask:
@@ -105,6 +111,7 @@ class ActiveTask:
         # those of committed transactions not yet run
         self.effects = AfterCommit() if effects is None else effects
         self.due: list[Effect] = []
+        self.sweep = ExpirySweep()
         self._losses = 0                      # the producer's broker losses at begin
         self.committed = dict(committed)      # T1: the offsets of the last committed txn
         self.pending = dict(committed)        # positions including the open transaction
@@ -191,6 +198,7 @@ class ActiveTask:
                 self._process_each(run)
                 continue
             self._process_records(records)
+            self.sweep.saw(name, map(_TIMESTAMP, records))
             pending[name] = offsets[-1] + 1
             self.processed += len(records)
 
@@ -235,8 +243,10 @@ class ActiveTask:
                     and (child := reroute.target(key, offset)) is not None:
                 self._forward(msg, name, child)
             else:
-                self._process_record(new_record(key, msg.value(), t, p, offset,
-                                                msg.timestamp()[1], msg.headers() or ()))
+                stamp = msg.timestamp()[1]
+                self._process_record(new_record(key, msg.value(), t, p, offset, stamp,
+                                                msg.headers() or ()))
+                self.sweep.saw(name, (stamp,))
             pending[name] = offset + 1
             self.processed += 1
 
@@ -264,6 +274,7 @@ class ActiveTask:
         store, effects = self.store, self.effects
         store.begin_record()
         effects.begin_record()
+        store.now = record.timestamp
         try:
             outputs = list(self.job.process(record, self._state))
         except Exception as exc:  # noqa: BLE001 - user code: every failure goes to on_error
@@ -316,6 +327,8 @@ class ActiveTask:
         offsets = {p: o for p, o in self.pending.items() if o != self.committed.get(p)}
         try:
             if offsets:
+                self.sweep.run(self.store, [*self.partitions, *self.pending],
+                               self._clock.monotonic())
                 if self.changelog is not None:
                     self.changelog.write(self.producer, self.store, offsets, self.committed)
                 # outputs delivered before the offsets: a restart mid-commit keeps all or none

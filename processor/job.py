@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
@@ -32,11 +32,13 @@ from types import MappingProxyType
 from typing import Any, Literal, Protocol
 
 from metrics import JobMetrics, JobMetricSet
+from store import State
 
 __all__ = ["Context", "Effect", "Emitted", "Headers", "Host", "Job", "JobLoadError", "KeyValue",
            "Output", "Record", "Role", "State", "add_job_path", "load_job", "new_job"]
 
-State = MutableMapping[Any, Any]
+# the task's state: a MutableMapping, with entries that expire in stream time and
+# prefix scans (store/state.py, docs/jobs.md "State")
 # Kafka headers as confluent-kafka gives them: (name, value) pairs, names may repeat
 Headers = Sequence[tuple[str, bytes | None]]
 KeyValue = tuple[bytes | str | None, bytes | str | None]
@@ -180,15 +182,21 @@ class Job:
         """What `process()` yields for each of `records`, in their order: one iterable
         of outputs per record. `records` are consecutive records of one partition.
 
-        The default calls `process()` per record. A job that can do a batch's work at
-        once (one state read and one write per key rather than per record) overrides
-        it, faithfully: the same state afterwards and the same outputs per record as
-        `process()` record by record. Should it raise, the runtime undoes the batch's
-        state changes and runs the batch through `process()` record by record, so the
-        record that fails meets `[job] on_error` alone; an active task does the same
-        with a result that is not one iterable per record.
+        The default calls `process()` per record, the state's clock (`state.now`, by
+        which entries with a TTL expire) set to each record's timestamp as it is
+        reached. A job that can do a batch's work at once (one state read and one
+        write per key rather than per record) overrides it, faithfully: the same state
+        afterwards and the same outputs per record as `process()` record by record
+        (one that uses TTLs takes its records through `state.following(records)`, so
+        that `state.now` is each one's timestamp in turn). Should it raise, the
+        runtime undoes the batch's state changes and runs the batch through
+        `process()` record by record, so the record that fails meets `[job] on_error`
+        alone; an active task does the same with a result that is not one iterable per
+        record.
         """
-        return map(self.process, records, repeat(state))
+        following = getattr(state, "following", None)    # a unit test's dict has none
+        return map(self.process, records if following is None else following(records),
+                   repeat(state))
 
     def close(self) -> None:
         """Called once when the task leaves this role here (its state is not touched)."""

@@ -2,11 +2,16 @@
 
 A unit test of a job with a plain dict for its state passes where the store differs
 (JSON values: tuples read back as lists, no sets; str and bytes keys distinct; the
-transaction overlay; a failed record's writes undone). `JobHarness` runs the job on the
-real task store (`store.TaskStore`, RocksDB in a temporary directory), through the same
-steps the active task takes: `new_job` (params, `setup`), per record `begin_record`,
-`process`, `rollback_record` when it raises, outputs encoded as the producer gets them
-(`processor/outputs.py`), a commit every `commit_every` records, `close` at the end.
+transaction overlay; a failed record's writes undone; entries that expire by the
+records' timestamps). `JobHarness` runs the job on the real task store
+(`store.TaskStore`, RocksDB in a temporary directory), through the same steps the active
+task takes: `new_job` (params, `setup`), the state's clock set to each record's
+timestamp, `process`, `rollback_record` when it raises, outputs encoded as the producer
+gets them (`processor/outputs.py`), a commit every `commit_every` records, `close` at
+the end. `send_batch` (and `run_job`, a transaction's records at a time) hands records
+to the job as the runtime hands it a poll batch: each run of one partition's records
+through `process_batch` at once, and when that raises (or gives not one result per
+record) the run undone and processed again record by record.
 What the job hands to `context.after_commit` runs at each commit, in order, and is
 dropped with a record that raised or an `abort()`; `replaying=True` runs the job as a
 replay does (`context.replaying` true, `after_commit` dropped). `context.metrics` is
@@ -21,9 +26,11 @@ on `harness.registry` (assert with `registry.get_sample_value`).
 
 from __future__ import annotations
 
+import itertools
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from types import TracebackType
 from typing import Any, Literal
 
@@ -44,6 +51,7 @@ Input = Record | tuple[bytes | str | None, bytes | str | None]
 
 _INPUT = "input"           # the input topic records given as pairs are on
 _OUTPUT = "output"         # the job's `output` topic, unless given
+_PARTITION = attrgetter("topic", "partition")
 
 
 @dataclass
@@ -112,9 +120,72 @@ class JobHarness:
             processor.outputs.OutputError: an output of the wrong shape or topic.
         """
         record = item if isinstance(item, Record) else self._record(item)
+        produced = self._process(record)
+        if self._pending >= self.commit_every:
+            self.commit()
+        return produced
+
+    def send_batch(self, items: Iterable[Input]) -> list[list[Output]]:
+        """Process records as the runtime processes a poll batch; the outputs of each.
+
+        Each run of consecutive records of one partition goes through the job's
+        `process_batch` at once (a run with a record without key, which the runtime
+        looks at alone, record by record). If `process_batch` raises or gives not one
+        result per record, the run's state writes and effects are undone and its
+        records go through `process()` one by one, so `on_error` meets the failing
+        record alone. The transaction commits at the end of the batch when
+        `commit_every` records or more are pending.
+
+        Raises:
+            Exception: what process() raised, under on_error "fail".
+            processor.outputs.OutputError: an output of the wrong shape or topic.
+        """
+        records = list(self._numbered(items))
+        produced: list[list[Output]] = []
+        for _, run in itertools.groupby(records, _PARTITION):
+            produced.extend(self._process_run(list(run)))
+        if self._pending >= self.commit_every:
+            self.commit()
+        return produced
+
+    def _numbered(self, items: Iterable[Input]) -> Iterator[Record]:
+        """`items` as records: each pair takes the next offset of "input:0", as `send`
+        gives it, though none is processed yet."""
+        following = self._offsets.get(f"{_INPUT}:0", 0)
+        for item in items:
+            if not isinstance(item, Record):
+                item = self._record(item, following)
+            if (item.topic, item.partition) == (_INPUT, 0):
+                following = item.offset + 1
+            yield item
+
+    def _process_run(self, run: Sequence[Record]) -> list[list[Output]]:
+        """One partition's consecutive records through process_batch (see send_batch)."""
+        if any(record.key is None for record in run):
+            return [self._process(record) for record in run]
         store = self.store
         store.begin_record()
         self.effects.begin_record()
+        try:
+            results = list(map(list, self.job.process_batch(run, store.state)))
+            if len(results) != len(run):
+                raise ValueError(f"process_batch() gave {len(results)} results for "
+                                 f"{len(run)} records")
+        except Exception:  # noqa: BLE001 - user code: redone one record at a time
+            store.rollback_record()
+            self.effects.rollback_record()
+            return [self._process(record) for record in run]
+        produced = []
+        for record, yielded in zip(run, results, strict=True):
+            produced.append(self._done(record, yielded))
+        return produced
+
+    def _process(self, record: Record) -> list[Output]:
+        """process() over one record, its writes undone if it raises (on_error)."""
+        store = self.store
+        store.begin_record()
+        self.effects.begin_record()
+        store.now = record.timestamp
         try:
             yielded = list(self.job.process(record, store.state))
         except Exception as exc:
@@ -124,12 +195,14 @@ class JobHarness:
                 raise
             self.run.failed.append((record, exc))
             yielded = []
+        return self._done(record, yielded)
+
+    def _done(self, record: Record, yielded: Iterable[object]) -> list[Output]:
+        """A processed record's outputs, kept in `run`; its offset is pending."""
         produced = [self._output(out, record) for out in yielded]
         self.run.outputs.extend(produced)
         self._offsets[f"{record.topic}:{record.partition}"] = record.offset + 1
         self._pending += 1
-        if self._pending >= self.commit_every:
-            self.commit()
         return produced
 
     def commit(self) -> None:
@@ -153,8 +226,9 @@ class JobHarness:
 
     @property
     def state(self) -> dict[Key, Any]:
-        """The state, open transaction included, as a job would read it back."""
-        return dict(self.store.items())
+        """The state, open transaction included, as a job would read it back at the last
+        record's time (entries expired by then left out; looking deletes nothing)."""
+        return dict(self.store.iter_items(remove=False))
 
     def close(self) -> Run:
         """Commit, call the job's `close`, keep the state in `run`, drop the store."""
@@ -176,9 +250,11 @@ class JobHarness:
                  tb: TracebackType | None) -> None:
         self.close()
 
-    def _record(self, pair: tuple[bytes | str | None, bytes | str | None]) -> Record:
+    def _record(self, pair: tuple[bytes | str | None, bytes | str | None],
+                offset: int | None = None) -> Record:
         key, value = pair
-        offset = self._offsets.get(f"{_INPUT}:0", 0)
+        if offset is None:
+            offset = self._offsets.get(f"{_INPUT}:0", 0)
         return Record(encode_output(key), encode_output(value), _INPUT, 0, offset, offset + 1)
 
     def _output(self, out: object, record: Record) -> Output:
@@ -187,14 +263,16 @@ class JobHarness:
 
 
 def run_job(job: type[Job] | Job, records: Iterable[Input], **options: Any) -> Run:
-    """Run `job` over `records` on a fresh task store (see `JobHarness` for `options`);
-    pairs become records of topic "input", partition 0, offsets 0, 1, ... and
-    timestamps 1, 2, ...
+    """Run `job` over `records` on a fresh task store (see `JobHarness` for `options`),
+    a transaction (`commit_every` records) at a time through `send_batch`, as the
+    runtime hands the job a poll batch; pairs become records of topic "input",
+    partition 0, offsets 0, 1, ... and timestamps 1, 2, ...
 
     Raises:
         Exception: what process() raised, under on_error "fail" (the default).
     """
     with JobHarness(job, **options) as harness:
-        for record in records:
-            harness.send(record)
+        batches = iter(records)
+        while batch := list(itertools.islice(batches, harness.commit_every)):
+            harness.send_batch(batch)
         return harness.close()

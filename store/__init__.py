@@ -1,5 +1,6 @@
 """Baton's task store: RocksDB (rocksdict) per task, with a transaction overlay,
-applied offsets committed atomically with the data, and SST bulk ingest."""
+applied offsets committed atomically with the data, and SST bulk ingest; the state a
+job sees (`State`: a mapping with entries that expire in stream time, and prefix scans)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,15 @@ from store.codec import (
 from store.errors import StoreCorruptError, StoreError, StoreLockedError
 from store.paths import task_store_path
 from store.rocksdb import TaskStore
-from store.sst import write_sst
+from store.sst import write_encoded_sst, write_sst
+from store.state import State
 
 __all__ = [
     "Change",
     "Changes",
     "Key",
     "Offsets",
+    "State",
     "Store",
     "StoreCorruptError",
     "StoreError",
@@ -41,5 +44,6 @@ __all__ = [
     "encode_key",
     "encode_value",
     "task_store_path",
+    "write_encoded_sst",
     "write_sst",
 ]

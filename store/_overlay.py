@@ -24,7 +24,7 @@ fragments the heap, which every write then pays for (docs/performance.md,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, cast
 
 import orjson
@@ -34,7 +34,7 @@ from store.base import Changes
 from store.codec import BYTES_TAG, STR_TAG, Key, encode_key, encode_value
 
 __all__ = ["ABSENT", "DELETED", "LIVE", "freeze", "add_to_batch", "merge", "overlay_changes",
-           "settle", "undo"]
+           "prefix_changes", "settle", "undo"]
 
 
 class _Sentinel:
@@ -134,6 +134,21 @@ def _change_value(entry: Any) -> bytes | None:
     if cls is int and _INT_MIN <= entry <= _INT_MAX:
         return _INT_FORMAT(entry)
     return freeze(entry)
+
+
+def prefix_changes(overlay: dict[Key, Any], prefix: Key) -> Changes:
+    """The overlay entries of the keys `prefix` selects (keys of its type that start
+    with it), as `overlay_changes` gives them: a scan's share of the open transaction,
+    found in one pass without sorting the rest."""
+    cls = str if isinstance(prefix, str) else bytes
+    held: Iterable[Any] = overlay
+    wanted: Any = prefix        # of `cls`: the keys kept are of its type
+    keys: list[Any] = sorted(k for k in held if k.__class__ is cls and k.startswith(wanted))
+    if cls is str:
+        raw_keys = list(map(STR_TAG.__add__, map(str.encode, keys)))
+    else:
+        raw_keys = list(map(BYTES_TAG.__add__, keys))
+    return Changes(raw_keys, [_change_value(overlay[k]) for k in keys])
 
 
 def _sorted_changes(overlay: dict[Key, Any]) -> Changes:

@@ -23,6 +23,7 @@ from store._overlay import merge, overlay_changes
 from store.codec import BYTES_TAG, DATA_END, OFFSET_END, OFFSET_PREFIX, Key, decode_offset_item
 from store.errors import StoreCorruptError, StoreError
 from store.options import READ_OPTIONS
+from store.state import StreamClock
 
 __all__ = ["ClosedLog", "StoreHandle"]
 
@@ -36,7 +37,7 @@ class StoreHandle:
     """The open (or closed) database of one task store and its transaction overlay."""
 
     __slots__ = ("_path", "_db", "_write_opts", "_overlay", "_bases", "_undo", "_closed",
-                 "_reads", "__weakref__")
+                 "_reads", "_clock", "__weakref__")
 
     _path: Path
     _db: rocksdict.Rdict
@@ -46,6 +47,7 @@ class StoreHandle:
     _undo: list[tuple[Key, Any]] | None      # None: no undo log kept
     _closed: bool
     _reads: bool
+    _clock: StreamClock              # stream time: the record being processed
 
     @property
     def path(self) -> Path:

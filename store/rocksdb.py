@@ -16,6 +16,10 @@ Theory of operation
   everything already in the store, so it overrides older values; later commits get
   higher numbers and override it.
 * The database handle, its reads of the committed data and its lifecycle: store/handle.py.
+* What a job sees beyond a mapping (store/state.py): entries that expire in stream time
+  (store/expiry.py: stored behind a tag byte that is not JSON, so they take the reads'
+  rare path, and a read that finds one expired deletes it like `del`), and scans of a
+  prefix, the overlay's entries of the prefix merged over a RocksDB range.
 
 The mapping methods are the per-record hot path: they are kept flat (no helper layers,
 module-level aliases for the C functions they call).
@@ -24,19 +28,21 @@ module-level aliases for the C functions they call).
 from __future__ import annotations
 
 import os
-from collections.abc import ItemsView, Iterator, MutableMapping, ValuesView
+from collections.abc import ItemsView, Iterable, Iterator, ValuesView
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 import rocksdict
 
-from store._overlay import ABSENT, DELETED, LIVE, freeze
+from store._overlay import ABSENT, DELETED, LIVE, freeze, merge, prefix_changes
 from store.codec import BYTES_TAG, STR_TAG, Key, decode_key, decode_value, encode_key, encode_value
 from store.errors import open_error
+from store.expiry import EXPIRING_TAG, decode_expiring, encode_expiring, expires_at, is_expired
 from store.ingest import StoreIngest
 from store.options import OPEN_OPTIONS, StoreMemory, db_options, write_options
 from store.paths import prepare_db_dir
+from store.state import R, State, StreamClock, prefix_bounds
 
 if TYPE_CHECKING:
     from store.base import Store
@@ -48,9 +54,10 @@ _JSONDecodeError = orjson.JSONDecodeError
 _DbClosedError = rocksdict.DbClosedError
 _NoneType = type(None)
 _LIVE = LIVE
+_RAISE: Any = object()      # `_expiring`: no default, a KeyError
 
 
-class TaskStore(StoreIngest, MutableMapping[Key, Any]):
+class TaskStore(StoreIngest, State):
     """One task's state: a MutableMapping over RocksDB with a transaction overlay."""
 
     __slots__ = ()      # the attributes' slots: store/handle.py
@@ -90,12 +97,25 @@ class TaskStore(StoreIngest, MutableMapping[Key, Any]):
         self._bases: dict[Key, bytes] = {}  # committed encodings of live values read
         self._undo: list[tuple[Key, Any]] | None = None  # None: no undo log kept
         self._closed = False
-
+        self._clock = StreamClock()
 
     @property
-    def state(self) -> MutableMapping[Key, Any]:
+    def state(self) -> State:
         """The mapping a job's `process()` reads and writes: this store itself."""
         return self
+
+    @property
+    def now(self) -> int | None:
+        """The stream time entries expire by (store/state.py)."""
+        return self._clock.now
+
+    @now.setter
+    def now(self, timestamp: int | None) -> None:
+        self._clock.set(timestamp)
+
+    def following(self, records: Iterable[R]) -> Iterator[R]:
+        """`records`, the clock following them (store/state.py)."""
+        return self._clock.following(records)
 
     def __repr__(self) -> str:
         return f"TaskStore({str(self._path)!r})"
@@ -119,6 +139,8 @@ class TaskStore(StoreIngest, MutableMapping[Key, Any]):
         try:
             value = _loads(raw)
         except _JSONDecodeError:
+            if raw[:1] == EXPIRING_TAG:
+                return self._expiring(key, raw, _RAISE)
             value = decode_value(raw)
         if value.__class__ in _LIVE:
             self._adopt(key, value, raw, entry)
@@ -148,6 +170,8 @@ class TaskStore(StoreIngest, MutableMapping[Key, Any]):
         try:
             value = _loads(raw)
         except _JSONDecodeError:
+            if raw[:1] == EXPIRING_TAG:
+                return self._expiring(key, raw, default)
             value = decode_value(raw)
         if value.__class__ in _LIVE:      # `_adopt`, inlined: a dict job's every read
             if key.__class__ is not bytes and key.__class__ is not str:
@@ -158,6 +182,16 @@ class TaskStore(StoreIngest, MutableMapping[Key, Any]):
                 self._bases[key] = raw
             self._overlay[key] = value
         return value
+
+    def _expiring(self, key: Key, raw: bytes, default: Any) -> Any:
+        """The value of an entry with a TTL (a copy), or, once expired at `now`, its
+        delete (the transaction's, like `del`) and `default` (`_RAISE`: KeyError)."""
+        if not is_expired(raw, self._clock.now):
+            return decode_expiring(raw)
+        self.delete(key)
+        if default is _RAISE:
+            raise KeyError(key)
+        return default
 
     def _adopt(self, key: Key, value: Any, raw: bytes, entry: Any) -> None:
         """Make `value`, a list or dict just decoded from `raw`, the key's live value:
@@ -208,11 +242,17 @@ class TaskStore(StoreIngest, MutableMapping[Key, Any]):
         return isinstance(key, bytes | str) and self.contains(key)
 
     def __iter__(self) -> Iterator[Key]:
-        for raw_key, _ in self._merged():
-            yield decode_key(raw_key)
+        """Keys in encoded-key order; expired entries are skipped (not deleted: a read
+        of the store outside `process()`, such as a split's pruning, iterates too)."""
+        now = self._clock.now
+        for raw_key, raw in self._merged():
+            if raw[:1] != EXPIRING_TAG or not is_expired(raw, now):
+                yield decode_key(raw_key)
 
     def __len__(self) -> int:
-        return sum(1 for _ in self._merged())
+        now = self._clock.now
+        return sum(1 for _, raw in self._merged()
+                   if raw[:1] != EXPIRING_TAG or not is_expired(raw, now))
 
     def items(self) -> ItemsView[Key, Any]:
         """Ordered (key, value) pairs in one pass (no lookup per key)."""
@@ -222,9 +262,36 @@ class TaskStore(StoreIngest, MutableMapping[Key, Any]):
         """Values in key order, in one pass."""
         return _ValuesView(self)
 
-    def put(self, key: Key, value: Any) -> None:
-        """`store[key] = value`."""
-        self[key] = value
+    def put(self, key: Key, value: Any, *, ttl_ms: int | None = None) -> None:
+        """`store[key] = value`; with `ttl_ms`, expiring `ttl_ms` after `now`
+        (store/expiry.py).
+
+        Raises:
+            TypeError: a key or value the state cannot hold.
+            ValueError: a `ttl_ms` that is not a positive int, or no record time.
+        """
+        if ttl_ms is None:
+            self[key] = value
+            return
+        raw = encode_expiring(value, expires_at(self._clock.now, ttl_ms))
+        key = _normalise_key(key)
+        if self._undo is not None:
+            self._undo.append((key, self._overlay.get(key, ABSENT)))
+        self._overlay[key] = raw
+
+    def scan(self, prefix: Key) -> Iterator[tuple[Key, Any]]:
+        """The live (key, value) pairs under `prefix`, in key order (store/state.py):
+        the open transaction's entries merged over the committed range; an expired
+        entry met is deleted, as a read deletes it.
+
+        Raises:
+            TypeError: `prefix` is neither bytes nor str.
+            StoreError: the store is closed, or a damaged block was read.
+        """
+        start, end = prefix_bounds(prefix)
+        self._check_open()
+        pending = prefix_changes(self._overlay, decode_key(start))
+        return self._decoded(merge(pending, self._scan(start, end)), remove=True)
 
     def delete(self, key: Key) -> None:
         """Delete `key` in the overlay; no error if it does not exist."""
@@ -234,11 +301,21 @@ class TaskStore(StoreIngest, MutableMapping[Key, Any]):
         self._overlay[key] = DELETED
 
     def contains(self, key: Key) -> bool:
-        """Whether `key` has a value, counting uncommitted writes and deletes."""
+        """Whether `key` has a value, counting uncommitted writes and deletes (and an
+        expired entry, deleted as a read finds it)."""
         entry = self._overlay.get(key, ABSENT)
         if entry is ABSENT:
-            return self._stored(key) is not None
-        return entry is not DELETED
+            raw = self._stored(key)
+            if raw is None:
+                return False
+        elif entry.__class__ is bytes:
+            raw = entry
+        else:
+            return entry is not DELETED
+        if raw[:1] == EXPIRING_TAG and is_expired(raw, self._clock.now):
+            self.delete(key)
+            return False
+        return True
 
     def _stored(self, key: Key) -> bytes | None:
         """The committed encoded value of `key`, or None."""
@@ -253,16 +330,43 @@ class TaskStore(StoreIngest, MutableMapping[Key, Any]):
         except _DbClosedError:
             self._raise_closed()
 
-    def iter_items(self) -> Iterator[tuple[Key, Any]]:
-        """(key, value) in encoded-key order: all bytes keys, then all str keys."""
-        overlay = self._overlay
-        for raw_key, raw in self._merged():
+    def iter_items(self, remove: bool = True) -> Iterator[tuple[Key, Any]]:
+        """(key, value) in encoded-key order: all bytes keys, then all str keys.
+
+        Args:
+            remove: delete the expired entries met, as a read does (False: a look at
+                the state from outside `process()`, which changes nothing).
+        """
+        return self._decoded(self._merged(), remove)
+
+    def _decoded(self, pairs: Iterator[tuple[bytes, bytes]], remove: bool
+                 ) -> Iterator[tuple[Key, Any]]:
+        """The live (key, value) pairs of the keys in `pairs` (merged encoded pairs,
+        taken when the iteration began), each value as it is when the iteration reaches
+        its key: lists and dicts become the state's own (as a read makes them), keys
+        deleted meanwhile or expired are skipped (store/state.py)."""
+        overlay, now = self._overlay, self._clock.now
+        for raw_key, raw in pairs:
             key = decode_key(raw_key)
             entry = overlay.get(key, ABSENT)
-            if entry.__class__ in _LIVE:
-                if self._undo is not None:
-                    self._undo.append((key, freeze(entry)))
-                yield key, entry
+            if entry is not ABSENT:         # its value now, not when the pairs were taken
+                cls = entry.__class__
+                if cls in _LIVE:
+                    if self._undo is not None:
+                        self._undo.append((key, freeze(entry)))
+                    yield key, entry
+                    continue
+                if entry is DELETED:
+                    continue
+                if cls is not bytes:
+                    yield key, entry
+                    continue
+                raw = entry
+            if raw[:1] == EXPIRING_TAG:
+                if not is_expired(raw, now):
+                    yield key, decode_expiring(raw)
+                elif remove:
+                    self.delete(key)
                 continue
             value = decode_value(raw)
             if value.__class__ in _LIVE:

@@ -8,7 +8,7 @@ whose `TaskStore.ingest` then lands data and offsets (T2) in one step.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from store.codec import Key, encode_key, encode_offsets, encode_value
 from store.errors import StoreError
 from store.options import sst_options
 
-__all__ = ["write_sst"]
+__all__ = ["write_encoded_sst", "write_sst"]
 
 
 def write_sst(path: str | os.PathLike[str], items: Iterable[tuple[Key, Any]],
@@ -48,6 +48,31 @@ def write_sst(path: str | os.PathLike[str], items: Iterable[tuple[Key, Any]],
     if not entries:
         raise ValueError(f"write_sst({path}): no items and no offsets; nothing to write")
     _write_sorted(Path(path), entries)
+    return count
+
+
+def write_encoded_sst(path: str | os.PathLike[str], entries: Mapping[Key, bytes],
+                      offsets: Offsets) -> int:
+    """`write_sst` of values already encoded as the store keeps them (a fold's state):
+    written as they are, so what only the store's encoding holds (an entry's expiry,
+    store/expiry.py) reaches the store unchanged, and nothing is decoded to be encoded
+    again.
+
+    Returns:
+        The number of data keys written.
+
+    Raises:
+        ValueError: nothing to write, or a bad offset.
+        TypeError: a key that is not bytes or str.
+        StoreError: RocksDB could not write the file.
+    """
+    raw = {encode_key(key): value for key, value in entries.items()}
+    count = len(raw)
+    raw.update(encode_offsets(offsets))
+    if not raw:
+        raise ValueError(f"write_encoded_sst({path}): no entries and no offsets; nothing "
+                         "to write")
+    _write_sorted(Path(path), raw)
     return count
 
 

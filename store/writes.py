@@ -1,6 +1,7 @@
 """A task store's writes: the transaction over the overlay (a record's undo log, the
 commit of the overlay with the applied offsets in one WriteBatch, abort), changelog
-records applied as they are, and clearing the store to rebuild it.
+records applied as they are, the sweep of expired entries nothing reads any more, and
+clearing the store to rebuild it.
 """
 
 from __future__ import annotations
@@ -11,18 +12,21 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import rocksdict
 
-from store._overlay import add_to_batch, overlay_changes, settle, undo
+from store._overlay import ABSENT, DELETED, add_to_batch, overlay_changes, settle, undo
 from store.base import Change, Changes, Offsets
 from store.codec import (
+    BYTES_TAG,
     DATA_END,
     META_PREFIX,
     OFFSET_PREFIX,
     changelog_offset,
     check_changelog_key,
+    decode_key,
     encode_offsets,
     rare_keys,
 )
 from store.errors import StoreError
+from store.expiry import EXPIRING_TAG, expiry_of
 from store.handle import StoreHandle
 
 __all__ = ["StoreWrites"]
@@ -174,6 +178,37 @@ class StoreWrites(StoreHandle):
             put(raw_key, raw)
         if batch.len():
             self._write(batch)
+
+    def sweep_expired(self, before: int, start: bytes, limit: int) -> bytes | None:
+        """Delete, in the open transaction, the committed entries whose expiry is at or
+        before `before` (store/expiry.py), looking at `limit` committed entries from
+        encoded key `start` on; entries the transaction holds are left to it.
+
+        Args:
+            before: stream time no later record can be behind (the caller's bound).
+            start: where this slice starts (b"": the first data key).
+            limit: how many committed entries to look at.
+
+        Returns:
+            Where the next slice starts, or None once the end was reached.
+
+        Raises:
+            StoreError: the store is closed, or a damaged block was read.
+        """
+        self._check_open()
+        overlay, log = self._overlay, self._undo
+        seen = 0
+        for raw_key, raw in self._scan(max(start, BYTES_TAG), DATA_END):
+            if seen >= limit:
+                return raw_key
+            seen += 1
+            if raw[:1] == EXPIRING_TAG and (expiry_of(raw) or 0) <= before:
+                key = decode_key(raw_key)
+                if key not in overlay:
+                    if log is not None:
+                        log.append((key, ABSENT))
+                    overlay[key] = DELETED
+        return None
 
     def clear(self) -> None:
         """Delete every key and applied offset in one atomic write (uncommitted writes

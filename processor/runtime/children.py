@@ -6,13 +6,17 @@ When the child's handoff reaches the release, the child leaves `embedded`: the p
 commits, stops consuming the child's partitions and reports the child `released` with
 their final T1. When the child is live (it leaves `pending`), the parent drops the
 child's keys from its store, a slice per loop turn, where it can tell them apart
-(state keyed by record key; see orchestrator/wire/partitioners.py).
+(state keyed by record key; see orchestrator/wire/partitioners.py). A key named
+`<record key>/<more>` (a prefix scan's entry, docs/jobs.md) may be the parent's own
+although the whole name hashes to the child: a key is dropped only when each of its
+names up to a "/" and the whole key hash to the child (`child_key`), so the parent never
+loses an entry of its own keys; an entry of the child's it cannot tell stays, unread.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Container, Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from typing import Any
 
 from orchestrator.wire.partitioners import home_partition, state_key_bytes
@@ -20,7 +24,7 @@ from orchestrator.wire.partitions import split_partition
 from processor.active import ActiveTask
 from processor.sources import consumed_partitions, topic_counts
 
-__all__ = ["SplitChildren"]
+__all__ = ["SplitChildren", "child_key"]
 
 log = logging.getLogger("baton.processor.runtime")
 
@@ -29,6 +33,18 @@ log = logging.getLogger("baton.processor.runtime")
 _PRUNE_SLICE = 5000
 
 Release = Callable[[str, str], None]
+
+
+def child_key(raw: bytes, partitioner: str, homes: Sequence[tuple[str, int]],
+              counts: Mapping[str, int]) -> bool:
+    """Whether the state key `raw` is the split child's, whose partitions are `homes`
+    ((topic, number), `counts` the topics' partition counts): the whole key and each of
+    its names up to a "/" (the record key of an entry named `<record key>/<more>`) are
+    homed on the child's partitions. A key one of whose names is homed elsewhere may
+    be another task's, and is kept."""
+    names = [raw[:i] for i in range(1, len(raw)) if raw[i:i + 1] == b"/"]
+    return all(any(home_partition(partitioner, name, counts[t]) == n for t, n in homes)
+               for name in [*names, raw])
 
 
 class SplitChildren:
@@ -72,8 +88,7 @@ class SplitChildren:
 
         def belongs(key: Any) -> bool:
             raw = state_key_bytes(key)
-            return raw is not None and any(
-                home_partition(partitioner, raw, counts[t]) == n for t, n in homes)
+            return raw is not None and child_key(raw, partitioner, homes, counts)
 
         batch: list[Any] = []
         for key in list(parent.store.state):

@@ -207,6 +207,7 @@ def _tagged(job: Job, record: Record, state: FoldState, order: int
     the audit reports every later output missing).
     """
     state.begin()
+    state.now = record.timestamp
     try:
         outputs = list(job.process(record, state) or ())
     except Exception:  # noqa: BLE001 - user code, see the docstring

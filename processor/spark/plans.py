@@ -27,7 +27,7 @@ from processor.replica import KeyFilter, new_record
 from processor.spark.fold import FoldState, replay
 from processor.spark.ingest import Source
 from processor.spark.reader import Chunk, read_batches, read_range, without_markers
-from store import changelog_offset, decode_changelog, decode_value, encode_key, write_sst
+from store import changelog_offset, decode_changelog, encode_key, write_encoded_sst
 from store.codec import OFFSET_PREFIX
 
 __all__ = ["SstPart", "apply_record", "fold_and_write", "fold_groups", "group_chunks",
@@ -70,7 +70,7 @@ def sst_part(index: int, raw_state: dict[Any, bytes], offsets: dict[str, int],
     if raw_state or offsets:
         with tempfile.TemporaryDirectory(prefix="baton-sst-") as tmp:
             path = Path(tmp) / f"part-{index:05d}.sst"
-            write_sst(path, ((k, decode_value(v)) for k, v in raw_state.items()), offsets)
+            write_encoded_sst(path, raw_state, offsets)
             data = path.read_bytes()
     hashes = array("Q", (int.from_bytes(hashlib.blake2b(encode_key(k), digest_size=8)
                                         .digest(), "little") for k in chain(raw_state, twice)))
@@ -120,6 +120,7 @@ def process_batches(job: Job, chunk: Chunk, batches: Iterable[list[Any]],
             record = new_record(msg.key(), msg.value(), topic, partition, msg.offset(),
                                 msg.timestamp()[1], msg.headers() or ())
             begin()
+            state.now = record.timestamp
             try:
                 drain(process(record, state) or ())
             except Exception:  # noqa: BLE001 - user code: skipped as `replay` explains

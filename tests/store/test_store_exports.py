@@ -11,11 +11,11 @@ from store import Store, TaskStore
 
 def test_public_names_are_pinned() -> None:
     assert sorted(store.__all__) == sorted([
-        "Change", "Changes", "Key", "Offsets", "Store", "StoreCorruptError", "StoreError",
+        "Change", "Changes", "Key", "Offsets", "State", "Store", "StoreCorruptError", "StoreError",
         "StoreLockedError", "TaskStore", "changelog_offset", "changelog_offset_record",
         "check_changelog_key", "decode_changelog", "decode_key", "decode_value", "encode_changelog",
         "encode_key", "encode_value",
-        "task_store_path", "write_sst",
+        "task_store_path", "write_encoded_sst", "write_sst",
     ])
     for name in store.__all__:
         assert getattr(store, name) is not None
