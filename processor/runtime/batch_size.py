@@ -34,7 +34,7 @@ class BatchSize:
         """The records the next round may take."""
         if self._cost_s <= 0:
             return self.batch
-        return max(_LEAST, min(self.batch, int(_BUDGET_S / self._cost_s)))
+        return max(_LEAST, int(min(float(self.batch), _BUDGET_S / self._cost_s)))
 
     def observe(self, records: int, seconds: float) -> None:
         """A round processed `records` in `seconds` (nothing read: nothing learnt)."""
