@@ -40,6 +40,12 @@ FAULT_FIGURES: dict[str, float] = {}
 FAST = {"coordinator": {"release_timeout_ms": 4000, "processor_timeout_ms": 3000}}
 # long ones, so a frozen process is never declared dead while its case holds it
 PATIENT = {"coordinator": {"release_timeout_ms": 60000, "processor_timeout_ms": 60000}}
+# Owners frozen while a new processor starts and catches up (`hold_releasing`: up to
+# 15 s on a loaded machine) and thawed to release must find their open transactions
+# still there: past the producers' transaction.timeout.ms (Baton's default 10 s) the
+# broker aborts them, the thawed owners are fenced and their tasks fail instead of
+# releasing (safe, but not the case such a test is after)
+THAWED_OWNERS = {"transaction.timeout.ms": 60000}
 
 
 def two_under_traffic(j: Job, broker: Broker, rate: float = 400.0) -> Feeder:

@@ -24,6 +24,7 @@ from tests.faults_support import (
     BEFORE_RELEASE,
     FAST,
     PATIENT,
+    THAWED_OWNERS,
     backlog_scale_out,
     committed_records,
     hold_activating,
@@ -87,7 +88,7 @@ def test_new_owner_killed_while_activating(job, broker) -> None:
     # the other lane: both were declared lost, and p3 took their tasks without a
     # handoff), then the killed p3 is lost in 30 s
     j = job(coordinator={"release_timeout_ms": 60000, "processor_timeout_ms": 30000,
-                         "activate_timeout_ms": 60000})
+                         "activate_timeout_ms": 60000}, kafka=THAWED_OWNERS)
     feeder = hold_activating(j, broker)
     j.processors["p3"].kill()
     verify("new owner SIGKILL in activating", j, feeder, broker, ("p1", "p2"))
@@ -101,12 +102,12 @@ def test_coordinator_killed_in_each_phase(job, broker, phase) -> None:
         frozen = ["p3"]
         j.signal(frozen, signal.SIGSTOP)
     elif phase == "releasing":
-        j = job(**PATIENT)
+        j = job(**PATIENT, kafka=THAWED_OWNERS)
         feeder = hold_releasing(j, broker)
         frozen = ["p1", "p2"]
     else:
         j = job(coordinator={"release_timeout_ms": 60000, "processor_timeout_ms": 60000,
-                             "activate_timeout_ms": 60000})
+                             "activate_timeout_ms": 60000}, kafka=THAWED_OWNERS)
         feeder = hold_activating(j, broker)
         frozen = ["p3"]
     try:
@@ -275,7 +276,7 @@ def test_standby_coordinator_finishes_the_scale_out(job, broker, phase) -> None:
         j.signal(frozen, signal.SIGSTOP)
     else:
         j = job(coordinator={"release_timeout_ms": 60000, "processor_timeout_ms": 60000,
-                             "activate_timeout_ms": 60000})
+                             "activate_timeout_ms": 60000}, kafka=THAWED_OWNERS)
         listen = with_standby_url(j)
         feeder = hold_activating(j, broker)
         frozen = ["p3"]
