@@ -16,35 +16,52 @@ class _Cycle:
         self.me = self
 
 
+def _frozen(*objects: object) -> int:
+    """How many of `objects` are in the permanent generation: tracked, yet in none of
+    the three that collections walk. Asked of the objects themselves, not of
+    `gc.get_freeze_count()`, which other threads of the test process move too."""
+    walked = {id(o) for o in gc.get_objects()}
+    return sum(gc.is_tracked(o) and id(o) not in walked for o in objects)
+
+
+def _frozen_garbage_cycle(collector: Collector) -> weakref.ref[_Cycle]:
+    """A garbage cycle the collector's next turn freezes. Automatic collections are held
+    off until then: one set off by any thread's allocations would free it first."""
+    gc.disable()
+    try:
+        cycle = weakref.ref(_Cycle())
+        collector.turn(now=collector._frozen_at + collector.freeze_s)
+    finally:
+        gc.enable()
+    return cycle
+
+
 def test_survivors_are_frozen_and_cycles_freed_at_the_full_collection() -> None:
     collector = Collector(freeze_s=1.0, full_s=10.0)
     try:
-        start = gc.get_freeze_count()
-        assert start > 0                                    # frozen when made
-        kept = [object() for _ in range(10)] + [[] for _ in range(1000)]
+        assert gc.get_freeze_count() > 0                    # frozen when made
+        kept: list[list[int]] = [[] for _ in range(1000)]
         collector.turn(now=collector._frozen_at + 0.5)      # too soon: nothing frozen
-        # (a frozen object another thread drops leaves the count: it can only go down)
-        assert gc.get_freeze_count() <= start
+        assert _frozen(*kept) == 0
         collector.turn(now=collector._frozen_at + 1.0)
-        assert gc.get_freeze_count() >= start + 1000        # the lists are frozen now
-        cycle = weakref.ref(_Cycle())                       # garbage, frozen at next turn
-        collector.turn(now=collector._frozen_at + 1.0)
+        assert _frozen(*kept) == len(kept)                  # the lists are frozen now
+        cycle = _frozen_garbage_cycle(collector)
         gc.collect()
         assert cycle() is not None                          # frozen: collections skip it
         collector.turn(now=collector._full_at + 10.0)
         assert collector.full_collections == 1
         assert cycle() is None
-        assert kept
+        assert _frozen(*kept) == len(kept)                  # frozen again after it
     finally:
         collector.close()
     assert gc.get_freeze_count() == 0
+    assert _frozen(*kept) == 0
 
 
 def test_a_full_collection_asked_for_comes_at_the_next_turn_past_the_gap() -> None:
     collector = Collector(freeze_s=1.0, full_s=600.0)
     try:
-        cycle = weakref.ref(_Cycle())
-        collector.turn(now=collector._frozen_at + 1.0)          # frozen: waits for a full one
+        cycle = _frozen_garbage_cycle(collector)                 # waits for a full one
         want_full_collection()
         collector.turn(now=collector._full_at + WANTED_GAP_S / 2)
         assert collector.full_collections == 0                  # too soon after the last
