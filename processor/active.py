@@ -55,6 +55,7 @@ from processor.records import (
     run_records,
     window,
 )
+from processor.timers import TimedJob, TimerError
 from processor.transaction import (
     TXN_TIMEOUT_S,
     BrokerLost,
@@ -116,6 +117,7 @@ class ActiveTask:
         self.committed = dict(committed)      # T1: the offsets of the last committed txn
         self.pending = dict(committed)        # positions including the open transaction
         self.in_transaction = False
+        self.timers_fired = False             # wall-clock timers fired in the open one
         self.processed = 0                    # records in the open transaction
         self.records_total = 0
         # records/s committed over the last second or more (its heartbeat's `rate`: with
@@ -176,10 +178,7 @@ class ActiveTask:
     def _process(self, messages: Sequence[Message]) -> None:
         if self.pause_ms is None and self.stamps and "first_read" not in self.stamps:
             self.stamps["first_read"] = self._clock.monotonic()
-        if not self.in_transaction:
-            self._losses = self.producer.losses()
-            self.producer.begin_transaction()
-            self.in_transaction = True
+        self.open_transaction()
         pending, reroutes = self.pending, self.reroutes
         for run, plain in plain_runs(messages, errors=False):   # by_task took them out
             first = run[0]
@@ -201,6 +200,46 @@ class ActiveTask:
             self.sweep.saw(name, map(_TIMESTAMP, records))
             pending[name] = offsets[-1] + 1
             self.processed += len(records)
+
+    def open_transaction(self) -> None:
+        """Begin the task's transaction, unless one is open."""
+        if not self.in_transaction:
+            self._losses = self.producer.losses()
+            self.producer.begin_transaction()
+            self.in_transaction = True
+
+    def fire_timers(self, now_ms: int) -> int:
+        """Fire the job's wall-clock timers due at `now_ms` (ms since the epoch) in the
+        open transaction, each with its outputs (stamped `now_ms` unless they say
+        otherwise); return how many fired (processor/timers.py).
+
+        Raises:
+            TaskFailed: on_timer() raised: the task stops at its committed offsets.
+        """
+        job = self.job
+        if not isinstance(job, TimedJob) or not job.timers.wall:
+            return 0
+        due = job.next_wall(self._state)
+        if due is None or due > now_ms:
+            return 0
+        self.open_transaction()
+        fired = 0
+        while True:
+            self.store.begin_record()
+            self.effects.begin_record()
+            try:
+                done = job.fire_wall(now_ms, self._state)
+            except TimerError as exc:
+                self.abort()
+                raise TaskFailed(f"task {self.name!r}: {exc}; the task stopped at its "
+                                 f"committed offsets") from exc
+            if done is None:
+                return fired
+            timer, outputs = done
+            self.timers_fired = True
+            fired += 1
+            self._emit(self.emitter.emit_one, new_record(
+                timer.key, None, "", -1, -1, now_ms, ()), outputs)
 
     def _process_records(self, records: Sequence[Record]) -> None:
         """process_batch() over consecutive records of one partition, then their
@@ -301,7 +340,7 @@ class ActiveTask:
     def _on_error(self, record: Record, exc: Exception) -> None:
         where = f"{record.topic}:{record.partition} offset {record.offset}"
         self.on_process_error(self.name, self.on_error)
-        if self.on_error == "fail":
+        if self.on_error == "fail" or isinstance(exc, TimerError):   # no record to skip
             self.abort()
             raise TaskFailed(f"task {self.name!r}: process() raised at {where}: {exc!r}; "
                              f"the task stopped at its committed offsets (on_error=fail)") from exc
@@ -325,14 +364,18 @@ class ActiveTask:
         if not self.in_transaction:
             return 0
         offsets = {p: o for p, o in self.pending.items() if o != self.committed.get(p)}
+        # wall-clock timers change the state without an input record
+        changed, self.timers_fired = bool(offsets) or self.timers_fired, False
         try:
             if offsets:
                 self.sweep.run(self.store, [*self.partitions, *self.pending],
                                self._clock.monotonic())
+            if changed:
                 if self.changelog is not None:
                     self.changelog.write(self.producer, self.store, offsets, self.committed)
                 # outputs delivered before the offsets: a restart mid-commit keeps all or none
                 self.producer.flush(TXN_TIMEOUT_S)
+            if offsets:
                 self.producer.send_offsets_to_transaction(
                     to_topic_partitions(offsets), self._group_metadata(), TXN_TIMEOUT_S)
             losses = self.producer.losses()
@@ -346,7 +389,7 @@ class ActiveTask:
         self.in_transaction = False
         if offsets and self.producer.losses() != losses:
             self._verify_committed(offsets)
-        if self.changelog is not None and offsets:   # its records went into this one
+        if self.changelog is not None and changed:   # its records went into this one
             self.store.commit({**offsets, **self.changelog.committed()},
                               self.changelog.changes)
         else:
@@ -450,6 +493,7 @@ class ActiveTask:
         self.store.abort()
         self.effects.drop()
         self.pending = dict(self.committed)
+        self.timers_fired = False
         if self.in_transaction:
             self.in_transaction = False
             self.processed = 0

@@ -24,6 +24,7 @@ import orjson
 
 from processor.job import Context, Job, Output, Record, State
 from processor.replica import new_record
+from processor.timers import Timer
 
 __all__ = ["FORMATS", "Format", "FormatError", "FormattedJob", "with_formats"]
 
@@ -102,7 +103,16 @@ class FormattedJob(Job):
                               f"([job] value_format): {exc}") from None
         decoded = new_record(key, value, record.topic, record.partition, record.offset,
                              record.timestamp, record.headers)
-        outputs = self.inner.process(decoded, state) or ()
+        return self._encoded(self.inner.process(decoded, state), _where(record))
+
+    def on_timer(self, timer: Timer, state: State) -> list[Any]:
+        """The inner job's `on_timer` with the timer's key decoded, its outputs encoded
+        (a key that does not decode was never a record's: timers keep record keys)."""
+        seen = Timer(self._decode_key(timer.key), timer.time, timer.name, timer.wall)
+        return self._encoded(self.inner.on_timer(seen, state), f"the timer at {timer.time}")
+
+    def _encoded(self, outputs: Any, where: str) -> list[Any]:
+        outputs = outputs or ()
         if outputs.__class__ is not list:   # a generator: run it before encoding, so
             outputs = list(outputs)         # what it raises is not taken for ours
         encode_key, encode_value = self._encode_key, self._encode_value
@@ -110,7 +120,7 @@ class FormattedJob(Job):
             return [(encode_key(out[0]), encode_value(out[1])) if out.__class__ is tuple
                     and len(out) == 2 else self._encode(out) for out in outputs]
         except TypeError as exc:
-            raise FormatError(f"{_where(record)}: an output cannot be encoded "
+            raise FormatError(f"{where}: an output cannot be encoded "
                               f"([job] key_format {self.key_format}, value_format "
                               f"{self.value_format}): {exc}") from None
 

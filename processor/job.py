@@ -29,10 +29,13 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from metrics import JobMetrics, JobMetricSet
 from store import State
+
+if TYPE_CHECKING:
+    from processor.timers import Timer, Timers
 
 __all__ = ["Context", "Effect", "Emitted", "Headers", "Host", "Job", "JobLoadError", "KeyValue",
            "Output", "Record", "Role", "State", "add_job_path", "load_job", "new_job"]
@@ -122,6 +125,13 @@ def _replay_host() -> Host:
     return _REPLAY_HOST
 
 
+def _new_timers() -> Timers:
+    # imported here: processor/timers.py builds on this module
+    from processor.timers import Timers
+
+    return Timers()
+
+
 @dataclass(frozen=True, slots=True)
 class Context:
     """What `Job.setup` is told: where this instance runs (keep it: `replaying`,
@@ -139,6 +149,9 @@ class Context:
     role: Role
     params: Mapping[str, Any] = field(default_factory=lambda: _NO_PARAMS)
     host: Host = field(default_factory=_replay_host, repr=False, compare=False)
+    # what process() and on_timer() set timers through, for the key being processed
+    # (processor/timers.py; docs/jobs.md, "Timers")
+    timers: Timers = field(default_factory=_new_timers, repr=False, compare=False)
 
     @property
     def replaying(self) -> bool:
@@ -165,7 +178,8 @@ class Context:
 
 
 class Job:
-    """Base class of a stateful job; override `process`, optionally `setup`/`close`."""
+    """Base class of a stateful job; override `process`, optionally `setup`/`close`,
+    and `on_timer` to be called back by the timers `context.timers` sets."""
 
     # the `[job.params]` table (read-only), set before `setup` is called
     params: Mapping[str, Any] = _NO_PARAMS
@@ -197,6 +211,14 @@ class Job:
         following = getattr(state, "following", None)    # a unit test's dict has none
         return map(self.process, records if following is None else following(records),
                    repeat(state))
+
+    def on_timer(self, timer: Timer, state: State) -> Iterable[Emitted]:
+        """A timer set through `context.timers` is due (`timer.key`: the key it was set
+        for, as process() sees keys): update `state` and yield outputs, as `process()`
+        does. Stream-time timers fire on every path that runs `process()`, before the
+        record that moved the clock past them, and their outputs go with that record;
+        wall-clock timers fire on the active owner only (docs/jobs.md, "Timers")."""
+        return ()
 
     def close(self) -> None:
         """Called once when the task leaves this role here (its state is not touched)."""

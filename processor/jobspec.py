@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from processor.formats import Format, with_formats
 from processor.job import Context, Job, Role, load_job, new_job
+from processor.timers import with_timers
 
 if TYPE_CHECKING:
     from orchestrator.wire.config import Config
@@ -30,6 +31,7 @@ class JobSpec:
     path: tuple[str, ...] = ()
     key_format: Format = "bytes"
     value_format: Format = "bytes"
+    partitioner: str = "consistent_random"     # where a barrier sends each timer's key
 
     @classmethod
     def of(cls, job: str | JobSpec) -> JobSpec:
@@ -46,7 +48,8 @@ class JobSpec:
         # not `path`: an executor imports from the zip shipped to it (a directory of
         # the same name on its host would be stale, or another's)
         job = new_job(load_job(self.class_path), context)
-        return with_formats(job, self.key_format, self.value_format)
+        return with_timers(with_formats(job, self.key_format, self.value_format),
+                           context.timers, self.partitioner)
 
 
 def job_spec(config: Config) -> JobSpec:
@@ -54,4 +57,5 @@ def job_spec(config: Config) -> JobSpec:
     job = config.job
     return JobSpec(job.class_, job.name, dict(job.params),
                    path=tuple(str(p) for p in config.job_path),
-                   key_format=job.key_format, value_format=job.value_format)
+                   key_format=job.key_format, value_format=job.value_format,
+                   partitioner=job.partitioner)

@@ -50,6 +50,7 @@ from processor.records import (
     window,
 )
 from processor.retention import OffsetOutOfRange
+from processor.timers import TimedJob
 from store import Store
 
 __all__ = ["KeyFilter", "Replay", "Replica", "ReplicaRole", "log_error",
@@ -178,6 +179,8 @@ class Replica(Replay):
         self.filters = dict(filters or {})
         self.gates = {p: list(g) for p, g in (gates or {}).items()}
         self.job = job
+        if isinstance(job, TimedJob) and self.gates:    # the child's timers come from them
+            job.lineage = {own: list(a) for own, a in self.gates.items()}
 
     def cap(self, partition: str) -> int:
         """Where `partition` must stop now: its cap, or its position while one of its
@@ -263,6 +266,7 @@ class Replica(Replay):
         read_past = self.read_past
         state = store.state
         begin, drain, filters = store.begin_record, _drain, self.filters
+        pass_over = self.job.pass_over if isinstance(self.job, TimedJob) else None
         keep: KeyFilter | None = None
         reroute: Reroute | None = None
         # a poll batch comes in runs of one partition: look its name, position and cap
@@ -295,8 +299,19 @@ class Replica(Replay):
                 position = positions[name] = offset + 1   # never process()ed
                 reroute = self.reroutes.get(name)
                 continue
-            if (keep is not None and not keep(key)) or (
-                    reroute is not None and offset > reroute.first
+            if keep is not None and not keep(key):
+                if pass_over is not None:   # another task's key moves the timers' clock
+                    begin()
+                    try:
+                        drain(pass_over(new_record(key, None, t, p, offset,
+                                                   msg.timestamp()[1], ()), state))
+                    except Exception as exc:  # noqa: BLE001 - user code, as below
+                        store.rollback_record()
+                        log.debug("replica %r: skipped %s offset %d: %r", self.name, name,
+                                  offset, exc)
+                position = positions[name] = offset + 1
+                continue
+            if (reroute is not None and offset > reroute.first
                     and reroute.target(key, offset) is not None):
                 position = positions[name] = offset + 1   # another task's key
                 continue

@@ -41,6 +41,7 @@ from processor.effects import AfterCommit, TaskHost
 from processor.formats import Format, with_formats
 from processor.job import Context, Job, Output, Record, new_job
 from processor.outputs import encode_output, output_fields
+from processor.timers import RESERVED, TimedJob, Timers, pending_timers, with_timers
 from store import Key, TaskStore
 
 __all__ = ["JobHarness", "Run", "run_job"]
@@ -100,9 +101,10 @@ class JobHarness:
         host = TaskHost(JobMetricSet(self.registry, "testing", "testing").task(task),
                         None if replaying else self.effects)
         context = Context("testing", task, tuple(partitions), "testing", "testing",
-                          dict(params or {}), host)
+                          dict(params or {}), host, Timers(wall=True))
         made = new_job(job, context) if isinstance(job, type) else job
-        self.job = with_formats(made, key_format, value_format)
+        self.job = with_timers(with_formats(made, key_format, value_format),
+                               context.timers)
         self.output = output
         self._topics = frozenset({output, *outputs})
         self.on_error: OnError = on_error
@@ -205,6 +207,36 @@ class JobHarness:
         self._pending += 1
         return produced
 
+    def fire_wall_timers(self, now_ms: int) -> list[Output]:
+        """Fire the wall-clock timers due at `now_ms` (ms since the epoch), as the active
+        owner does when its clock reaches them: each in the open transaction, its
+        outputs stamped `now_ms` unless they say otherwise; their outputs.
+
+        Raises:
+            processor.timers.TimerError: on_timer() raised (the processor stops the task).
+        """
+        if not isinstance(self.job, TimedJob):
+            return []
+        produced: list[Output] = []
+        while True:
+            self.store.begin_record()
+            self.effects.begin_record()
+            fired = self.job.fire_wall(now_ms, self.store.state)
+            if fired is None:
+                break
+            timer, outputs = fired
+            stamp = Record(None, None, "", -1, -1, now_ms)
+            made = [self._output(out, stamp) for out in outputs]
+            self.run.outputs.extend(made)
+            produced.extend(made)
+            self._pending += 1
+        return produced
+
+    def timers(self) -> list[tuple[str, int, Any, str]]:
+        """The timers set and not fired yet: (partition, or "wall", time, raw key, name),
+        earliest first per partition."""
+        return pending_timers(self.store.iter_items(remove=False))
+
     def commit(self) -> None:
         """Commit the open transaction (state and offsets in one write), then run its
         after_commit effects."""
@@ -227,8 +259,10 @@ class JobHarness:
     @property
     def state(self) -> dict[Key, Any]:
         """The state, open transaction included, as a job would read it back at the last
-        record's time (entries expired by then left out; looking deletes nothing)."""
-        return dict(self.store.iter_items(remove=False))
+        record's time (entries expired by then left out; looking deletes nothing), but
+        for its timers (`timers()`)."""
+        return {k: v for k, v in self.store.iter_items(remove=False)
+                if not (isinstance(k, bytes) and k.startswith(RESERVED))}
 
     def close(self) -> Run:
         """Commit, call the job's `close`, keep the state in `run`, drop the store."""

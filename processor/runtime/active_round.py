@@ -26,6 +26,7 @@ from processor.runtime.children import SplitChildren
 from processor.runtime.commits import Commits
 from processor.runtime.consumers import log_error
 from processor.runtime.replay_round import BATCH
+from processor.runtime.wall_timers import WallTimers
 from store import StoreError
 
 __all__ = ["ActiveRound"]
@@ -60,6 +61,7 @@ class ActiveRound:
         self._metrics = metrics
         self._stop = stop
         self._restart = restart
+        self._timers = WallTimers(clock)
 
     def poll(self, timeout: float, commit: bool = True) -> int:
         """Process one batch (its size: `size`); with `commit`, commit every open
@@ -72,6 +74,7 @@ class ActiveRound:
         began = self._clock.monotonic()
         for task, records in by_task(messages, self._consumer.owner.get, log_error).items():
             self.run(task, functools.partial(ActiveTask.process, messages=records))
+        self._timers.turn(self._active, self.run)
         self.size.observe(len(messages), self._clock.monotonic() - began)
         self.share = self.size.share(len(messages), bite)
         if commit:
@@ -80,7 +83,7 @@ class ActiveRound:
             self._commits.commit_first(self._active, self.run)
         return len(messages)
 
-    def run(self, task: str, step: Callable[[ActiveTask], None]) -> None:
+    def run(self, task: str, step: Callable[[ActiveTask], object]) -> None:
         """Run `step` on an active task (see the module docstring for its errors)."""
         active = self._active.get(task)
         if active is None:

@@ -12,6 +12,7 @@ it reads the next record.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
@@ -19,6 +20,7 @@ from typing import Protocol
 from orchestrator.wire.barrier import BarrierInfo, Marker, Reroute, reroutes
 from orchestrator.wire.partitions import split_partition
 from orchestrator.wire.protocol import Barrier
+from processor.timers import TimedJob
 
 __all__ = ["BarrierBook", "BarrierHolder"]
 
@@ -69,8 +71,17 @@ class BarrierBook:
     def attach(self, holder: BarrierHolder) -> None:
         """Give a new active task or replay its reroutes and the marker callback."""
         holder.job_name = self.job
-        holder.on_marker = self.on_marker
+        holder.on_marker = functools.partial(self._marker_read, holder)
         holder.reroutes = self._reroutes(holder.partitions)
+
+    def _marker_read(self, holder: BarrierHolder, partition: str, offset: int,
+                     marker: Marker) -> None:
+        """`holder` read a marker: the book learns it, and a job with timers moves the
+        timers of keys that now live on a child there (processor/timers.py)."""
+        self.on_marker(partition, offset, marker)
+        job, store = getattr(holder, "job", None), getattr(holder, "store", None)
+        if isinstance(job, TimedJob) and store is not None and marker.job == self.job:
+            job.rehome(partition, marker.children, marker.count, store.state)
 
     def refresh(self) -> None:
         for holder in self._holders():

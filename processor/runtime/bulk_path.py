@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING
 from metrics import ProcessorMetrics
 from orchestrator.wire.config import CatchUpSource, Config
 from orchestrator.wire.partitions import split_partition
+from processor.job import Job
 from processor.replica import KeyFilter, Replay
+from processor.timers import uses_timers
 
 if TYPE_CHECKING:       # the Spark path (and pyspark) loads only when a warmup needs it
     from processor.spark.bulk import BulkResult
@@ -47,7 +49,10 @@ def input_bulk_plan(replica: Replay, threshold: int) -> BulkPlan | None:
     """The ranges (and key filter) Spark should replay for a fresh input replica, if its
     backlog exceeds `threshold` records. A split child's bulk part is its ancestors (one
     topic, one filter); its own partitions follow through the consumer once they are
-    read."""
+    read. Never for a job with timers: Spark folds each key on its own, and a timer
+    fires by its partition's clock, which every record of the partition moves."""
+    if uses_timers(getattr(replica, "job", Job)):
+        return None
     ancestors = [p for p in replica.partitions if p in replica.filters]
     if len({split_partition(a)[0] for a in ancestors}) > 1:
         return None     # filters of several topics: the consumer path sorts them

@@ -11,6 +11,8 @@ child's keys from its store, a slice per loop turn, where it can tell them apart
 although the whole name hashes to the child: a key is dropped only when each of its
 names up to a "/" and the whole key hash to the child (`child_key`), so the parent never
 loses an entry of its own keys; an entry of the child's it cannot tell stays, unread.
+The timers of the child's keys went to the child's partitions at the barrier marker
+(processor/timers.py): those partitions' clocks and timers are dropped whole.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from orchestrator.wire.partitioners import home_partition, state_key_bytes
 from orchestrator.wire.partitions import split_partition
 from processor.active import ActiveTask
 from processor.sources import consumed_partitions, topic_counts
+from processor.timers import child_timer_key
 
 __all__ = ["SplitChildren", "child_key"]
 
@@ -86,9 +89,15 @@ class SplitChildren:
         homes = [split_partition(p) for p in model.get(child, ())]
         partitioner = self.partitioner
 
+        partitions = model.get(child, ())
+
         def belongs(key: Any) -> bool:
             raw = state_key_bytes(key)
-            return raw is not None and child_key(raw, partitioner, homes, counts)
+            if raw is None:
+                return False
+            timers = child_timer_key(raw, partitions)     # the child's clocks and timers
+            return timers if timers is not None else child_key(raw, partitioner, homes,
+                                                                  counts)
 
         batch: list[Any] = []
         for key in list(parent.store.state):

@@ -12,6 +12,9 @@ it replays again (a replica after a failure): `context.replaying` and
 task leaves: released, dropped, stopped on a failure (a restart makes a new one), or
 the processor stops; its job metrics' series go with it. A `close` that raises is
 logged, never fatal: the task's state and offsets are already where they belong.
+
+A job with timers is seen through a `TimedJob` (processor/timers.py) around its
+formats: timers keep the records' raw keys, which a split needs.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from orchestrator.wire.config import Config
 from processor.effects import AfterCommit, TaskHost
 from processor.formats import with_formats
 from processor.job import Context, Job, Role, load_job, new_job
+from processor.timers import Timers, with_timers
 
 __all__ = ["TaskJobs"]
 
@@ -47,7 +51,11 @@ class TaskJobs:
         self._processor = processor_id
         formats = config.job.key_format, config.job.value_format
         self._formats = formats
-        self._shared = None if shared is None else with_formats(shared, *formats)
+        self._partitioner = config.job.partitioner
+        # wall-clock timers only where every copy of the state is the owner's writes
+        self._wall = config.catch_up.source == "changelog"
+        self._shared = None if shared is None else with_timers(
+            with_formats(shared, *formats), Timers(self._wall), self._partitioner)
         self._class = type(shared) if shared is not None else load_job(config.job.class_,
                                                                        config.job_path)
         self._metrics = JobMetricSet.unserved() if metrics is None else metrics
@@ -68,9 +76,11 @@ class TaskJobs:
         job = self._jobs.get(task)
         if job is None:
             context = Context(self._config.job.name, task, tuple(partitions),
-                              self._processor, role, self._config.job.params, host)
-            job = self._jobs[task] = with_formats(new_job(self._class, context),
-                                                  *self._formats)
+                              self._processor, role, self._config.job.params, host,
+                              Timers(self._wall))
+            job = self._jobs[task] = with_timers(
+                with_formats(new_job(self._class, context), *self._formats),
+                context.timers, self._partitioner)
         return job
 
     def close(self, task: str) -> None:
