@@ -41,7 +41,14 @@ from processor.effects import AfterCommit, TaskHost
 from processor.formats import Format, with_formats
 from processor.job import Context, Job, Output, Record, new_job
 from processor.outputs import encode_output, output_fields
-from processor.timers import RESERVED, TimedJob, Timers, pending_timers, with_timers
+from processor.timers import (
+    RESERVED,
+    TimedJob,
+    TimerError,
+    Timers,
+    pending_timers,
+    with_timers,
+)
 from store import Key, TaskStore
 
 __all__ = ["JobHarness", "Run", "run_job"]
@@ -193,7 +200,7 @@ class JobHarness:
         except Exception as exc:
             store.rollback_record()
             self.effects.rollback_record()
-            if self.on_error == "fail":
+            if self.on_error == "fail" or isinstance(exc, TimerError):  # no record to skip
                 raise
             self.run.failed.append((record, exc))
             yielded = []
