@@ -19,7 +19,8 @@ __all__ = ["dev_command"]
 @click.option("--processors", default=1, show_default=True, type=click.IntRange(1, 32),
               help="processors to run")
 @click.option("--input", "input_file", type=click.Path(dir_okay=False, path_type=Path),
-              default=None, help="JSON lines to produce ({\"key\", \"value\", \"headers\"}); "
+              default=None, help="JSON lines to produce ({\"key\", \"value\", \"headers\", "
+                                 "\"timestamp\"}); "
                                  "default: stdin; '-': stdin")
 @click.option("--partitions", default=4, show_default=True, type=click.IntRange(1, 1000),
               help="partitions of each topic it creates")

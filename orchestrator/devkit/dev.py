@@ -89,7 +89,10 @@ class _Feeder:
                     continue
                 if record is None:
                     continue
-                extra = {} if record.partition is None else {"partition": record.partition}
+                extra: dict[str, Any] = {} if record.partition is None else {
+                    "partition": record.partition}
+                if record.timestamp is not None:
+                    extra["timestamp"] = record.timestamp
                 self._produce(record.topic, record.key, record.value, record.headers, extra)
                 self.sent += 1
                 if self._flush_each:

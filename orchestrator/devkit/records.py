@@ -13,6 +13,8 @@ An input line is a JSON object::
   ``["name", "value"]`` pairs (names may repeat), values as for ``value``.
 - ``topic`` (optional): one of the job's inputs (default: the first);
   ``partition`` (optional): else the job's partitioner picks it from the key.
+- ``timestamp`` (optional): the record's time, ms since the epoch (default: when it is
+  produced), so that a job's stream time (TTLs, timers, windows) follows the file's.
 
 An output line shows a committed record of an output topic: ``topic``, ``partition``,
 ``offset``, ``timestamp``, ``key`` and ``value`` (UTF-8 text, or ``{"hex": ...}`` for
@@ -29,7 +31,7 @@ from confluent_kafka import Message
 
 __all__ = ["InputError", "InputRecord", "output_line", "parse_line"]
 
-_FIELDS = {"key", "value", "headers", "topic", "partition"}
+_FIELDS = {"key", "value", "headers", "topic", "partition", "timestamp"}
 
 
 class InputError(ValueError):
@@ -43,6 +45,7 @@ class InputRecord:
     headers: list[tuple[str, bytes | None]]
     topic: str
     partition: int | None
+    timestamp: int | None = None
 
 
 def _bytes(value: Any, what: str) -> bytes | None:
@@ -95,8 +98,13 @@ def parse_line(line: str, inputs: list[str]) -> InputRecord | None:
     if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int)
                                   or partition < 0):
         raise InputError(f'"partition" must be an int >= 0, got {partition!r}')
+    timestamp = raw.get("timestamp")
+    if timestamp is not None and (isinstance(timestamp, bool) or not isinstance(timestamp, int)
+                                  or timestamp < 0):
+        raise InputError(f'"timestamp" must be an int >= 0 (ms since the epoch), got '
+                         f'{timestamp!r}')
     return InputRecord(_bytes(raw.get("key"), '"key"'), _bytes(raw.get("value"), '"value"'),
-                       _headers(raw.get("headers")), topic, partition)
+                       _headers(raw.get("headers")), topic, partition, timestamp)
 
 
 def _shown(raw: bytes | None) -> Any:

@@ -22,6 +22,9 @@ def test_strings_nulls_json_and_hex() -> None:
         None, b"\x00\xff", [("h", b"1"), ("h", None)], "clicks", 2)
     assert parse_line('{"key": 7, "value": [1, "a"]}', _INPUTS) == InputRecord(
         b"7", b'[1,"a"]', [], "events", None)
+    assert parse_line('{"key": "u1", "value": "home", "timestamp": 1700000000000}',
+                      _INPUTS) == InputRecord(b"u1", b"home", [], "events", None,
+                                              1_700_000_000_000)
     assert parse_line("   \n", _INPUTS) is None
 
 
@@ -32,6 +35,8 @@ def test_strings_nulls_json_and_hex() -> None:
     ('{"value": "v", "topic": "other"}', "'other' is not one of the job's inputs"),
     ('{"value": "v", "partition": -1}', '"partition" must be an int >= 0'),
     ('{"value": {"hex": "zz"}}', "is not hex"),
+    ('{"value": "v", "timestamp": "now"}', '"timestamp" must be an int >= 0'),
+    ('{"value": "v", "timestamp": -5}', '"timestamp" must be an int >= 0'),
     ('{"value": "v", "headers": 3}', '"headers" must be an object or a list'),
 ])
 def test_a_bad_line_says_what_is_wrong(line: str, says: str) -> None:
