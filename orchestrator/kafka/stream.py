@@ -52,7 +52,10 @@ _BATCH = 10_000
 # writes of one batch while the brokers keep going away; then it is a StreamError
 _REWRITES = 5
 # what a broker of a cluster answers for a topic another broker created a moment ago
-_NOT_YET_KNOWN = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART})
+# what a lookup on a topic just created answers until its partition is known and led
+_NOT_YET_KNOWN = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART,
+                            KafkaError.NOT_LEADER_FOR_PARTITION,
+                            KafkaError.LEADER_NOT_AVAILABLE})
 
 
 class StreamError(RuntimeError):
@@ -332,9 +335,10 @@ class CoordinatorStream:
 
 def _end_offset(consumer: Consumer, topic: str, deadline: Deadline, clock: Clock) -> int:
     """The end offset of partition 0 of `topic`. A topic just created is known to the
-    broker that created it, and to the other brokers of a cluster a moment later: until
-    then a lookup answers UNKNOWN_PARTITION, so it is asked again (metadata refreshed)
-    until `deadline`.
+    broker that created it, and to the other brokers of a cluster a moment later, and
+    its partition has a leader a moment after that: until then a lookup answers
+    UNKNOWN_PARTITION, or NOT_LEADER / LEADER_NOT_AVAILABLE (seen on a loaded single
+    broker too), so it is asked again (metadata refreshed) until `deadline`.
 
     Raises:
         StreamError: the broker did not answer, or the topic is still unknown at `deadline`.
