@@ -55,7 +55,8 @@ from processor.records import (
     run_records,
     window,
 )
-from processor.timers import TimedJob, TimerError
+from processor.timed_job import TimedJob
+from processor.timers import TimerError
 from processor.transaction import (
     TXN_TIMEOUT_S,
     BrokerLost,

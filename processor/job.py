@@ -29,13 +29,11 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from metrics import JobMetrics, JobMetricSet
+from processor.timers import Timer, Timers
 from store import State
-
-if TYPE_CHECKING:
-    from processor.timers import Timer, Timers
 
 __all__ = ["Context", "Effect", "Emitted", "Headers", "Host", "Job", "JobLoadError", "KeyValue",
            "Output", "Record", "Role", "State", "add_job_path", "load_job", "new_job"]
@@ -125,13 +123,6 @@ def _replay_host() -> Host:
     return _REPLAY_HOST
 
 
-def _new_timers() -> Timers:
-    # imported here: processor/timers.py builds on this module
-    from processor.timers import Timers
-
-    return Timers()
-
-
 @dataclass(frozen=True, slots=True)
 class Context:
     """What `Job.setup` is told: where this instance runs (keep it: `replaying`,
@@ -151,7 +142,7 @@ class Context:
     host: Host = field(default_factory=_replay_host, repr=False, compare=False)
     # what process() and on_timer() set timers through, for the key being processed
     # (processor/timers.py; docs/jobs.md, "Timers")
-    timers: Timers = field(default_factory=_new_timers, repr=False, compare=False)
+    timers: Timers = field(default_factory=Timers, repr=False, compare=False)
 
     @property
     def replaying(self) -> bool:

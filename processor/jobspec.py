@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from processor.formats import Format, with_formats
 from processor.job import Context, Job, Role, load_job, new_job
-from processor.timers import with_timers
+from processor.timed_job import with_timers
 
 if TYPE_CHECKING:
     from orchestrator.wire.config import Config

@@ -50,7 +50,7 @@ from processor.records import (
     window,
 )
 from processor.retention import OffsetOutOfRange
-from processor.timers import TimedJob
+from processor.timed_job import TimedJob
 from store import Store
 
 __all__ = ["KeyFilter", "Replay", "Replica", "ReplicaRole", "log_error",

@@ -41,14 +41,8 @@ from processor.effects import AfterCommit, TaskHost
 from processor.formats import Format, with_formats
 from processor.job import Context, Job, Output, Record, new_job
 from processor.outputs import encode_output, output_fields
-from processor.timers import (
-    RESERVED,
-    TimedJob,
-    TimerError,
-    Timers,
-    pending_timers,
-    with_timers,
-)
+from processor.timed_job import TimedJob, with_timers
+from processor.timers import RESERVED, TimerError, Timers, pending_timers
 from store import Key, TaskStore
 
 __all__ = ["JobHarness", "Run", "run_job"]

@@ -1,4 +1,6 @@
-"""Timers: a job's `on_timer` called when a time it named is reached, per key.
+"""Timers: a job's `on_timer` called when a time it named is reached, per key; the
+rules, the registry a job sets them through (`Timers`) and their entries in the state.
+The wrapper that fires them as records arrive is processor/timed_job.py.
 
 Theory of operation
 -------------------
@@ -48,22 +50,21 @@ order, so the earliest is the first of a prefix scan.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.wire.partitioners import home_partition
-from processor.job import Context, Emitted, Job, Record, State
+from store import State
 
-__all__ = ["RESERVED", "Timer", "TimerError", "Timers", "TimedJob", "child_timer_key",
-           "pending_timers", "uses_timers", "with_timers"]
+__all__ = ["CLOCK", "RESERVED", "STREAM", "WALL", "Timer", "TimerError", "Timers",
+           "child_timer_key", "parse_entry", "pending_timers", "stream_prefix", "timer_entry"]
 
 # the state keys timers use; a job's own bytes keys never start with a NUL byte and
 # "baton/" (docs/jobs.md, "Timers")
 RESERVED = b"\x00baton/"
-_CLOCK = RESERVED + b"clock/"
-_STREAM = RESERVED + b"stream/"
-_WALL = RESERVED + b"wall/"
+CLOCK = RESERVED + b"clock/"
+STREAM = RESERVED + b"stream/"
+WALL = RESERVED + b"wall/"
 _STAMP = struct.Struct(">Q")           # time + 2**63: unsigned, so byte order is time order
 _LENGTH = struct.Struct(">I")
 _BIAS = 1 << 63
@@ -87,23 +88,14 @@ class TimerError(RuntimeError):
     records' `on_error` is not for timers; docs/jobs.md, "Timers")."""
 
 
-def uses_timers(job: Job | type[Job]) -> bool:
-    """Whether the job's class overrides `on_timer` (only such jobs are wrapped)."""
-    cls = job if isinstance(job, type) else type(job)
-    inner = getattr(job, "inner", None)
-    if inner is not None and not isinstance(job, type):
-        return uses_timers(inner)
-    return getattr(cls, "on_timer", Job.on_timer) is not Job.on_timer
-
-
-def _entry(prefix: bytes, time: int, key: bytes | None, name: str) -> bytes:
+def timer_entry(prefix: bytes, time: int, key: bytes | None, name: str) -> bytes:
     head = prefix + _STAMP.pack(time + _BIAS)
     if key is None:
         return head + _NO_KEY + name.encode()
     return head + _A_KEY + _LENGTH.pack(len(key)) + key + name.encode()
 
 
-def _parse(raw: bytes | str, prefix: bytes) -> tuple[int, bytes | None, str]:
+def parse_entry(raw: bytes | str, prefix: bytes) -> tuple[int, bytes | None, str]:
     """(time, key, name) of the timer entry `raw` under `prefix` (a bytes prefix's scan
     yields bytes keys only)."""
     assert isinstance(raw, bytes)
@@ -117,8 +109,8 @@ def _parse(raw: bytes | str, prefix: bytes) -> tuple[int, bytes | None, str]:
     return time, raw[start:start + length], raw[start + length:].decode()
 
 
-def _stream_prefix(partition: str) -> bytes:
-    return _STREAM + partition.encode() + b"\x00"
+def stream_prefix(partition: str) -> bytes:
+    return STREAM + partition.encode() + b"\x00"
 
 
 def child_timer_key(raw: bytes, partitions: Iterable[str]) -> bool | None:
@@ -129,7 +121,7 @@ def child_timer_key(raw: bytes, partitions: Iterable[str]) -> bool | None:
         return None
     for partition in partitions:
         name = partition.encode()
-        if raw == _CLOCK + name or raw.startswith(_STREAM + name + b"\x00"):
+        if raw == CLOCK + name or raw.startswith(STREAM + name + b"\x00"):
             return True
     return False
 
@@ -160,7 +152,7 @@ class Timers:
             TypeError: `time_ms` is not an int, or `name` not a str.
         """
         state = self._bound(time_ms, name)
-        state[_entry(_stream_prefix(self._partition), time_ms, self._key, name)] = 0
+        state[timer_entry(stream_prefix(self._partition), time_ms, self._key, name)] = 0
         if self._due is None or time_ms < self._due:
             self._due = time_ms
 
@@ -177,13 +169,13 @@ class Timers:
             raise TimerError("wall-clock timers need catch_up.source = \"changelog\": a "
                              "replay of the input cannot tell whether the owner fired one")
         state = self._bound(time_ms, name)
-        state[_entry(_WALL, time_ms, self._key, name)] = 0
+        state[timer_entry(WALL, time_ms, self._key, name)] = 0
 
     def cancel(self, time_ms: int, name: str = "", *, wall: bool = False) -> None:
         """Forget the current key's timer at `time_ms` named `name` (none: nothing)."""
         state = self._bound(time_ms, name)
-        prefix = _WALL if wall else _stream_prefix(self._partition)
-        state.pop(_entry(prefix, time_ms, self._key, name), None)
+        prefix = WALL if wall else stream_prefix(self._partition)
+        state.pop(timer_entry(prefix, time_ms, self._key, name), None)
 
     @property
     def stream_time(self) -> int | None:
@@ -208,205 +200,6 @@ class Timers:
         self._state = None
 
 
-class TimedJob(Job):
-    """A job with timers, as every path runs it: `process()` moves the record's
-    partition's clock and fires what is due before the job's own `process()` (module
-    docstring). Records go through `process()` one at a time (the job's
-    `process_batch` is not used: a timer set by one record may be due before the next).
-
-    Args:
-        job: the job (its formats applied: keys and outputs are raw here).
-        timers: the registry its context hands out.
-        partitioner: the producers' partitioner (`[job] partitioner`), by which a barrier
-            marker says where each key now lives.
-    """
-
-    def __init__(self, job: Job, timers: Timers, partitioner: str = "consistent_random"
-                 ) -> None:
-        self.inner = job
-        self.params = job.params
-        self.timers = timers
-        self.partitioner = partitioner
-        # a split child's own partitions -> the ancestors their keys' timers come from
-        self.lineage: dict[str, list[str]] = {}
-
-    def setup(self, context: Context) -> None:
-        self.inner.setup(context)
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def process(self, record: Record, state: State) -> list[Emitted]:
-        outputs: list[Emitted] = []
-        timers = self.timers
-        partition, clock, due = self._advance(record, state, outputs)
-        timers._enter(state, partition, clock, due)
-        timers._key = record.key
-        try:
-            outputs.extend(self.inner.process(record, state) or ())
-        finally:
-            timers._leave()
-        self._store_clock(state, partition, clock, timers._due)
-        return outputs
-
-    def process_batch(self, records: Sequence[Record], state: State
-                      ) -> Iterable[Iterable[Emitted]]:
-        following = getattr(state, "following", None)
-        return [self.process(r, state)
-                for r in (records if following is None else following(records))]
-
-    def pass_over(self, record: Record, state: State) -> list[Emitted]:
-        """A record of the partition that is another task's (a split child's replay
-        filters it out): it moves the clock, and what it makes due fires."""
-        outputs: list[Emitted] = []
-        partition, clock, due = self._advance(record, state, outputs)
-        self._store_clock(state, partition, clock, due)
-        return outputs
-
-    def on_timer(self, timer: Timer, state: State) -> Iterable[Emitted]:
-        return self.inner.on_timer(timer, state)
-
-    def _advance(self, record: Record, state: State, outputs: list[Emitted]
-                 ) -> tuple[str, int | None, int | None]:
-        partition = f"{record.topic}:{record.partition}"
-        held = state.get(_CLOCK + partition.encode())
-        if held is None and partition in self.lineage:
-            held = self.inherit(partition, state)
-        clock, due = (None, None) if held is None else held
-        stamp = record.timestamp
-        if stamp >= 0 and (clock is None or stamp > clock):
-            clock = stamp
-        if due is not None and clock is not None and due <= clock:
-            due = self._fire(state, partition, clock, outputs)
-        return partition, clock, due
-
-    def _store_clock(self, state: State, partition: str, clock: int | None,
-                     due: int | None) -> None:
-        name = _CLOCK + partition.encode()
-        if clock is None and due is None:
-            return
-        held = state.get(name)
-        if held is None or held[0] != clock or held[1] != due:
-            state[name] = [clock, due]
-
-    def _fire(self, state: State, partition: str, clock: int, outputs: list[Emitted]
-              ) -> int | None:
-        """Fire the partition's timers due at `clock`, earliest first (those set while
-        firing too); return the time of the first one left."""
-        prefix = _stream_prefix(partition)
-        timers = self.timers
-        while True:
-            first = next(state.scan(prefix), None)
-            if first is None:
-                return None
-            time, key, name = _parse(first[0], prefix)
-            if time > clock:
-                return time
-            del state[first[0]]
-            timers._enter(state, partition, clock, None)
-            timers._key = key
-            try:
-                outputs.extend(self.inner.on_timer(Timer(key, time, name), state) or ())
-            except TimerError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - user code: named, then the task stops
-                raise TimerError(f"on_timer() raised for the timer at {time} (key {key!r}, "
-                                 f"name {name!r}) of {partition}: {exc!r}") from exc
-            finally:
-                timers._leave()
-
-    def fire_wall(self, now_ms: int, state: State) -> tuple[Timer, list[Emitted]] | None:
-        """Fire the earliest wall-clock timer due at `now_ms` (deleted, `on_timer`
-        called): it and its outputs; None when none is due. The caller fires one at a
-        time, each a record's worth of the transaction."""
-        first = next(state.scan(_WALL), None)
-        if first is None:
-            return None
-        time, key, name = _parse(first[0], _WALL)
-        if time > now_ms:
-            return None
-        del state[first[0]]
-        timers = self.timers
-        timers._enter(state, "", None, None)
-        timers._key = key
-        timer = Timer(key, time, name, wall=True)
-        try:
-            return timer, list(self.inner.on_timer(timer, state) or ())
-        except Exception as exc:  # noqa: BLE001 - user code: named, then the task stops
-            raise TimerError(f"on_timer() raised for the wall-clock timer at {time} "
-                             f"(key {key!r}, name {name!r}): {exc!r}") from exc
-        finally:
-            timers._leave()
-
-    def next_wall(self, state: State) -> int | None:
-        """When the earliest wall-clock timer is due (None: there is none)."""
-        first = next(state.scan(_WALL), None)
-        return None if first is None else _parse(first[0], _WALL)[0]
-
-    def rehome(self, partition: str, children: Sequence[str], count: int, state: State
-               ) -> None:
-        """The barrier marker of `partition` for `children` was read (the input now has
-        `count` partitions): the children's clocks start at this one's, and the timers
-        whose key now lives on one of them move there."""
-        topic, _, number = partition.rpartition(":")
-        held = state.get(_CLOCK + partition.encode())
-        if held is None:
-            return                      # no record, so no timer, here yet
-        for child in children:
-            self._start_clock(state, child, held, None)
-        prefix = _stream_prefix(partition)
-        for raw, _ in list(state.scan(prefix)):
-            time, key, name = _parse(raw, prefix)
-            home = home_partition(self.partitioner, key, count)
-            target = f"{topic}:{home}"
-            if home is None or str(home) == number or target not in children:
-                continue
-            del state[raw]
-            state[_entry(_stream_prefix(target), time, key, name)] = 0
-            self._start_clock(state, target, None, time)
-
-    def inherit(self, partition: str, state: State) -> list[Any] | None:
-        """Before the first record of a split child's own `partition`: the timers its
-        ancestors' replay set move here, and the clock starts at theirs."""
-        held: list[Any] | None = None
-        for ancestor in self.lineage.get(partition, ()):
-            prefix = _stream_prefix(ancestor)
-            before = state.get(_CLOCK + ancestor.encode())
-            for raw, _ in list(state.scan(prefix)):
-                time, key, name = _parse(raw, prefix)
-                del state[raw]
-                state[_entry(_stream_prefix(partition), time, key, name)] = 0
-                self._start_clock(state, partition, before, time)
-            if before is not None:
-                self._start_clock(state, partition, before, None)
-        held = state.get(_CLOCK + partition.encode())
-        self.lineage.pop(partition, None)
-        return held
-
-    @staticmethod
-    def _start_clock(state: State, partition: str, source: Sequence[Any] | None,
-                     due: int | None) -> None:
-        """`partition`'s clock at least `source`'s, its due no later than `due`."""
-        name = _CLOCK + partition.encode()
-        held = state.get(name)
-        clock = held[0] if held is not None else None
-        if source is not None and source[0] is not None and (clock is None
-                                                              or source[0] > clock):
-            clock = source[0]
-        soonest = held[1] if held is not None else None
-        if due is not None and (soonest is None or due < soonest):
-            soonest = due
-        state[name] = [clock, soonest]
-
-
-def with_timers(job: Job, timers: Timers, partitioner: str = "consistent_random") -> Job:
-    """`job` itself when it sets no timers (its class does not override `on_timer`), else
-    a `TimedJob` around it."""
-    if not uses_timers(job):
-        return job
-    return TimedJob(job, timers, partitioner)
-
-
 def pending_timers(items: Iterable[tuple[Any, Any]]) -> list[tuple[str, int, bytes | None, str]]:
     """The timers among a state's `(key, value)` items: (partition, or "wall", time,
     raw key, name), in key order (per partition, earliest first)."""
@@ -414,9 +207,9 @@ def pending_timers(items: Iterable[tuple[Any, Any]]) -> list[tuple[str, int, byt
     for raw, _ in items:
         if not isinstance(raw, bytes):
             continue
-        if raw.startswith(_WALL):
-            found.append(("wall", *_parse(raw, _WALL)))
-        elif raw.startswith(_STREAM):
-            partition = raw[len(_STREAM):raw.index(b"\x00", len(_STREAM))]
-            found.append((partition.decode(), *_parse(raw, _stream_prefix(partition.decode()))))
+        if raw.startswith(WALL):
+            found.append(("wall", *parse_entry(raw, WALL)))
+        elif raw.startswith(STREAM):
+            partition = raw[len(STREAM):raw.index(b"\x00", len(STREAM))]
+            found.append((partition.decode(), *parse_entry(raw, stream_prefix(partition.decode()))))
     return found

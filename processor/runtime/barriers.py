@@ -20,7 +20,7 @@ from typing import Protocol
 from orchestrator.wire.barrier import BarrierInfo, Marker, Reroute, reroutes
 from orchestrator.wire.partitions import split_partition
 from orchestrator.wire.protocol import Barrier
-from processor.timers import TimedJob
+from processor.timed_job import TimedJob
 
 __all__ = ["BarrierBook", "BarrierHolder"]
 

@@ -21,7 +21,7 @@ from orchestrator.wire.config import CatchUpSource, Config
 from orchestrator.wire.partitions import split_partition
 from processor.job import Job
 from processor.replica import KeyFilter, Replay
-from processor.timers import uses_timers
+from processor.timed_job import uses_timers
 
 if TYPE_CHECKING:       # the Spark path (and pyspark) loads only when a warmup needs it
     from processor.spark.bulk import BulkResult

@@ -27,7 +27,8 @@ from orchestrator.wire.config import Config
 from processor.effects import AfterCommit, TaskHost
 from processor.formats import with_formats
 from processor.job import Context, Job, Role, load_job, new_job
-from processor.timers import Timers, with_timers
+from processor.timed_job import with_timers
+from processor.timers import Timers
 
 __all__ = ["TaskJobs"]
 

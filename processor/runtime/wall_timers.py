@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 
 from orchestrator.wire.clock import Clock
 from processor.active import ActiveTask
-from processor.timers import TimedJob
+from processor.timed_job import TimedJob
 
 __all__ = ["LOOK_S", "WallTimers"]
 

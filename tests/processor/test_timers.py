@@ -14,7 +14,8 @@ import pytest
 
 from processor import Context, Emitted, Job, Output, Record, State, Timer
 from processor.testing import JobHarness, run_job
-from processor.timers import RESERVED, TimedJob, TimerError, Timers, child_timer_key
+from processor.timed_job import TimedJob
+from processor.timers import RESERVED, TimerError, Timers, child_timer_key
 from tests.processor.timer_jobs import GAP_MS, Gaps, expected_outputs
 
 
