@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tests.brokers import Broker
@@ -23,11 +23,15 @@ class Feeder:
 
     def __init__(self, broker: Broker, topic: str, keys: int | Sequence[bytes] = 50,
                  rate: float = 2000.0, transactional_id: str | None = None, batch: int = 50,
+                 pick: Callable[[int], tuple[bytes, int]] | None = None,
                  **settings: Any) -> None:
         self.broker, self.topic, self.rate = broker, topic, rate
         self.keys: list[bytes] = ([f"k{i}".encode() for i in range(keys)]
                                   if isinstance(keys, int) else list(keys))
         self.transactional_id, self.batch = transactional_id, batch
+        # the key and timestamp (ms) of the i-th record, instead of the keys in turn at
+        # the time of sending
+        self.pick = pick
         self.settings = settings
         self.sent = 0
         self.started = 0.0              # time.monotonic() at start()
@@ -89,10 +93,10 @@ class Feeder:
             while self.sent < due:
                 i = self.sent
                 keys = self.keys
+                key, stamp = (keys[i % len(keys)], 0) if self.pick is None else self.pick(i)
                 try:
-                    producer.produce(self.topic, key=keys[i % len(keys)],
-                                     value=str(i % 9 + 1).encode(),
-                                     on_delivery=self._delivered)
+                    producer.produce(self.topic, key=key, value=str(i % 9 + 1).encode(),
+                                     on_delivery=self._delivered, timestamp=stamp)
                 except BufferError:     # the broker is away and the local queue full:
                     producer.poll(0.1)  # wait for it, as a real producer would
                     break
