@@ -1,12 +1,19 @@
 """The click-sessions example (examples/sessions) end to end: real daemons on Apache
 Kafka under a live click stream that pauses now and then (so sessions end), scaled out
 from two processors to three mid-stream, then one SIGKILLed; every session output is
-checked against a brute-force model of session windows over the input topic."""
+checked against a brute-force model of session windows over the input topic. And the
+example as its job.toml says to run it under `baton dev`, on its clicks file."""
 
 from __future__ import annotations
 
 import json
+import queue
 import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable
@@ -15,8 +22,11 @@ from typing import Any
 
 import pytest
 
+from orchestrator.devkit.embedded import free_port
 from orchestrator.wire.barrier import input_records
 from tests.feeder import Feeder
+from tests.orchestrator.cli.test_dev import _lines as dev_lines
+from tests.orchestrator.cli.test_dev import _outputs as dev_outputs
 from tests.orchestrator.conftest import job  # noqa: F401 - the fixture, shared
 from tests.waiting import wait_for
 
@@ -125,3 +135,36 @@ def test_click_sessions_through_a_scale_out_and_a_sigkill(job, broker) -> None: 
     assert sum(map(len, expected.values())) >= 300
     assert any(s["clicks"] > 3 for ss in expected.values() for s in ss)
     assert dropped > 20
+
+
+def test_the_example_runs_under_baton_dev(tmp_path: Path) -> None:
+    """`baton dev` as the example's job.toml says, on its clicks.jsonl: the sessions
+    that the clicks' own times end come out, the late click left out."""
+    for name in ("job.toml", "sessions.py", "clicks.jsonl"):
+        shutil.copy(EXAMPLE / name, tmp_path / name)
+    config = tmp_path / "job.toml"
+    # a free port of its own, as a second `baton dev` on the host would need
+    port = free_port()
+    config.write_text(config.read_text().replace(
+        '[coordinator]\n', f'[coordinator]\nlisten = "127.0.0.1:{port}"\n'
+                           f'url = "http://127.0.0.1:{port}"\n'))
+    err = tmp_path / "dev.err"
+    with err.open("w") as stderr:
+        dev = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "dev", "-c",
+                                str(config), "--partitions", "1", "--input",
+                                str(tmp_path / "clicks.jsonl")], cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=stderr, text=True)
+    try:
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=dev_lines, args=(dev.stdout, lines), daemon=True).start()
+        shown = [(o["key"], json.loads(o["value"])) for o in dev_outputs(lines, 3)]
+    finally:
+        dev.send_signal(signal.SIGINT)
+        code = dev.wait(90)
+    assert code == 0, err.read_text()
+    t0 = 1_795_730_000_000
+    assert shown == [
+        ("bob", {"start": t0 + 5_000, "end": t0 + 5_000, "clicks": 1, "pages": ["/"]}),
+        ("ann", {"start": t0, "end": t0 + 20_000, "clicks": 3,
+                 "pages": ["/", "/pricing", "/docs"]}),
+        ("bob", {"start": t0 + 90_000, "end": t0 + 90_000, "clicks": 1, "pages": ["/blog"]})]
