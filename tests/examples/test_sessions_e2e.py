@@ -25,8 +25,7 @@ import pytest
 from orchestrator.devkit.embedded import free_port
 from orchestrator.wire.barrier import input_records
 from tests.feeder import Feeder
-from tests.orchestrator.cli.test_dev import _lines as dev_lines
-from tests.orchestrator.cli.test_dev import _outputs as dev_outputs
+from tests.orchestrator.cli.test_dev import json_outputs, read_lines
 from tests.orchestrator.conftest import job  # noqa: F401 - the fixture, shared
 from tests.waiting import wait_for
 
@@ -156,8 +155,8 @@ def test_the_example_runs_under_baton_dev(tmp_path: Path) -> None:
                                stdout=subprocess.PIPE, stderr=stderr, text=True)
     try:
         lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=dev_lines, args=(dev.stdout, lines), daemon=True).start()
-        shown = [(o["key"], json.loads(o["value"])) for o in dev_outputs(lines, 3)]
+        threading.Thread(target=read_lines, args=(dev.stdout, lines), daemon=True).start()
+        shown = [(o["key"], json.loads(o["value"])) for o in json_outputs(lines, 3)]
     finally:
         dev.send_signal(signal.SIGINT)
         code = dev.wait(90)

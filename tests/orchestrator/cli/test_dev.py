@@ -78,12 +78,12 @@ def _job(tmp_path: Path) -> Path:
     return config
 
 
-def _lines(stream: Any, into: queue.Queue[str]) -> None:
+def read_lines(stream: Any, into: queue.Queue[str]) -> None:
     for line in stream:
         into.put(line)
 
 
-def _outputs(lines: queue.Queue[str], count: int) -> list[dict[str, Any]]:
+def json_outputs(lines: queue.Queue[str], count: int) -> list[dict[str, Any]]:
     got: list[dict[str, Any]] = []
     deadline = time.monotonic() + _TIMEOUT_S
     while len(got) < count:
@@ -137,8 +137,8 @@ def test_dev_runs_a_job_from_outside_the_repository_and_stops_on_ctrl_c(tmp_path
     extra: subprocess.Popen[bytes] | None = None
     try:
         lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=_lines, args=(dev.stdout, lines), daemon=True).start()
-        shown = _outputs(lines, 4)
+        threading.Thread(target=read_lines, args=(dev.stdout, lines), daemon=True).start()
+        shown = json_outputs(lines, 4)
         by_topic = sorted((o["topic"], o["key"], o["value"]) for o in shown)
         assert by_topic == [("alerts", "a", '{"over":6}'), ("totals", "a", '{"total":2}'),
                             ("totals", "a", '{"total":6}'), ("totals", "b", '{"total":1}')]
@@ -184,14 +184,14 @@ def test_dev_reads_stdin_until_ctrl_c(tmp_path) -> None:
     try:
         assert dev.stdin is not None
         lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=_lines, args=(dev.stdout, lines), daemon=True).start()
+        threading.Thread(target=read_lines, args=(dev.stdout, lines), daemon=True).start()
         dev.stdin.write('{"key": "k", "value": {"n": 3}}\n')
         dev.stdin.flush()
-        [first] = _outputs(lines, 1)
+        [first] = json_outputs(lines, 1)
         assert (first["topic"], first["key"], first["value"]) == ("totals", "k", '{"total":3}')
         dev.stdin.write('{"key": "k", "value": {"n": 4}}\n')
         dev.stdin.flush()
-        assert sorted((o["topic"], o["value"]) for o in _outputs(lines, 2)) == [
+        assert sorted((o["topic"], o["value"]) for o in json_outputs(lines, 2)) == [
             ("alerts", '{"over":7}'), ("totals", '{"total":7}')]
     finally:
         dev.send_signal(signal.SIGINT)
