@@ -68,14 +68,14 @@ class TimedJob(Job):
     def process(self, record: Record, state: State) -> list[Emitted]:
         outputs: list[Emitted] = []
         timers = self.timers
-        partition, clock, due = self._advance(record, state, outputs)
+        partition, held, clock, due = self._advance(record, state, outputs)
         timers._enter(state, partition, clock, due)
         timers._key = record.key
         try:
             outputs.extend(self.inner.process(record, state) or ())
         finally:
             timers._leave()
-        self._store_clock(state, partition, clock, timers._due)
+        self._store_clock(state, partition, held, clock, timers._due)
         return outputs
 
     def process_batch(self, records: Sequence[Record], state: State
@@ -88,15 +88,17 @@ class TimedJob(Job):
         """A record of the partition that is another task's (a split child's replay
         filters it out): it moves the clock, and what it makes due fires."""
         outputs: list[Emitted] = []
-        partition, clock, due = self._advance(record, state, outputs)
-        self._store_clock(state, partition, clock, due)
+        partition, held, clock, due = self._advance(record, state, outputs)
+        self._store_clock(state, partition, held, clock, due)
         return outputs
 
     def on_timer(self, timer: Timer, state: State) -> Iterable[Emitted]:
         return self.inner.on_timer(timer, state)
 
     def _advance(self, record: Record, state: State, outputs: list[Emitted]
-                 ) -> tuple[str, int | None, int | None]:
+                 ) -> tuple[str, Any, int | None, int | None]:
+        """The record's partition, its clock entry as read, and its clock and earliest
+        due time once the record moved it and what was due fired."""
         partition = f"{record.topic}:{record.partition}"
         held = state.get(CLOCK + partition.encode())
         if held is None and partition in self.lineage:
@@ -107,16 +109,17 @@ class TimedJob(Job):
             clock = stamp
         if due is not None and clock is not None and due <= clock:
             due = self._fire(state, partition, clock, outputs)
-        return partition, clock, due
+        return partition, held, clock, due
 
-    def _store_clock(self, state: State, partition: str, clock: int | None,
+    @staticmethod
+    def _store_clock(state: State, partition: str, held: Any, clock: int | None,
                      due: int | None) -> None:
-        name = CLOCK + partition.encode()
-        if clock is None and due is None:
+        """Write the partition's clock entry if it changed from `held` (a timer fired
+        meanwhile rewrote nothing of it: its firing deleted an entry of its own)."""
+        if (clock is None and due is None) or (
+                held is not None and held[0] == clock and held[1] == due):
             return
-        held = state.get(name)
-        if held is None or held[0] != clock or held[1] != due:
-            state[name] = [clock, due]
+        state[CLOCK + partition.encode()] = [clock, due]
 
     def _fire(self, state: State, partition: str, clock: int, outputs: list[Emitted]
               ) -> int | None:
