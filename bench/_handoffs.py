@@ -32,6 +32,7 @@ from _common import (
     wait_broker_quiet,
     wait_until,
 )
+from _floor import measure_floor
 
 from orchestrator.devkit.cluster import Cluster, committed_all, create_topics, read_topic
 from orchestrator.devkit.demo import Demo, make_config
@@ -190,6 +191,7 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
                 f"{time.strftime('%H:%M:%S', time.localtime(gap.began))}"
                 f".{int(gap.began % 1 * 1000):03d}")
         pauses = [gap.ms for gap in gaps]
+        floor = measure_floor(broker.settings())    # the same broker, its traffic stopped
         return {"keys": keys, "handoffs": len(pauses),
                 "pause_ms_p50": round(percentile(pauses, 50), 1),
                 "pause_ms_p99": round(percentile(pauses, 99), 1),
@@ -197,4 +199,4 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
                 "join_to_balanced_s": round(join_s, 2), "catch_up_records": volume,
                 "catch_up_records_per_s": round(volume / join_s, 1) if join_s else 0.0,
                 "catching_up_s": catch_up_s, "join_cpu_s": join_cpu,
-                "phases_ms": phase_summary(phases), "settings": settings}
+                "phases_ms": phase_summary(phases), "floor_ms": floor, "settings": settings}

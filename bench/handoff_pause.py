@@ -14,7 +14,10 @@ p1 has processed it all, then
   restarting it, alternately, until at least --handoffs handoffs are done;
 - pause per handoff = the largest gap between consecutive outputs of the moved task's
   keys while its handoff was in flight (old owner's last output -> new owner's first),
-  read back from the output topic.
+  read back from the output topic;
+- each phase of the pause (orchestrator/devkit/handoff_phases.py) beside the broker's
+  own floor for its step, measured on the same broker once the handoffs are done
+  (bench/_floor.py): a commit, a fence, a committed-offsets read, a first fetch.
 
 Targets: p99 <= 500 ms, and the 1M-key p99 within 1.5x of the 10k-key p99.
 
@@ -41,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import BROKERS, broker_option, log, report
+from _floor import FLOOR_OF
 from _handoffs import run_size
 
 
@@ -75,6 +79,15 @@ def main() -> None:
         f"ms (max {r['pause_ms_max']}, {r['handoffs']} handoffs); join -> balanced "
         f"{r['join_to_balanced_s']} s for ~{r['catch_up_records']} catch-up records "
         f"({r['catch_up_records_per_s']} records/s)" for r in results]
+    for r in results:
+        lines.append(f"{r['keys']:>9} keys, per phase: p50 ms (the broker's own floor for "
+                     f"the step, measured after the handoffs; the ratio)")
+        for phase, got in r["phases_ms"].items():
+            step = FLOOR_OF.get(phase)
+            floor = r["floor_ms"].get(step) if step is not None else None
+            beside = (f"floor {floor['p50']} ({step}), x{got['p50'] / floor['p50']:.1f}"
+                      if floor and floor["p50"] else "no broker step")
+            lines.append(f"    {phase:<14} {got['p50']:>8} p99 {got['p99']:>8}   {beside}")
     if "p99_ratio_largest_to_smallest" in summary:
         lines.append("p99 ratio (largest / smallest state): "
                      f"{summary['p99_ratio_largest_to_smallest']}")
