@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from metrics import HANDOFF_PHASES, CoordinatorMetrics, HandoffOutcome, HandoffSample
@@ -28,6 +28,9 @@ from orchestrator.wire.protocol import TaskReport
 __all__ = ["Moves", "Reports"]
 
 log = logging.getLogger("baton.coordinator")
+
+# the phases that wait on a processor's acknowledgement, through the coordinator
+_ACKNOWLEDGED = frozenset({hs.Phase.RELEASING, hs.Phase.ACTIVATING})
 
 # A finished handoff's pause is reported by the new owner with its first committed
 # output; wait this long for it before giving up on observing it (a task with no input
@@ -85,6 +88,15 @@ class Moves:
         resumed, commands = hs.resume(handoff, self.clock.monotonic())
         self.handoffs[resumed.task] = resumed
         self.execute(resumed, commands)
+
+    def excuse(self, until: float) -> None:
+        """This coordinator could hear no one until `until` (its lease lapsed): a
+        release or an activation it waits on counts its time from then, as a
+        processor's silence does (liveness.py). Its own silence must not declare an
+        owner dead that could not acknowledge to it."""
+        for task, handoff in list(self.handoffs.items()):
+            if handoff.phase in _ACKNOWLEDGED and handoff.since < until:
+                self.handoffs[task] = replace(handoff, since=float(until))
 
     def plan(self, task: str, source: str, target: str, lag: int | None) -> None:
         """Start moving `task`; released at once when the target is caught up."""

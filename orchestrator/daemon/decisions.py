@@ -54,7 +54,8 @@ class Decisions:
 
     def _excuse_lapse(self, core: Coordinator) -> None:
         """Heartbeats get 503 while the lease lapses (a broker away or stalled): no
-        processor's silence counts against it until then. Till now, if it lapses now;
+        processor's silence counts against it until then, nor does the time a release
+        or an activation waited for an acknowledgement. Till now, if it lapses now;
         else till the last time the gate found it lapsed, which this loop never sees
         when it waited on the late stream write itself (a tick's commit, 15 s in a broker
         stall: every processor was then declared lost at the next tick)."""
@@ -62,9 +63,13 @@ class Decisions:
         if lease is None:
             return
         if not lease():
-            core.processors.excuse(core.clock.monotonic())
+            until = core.clock.monotonic()
         elif lease.lapsed_at > self._excused_to:
-            core.processors.excuse(lease.lapsed_at)
+            until = lease.lapsed_at
+        else:
+            return
+        core.processors.excuse(until)
+        core.moves.excuse(until)        # nor does a release or activation wait on it
         self._excused_to = lease.lapsed_at
 
 

@@ -140,6 +140,27 @@ def test_the_source_is_told_which_of_its_tasks_move_until_their_release() -> Non
     assert p1.reply.moving == []
 
 
+def test_a_release_waits_its_whole_timeout_after_the_coordinator_could_hear_again() -> None:
+    """The coordinator's own silence (its lease lapsed: it answered 503) is excused, as
+    for a processor's heartbeats: the release timeout counts from when it could hear."""
+    h = Harness()
+    p1, p2 = start_two(h)
+    catch_up_and_release(h, p1, p2)
+    p1.ignore_release = True
+    p1.beat()
+    h.clock.advance(2.5)                        # a lapse of 2.5 s of the 3 s timeout
+    h.core.moves.excuse(h.clock.monotonic())
+    h.core.processors.excuse(h.clock.monotonic())
+    h.clock.advance(1.0)                        # 3.5 s since the release: still waiting
+    p2.beat()
+    assert h.core.alive("p1-exec-1")
+    assert {x.phase.value for x in h.core.handoffs.values()} == {"releasing"}
+    h.clock.advance(2.5)                        # 3.5 s since the coordinator heard again
+    p2.beat()
+    assert not h.core.alive("p1-exec-1")
+    assert {x.phase.value for x in h.core.handoffs.values()} == {"activating"}
+
+
 def test_release_timeout_declares_the_source_dead() -> None:
     h = Harness()
     p1, p2 = start_two(h)
