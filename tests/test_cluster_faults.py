@@ -9,8 +9,9 @@ the fault strikes, and the owners thawed at once: their releases, the final comm
 a handoff, run against the faulty cluster. The rolling restart instead drives handoffs
 (a processor joins, is drained, another joins) for as long as the restart lasts.
 
-They need the cluster: `BATON_TEST_BROKER=kafka3 ./run test -m kafka3` (`./run test`
-runs them in a lane of their own); under any other broker they are deselected.
+They need the cluster: `BATON_TEST_BROKER=kafka3 ./run test -m kafka3
+tests/test_cluster_faults.py`, a lane run by hand (README, "Tests"); under any other
+broker they are deselected.
 """
 
 from __future__ import annotations

@@ -136,9 +136,17 @@ def test_step_up_scales_out_and_step_down_drains_in(autoscaled, broker) -> None:
             "started") and not list(state_dir_of(j.config).glob("*.pid"))
     until(j, scaled_in, 180, "a scale-in to one processor, the drained ones stopped")
     downs = [r for r in reports(scaler) if r["direction"] == "down"]
-    assert [r["outcome"] for r in downs] == ["started", "done"], downs
-    assert len(downs[0]["processors"]) == downs[0]["current"] - 1 == downs[0]["current"] \
-        - downs[0]["target"]
+    # one decision drains the surplus; only one taken without a capacity estimate (every
+    # processor too idle to measure one, so the count follows their busy time, which
+    # the step's lag kept up a while) may leave a second to finish the step
+    started = [r for r in downs if r["outcome"] == "started"]
+    assert [r["outcome"] for r in downs] == ["started", "done"] * len(started), downs
+    assert len(started) == 1 or (len(started) == 2 and started[0]["inputs"][
+        "capacity_per_processor"] is None), downs
+    assert len(started[0]["processors"]) == started[0]["current"] - started[0]["target"]
+    assert started[-1]["target"] == 1 and started[0]["current"] == 3
+    every = reports(scaler)
+    assert not [r for r in every[every.index(started[0]):] if r["direction"] == "up"]
     assert decisions_total(j, "down", "done") >= 1
     shown = subprocess.run([sys.executable, "-m", "orchestrator.cli", "status", "-c",
                             str(j.path)], capture_output=True, text=True, timeout=90, cwd=ROOT,
