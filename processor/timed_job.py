@@ -126,7 +126,6 @@ class TimedJob(Job):
         """Fire the partition's timers due at `clock`, earliest first (those set while
         firing too); return the time of the first one left."""
         prefix = stream_prefix(partition)
-        timers = self.timers
         while True:
             first = next(state.scan(prefix), None)
             if first is None:
@@ -135,17 +134,9 @@ class TimedJob(Job):
             if time > clock:
                 return time
             del state[first[0]]
-            timers._enter(state, partition, clock, None)
-            timers._key = key
-            try:
-                outputs.extend(self.inner.on_timer(Timer(key, time, name), state) or ())
-            except TimerError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - user code: named, then the task stops
-                raise TimerError(f"on_timer() raised for the timer at {time} (key {key!r}, "
-                                 f"name {name!r}) of {partition}: {exc!r}") from exc
-            finally:
-                timers._leave()
+            outputs.extend(self._call(Timer(key, time, name), state, partition, clock,
+                                      f"the timer at {time} (key {key!r}, name {name!r}) "
+                                      f"of {partition}"))
 
     def fire_wall(self, now_ms: int, state: State) -> tuple[Timer, list[Emitted]] | None:
         """Fire the earliest wall-clock timer due at `now_ms` (deleted, `on_timer`
@@ -158,15 +149,23 @@ class TimedJob(Job):
         if time > now_ms:
             return None
         del state[first[0]]
-        timers = self.timers
-        timers._enter(state, "", None, None)
-        timers._key = key
         timer = Timer(key, time, name, wall=True)
+        return timer, self._call(timer, state, "", None, f"the wall-clock timer at {time} "
+                                                         f"(key {key!r}, name {name!r})")
+
+    def _call(self, timer: Timer, state: State, partition: str, clock: int | None,
+              what: str) -> list[Emitted]:
+        """`on_timer(timer)` with the registry bound to the timer's key, its outputs; what
+        it raises named as `what`'s (TimerError: the task stops)."""
+        timers = self.timers
+        timers._enter(state, partition, clock, None)
+        timers._key = timer.key
         try:
-            return timer, list(self.inner.on_timer(timer, state) or ())
+            return list(self.inner.on_timer(timer, state) or ())
+        except TimerError:
+            raise
         except Exception as exc:  # noqa: BLE001 - user code: named, then the task stops
-            raise TimerError(f"on_timer() raised for the wall-clock timer at {time} "
-                             f"(key {key!r}, name {name!r}): {exc!r}") from exc
+            raise TimerError(f"on_timer() raised for {what}: {exc!r}") from exc
         finally:
             timers._leave()
 

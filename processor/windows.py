@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import copy
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Generic, Literal, TypeVar
@@ -105,7 +106,7 @@ def as_json(key: WindowKey, window: Window, acc: object) -> Emitted:
     return key, json.dumps({"start": window.start, "end": window.end, "value": acc})
 
 
-class Windows(Generic[A]):
+class Windows(ABC, Generic[A]):
     """What every kind of window shares: the state entries, the timers, the emission.
 
     A subclass says which windows a record goes to (`process`) and how far a window's
@@ -140,6 +141,7 @@ class Windows(Generic[A]):
         self.emit: Emit = emit
         self.result = result
 
+    @abstractmethod
     def process(self, record: Record, state: State) -> list[Emitted]:
         """Add `record` to its windows that are still open (module docstring).
 
@@ -152,7 +154,6 @@ class Windows(Generic[A]):
             RuntimeError: the job does not run its timers (it does not override
                 `on_timer`).
         """
-        raise NotImplementedError
 
     def on_timer(self, timer: Timer, state: State) -> list[Emitted]:
         """Close or delete the window `timer` is for; nothing for a timer of another
@@ -199,9 +200,9 @@ class Windows(Generic[A]):
         `beyond` itself; for a session, whose `end` is its last record, `gap + beyond`."""
         return beyond
 
+    @abstractmethod
     def _window(self, start: int, latest: int) -> Window:
         """The window starting at `start` whose largest timestamp is `latest`."""
-        raise NotImplementedError
 
     def _clock(self, record: Record) -> int | None:
         """The record's stream time; None for a record without a timestamp."""
