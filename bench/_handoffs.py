@@ -169,6 +169,9 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
                     s["processors"]) == 2 and all(p["active"] for p in s["processors"]), 300)
                 log(f"{len(demo.watches)} handoffs so far")
                 victim = "p2" if victim == "p1" else "p1"
+            # the same steps under the load the handoffs ran in: the live traffic and
+            # both processors' commits on the same cores
+            loaded_floor = measure_floor(broker.settings())
             traffic.stop()
             _wait_committed(broker.bootstrap, "events", 300)
             status = client.status()
@@ -199,4 +202,5 @@ def run_size(keys: int, handoffs: int, log: Any, source: str = "input",
                 "join_to_balanced_s": round(join_s, 2), "catch_up_records": volume,
                 "catch_up_records_per_s": round(volume / join_s, 1) if join_s else 0.0,
                 "catching_up_s": catch_up_s, "join_cpu_s": join_cpu,
-                "phases_ms": phase_summary(phases), "floor_ms": floor, "settings": settings}
+                "phases_ms": phase_summary(phases), "floor_ms": floor,
+                "floor_under_traffic_ms": loaded_floor, "settings": settings}

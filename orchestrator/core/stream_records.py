@@ -5,11 +5,19 @@ diffs it against what was last written, and the daemon writes that batch in one
 transaction *before* it answers, so nothing a processor hears was not persisted
 first. `Coordinator.restore()` rebuilds the core from the records and resumes
 handoffs in flight; the next replies simply carry the persisted roles.
+
+A handoff's `lag` is advisory: it is written with the handoff's transitions, and a
+change of the lag alone is not a change of the record. A warmup's lag moves with every
+report, and each such write would be a stream transaction the next transition queues
+behind: on a replicated cluster, a release acknowledged while a lag was being written
+waited for that transaction and for the next one's turn at the transaction
+coordinator. A coordinator that takes over learns the lag from the next report.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
 from orchestrator.core import handoff as hs
@@ -70,7 +78,10 @@ class StreamRecords:
         records: dict[str, tuple[hs.Handoff, dict[str, Any]]] = {}
         for task, handoff in sorted(core.handoffs.items()):
             cached = self._handoff_records.get(task)
-            if cached is None or cached[0] is not handoff:
+            if cached is not None and cached[0] is not handoff \
+                    and replace(handoff, lag=cached[0].lag) == cached[0]:
+                cached = (handoff, cached[1])   # only the advisory lag moved
+            elif cached is None or cached[0] is not handoff:
                 cached = (handoff, handoff.to_dict())
             records[task] = cached
             out[f"handoff/{task}"] = cached[1]

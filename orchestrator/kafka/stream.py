@@ -51,6 +51,12 @@ _POLL_S = 0.5
 _BATCH = 10_000
 # writes of one batch while the brokers keep going away; then it is a StreamError
 _REWRITES = 5
+# A write that follows the previous one closely meets its transaction still completing
+# (CONCURRENT_TRANSACTIONS) and is retried; librdkafka's default back-off (100 ms,
+# doubling to 1 s) then sits in every handoff step the coordinator writes, where the
+# markers of a replicated cluster take tens of milliseconds. Any [kafka] setting
+# overrides these.
+_PRODUCER_DEFAULTS: dict[str, Any] = {"retry.backoff.ms": 10, "retry.backoff.max.ms": 100}
 # what a broker of a cluster answers for a topic another broker created a moment ago
 # what a lookup on a topic just created answers until its partition is known and led
 _NOT_YET_KNOWN = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART,
@@ -100,7 +106,8 @@ class CoordinatorStream:
         Raises:
             StreamError: the broker did not answer in time.
         """
-        self._producer = WatchedProducer({**producer_settings(self._settings),
+        self._producer = WatchedProducer({**_PRODUCER_DEFAULTS,
+                                          **producer_settings(self._settings),
                                           **client_logging("coordinator.stream"),
                                           "transactional.id": self.topic,
                                           "enable.idempotence": True, "linger.ms": 0})
