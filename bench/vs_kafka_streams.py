@@ -53,7 +53,7 @@ from orchestrator.devkit.kafka_cluster import KafkaCluster
 __all__ = ["ROW_KEYS", "SYSTEMS", "main", "parse_args", "row", "to_json"]
 
 SYSTEMS = ("baton", "fastest", "default")      # run in this order for each size
-# the pinned --json row, in this order (DESIGN.md, "Benchmarks with pinned --json shapes")
+# the pinned --json row, in this order (docs/design.md, "What is pinned")
 ROW_KEYS = ("keys", "system", "settings", "balanced_s", "pause_ms_p99", "failover_s",
             "lost", "duplicated", "wrong")
 BROKERS = ("kafka", "kafka3")      # one node, or three (replication 3)

@@ -43,7 +43,7 @@ __all__ = [
     "check_label",
 ]
 
-# The handoff state machine's non-terminal phases (DESIGN.md, "Data flow of a scale-out").
+# The handoff state machine's non-terminal phases (docs/design.md, "A scale-out, step by step").
 HandoffPhase = Literal["planned", "catching_up", "releasing", "activating"]
 HANDOFF_PHASES: tuple[HandoffPhase, ...] = ("planned", "catching_up", "releasing", "activating")
 

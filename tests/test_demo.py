@@ -11,10 +11,15 @@ from typing import Any
 
 import pytest
 
+from orchestrator.devkit.pauses import percentile
+
 pytestmark = [pytest.mark.integration, pytest.mark.embedded]
 ROOT = Path(__file__).resolve().parents[1]
 PINNED = ("records_in", "records_out", "lost", "duplicated", "handoffs", "pause_ms_p50",
           "pause_ms_p99", "catchup_records_per_s")
+
+
+PAUSE_BOUND_MS = 2_000
 
 
 def test_demo_passes_its_oracle() -> None:
@@ -55,6 +60,13 @@ def _assert_handoff_list(summary: dict[str, Any]) -> None:
     assert {h["from"] for h in listed if h["kind"] == "drain"} == {"p1"}, listed
     assert {h["task"] for h in listed if h["kind"] == "split"} <= {
         f"Partition {n}" for n in range(4, 8)}, listed
+    # the summary's figures are those of the handoffs listed (each listed rounded to
+    # 0.1 ms, so their percentile may differ by as much)
     measured = [h["pause_ms"] for h in listed if h["pause_ms"] is not None]
-    assert measured and min(measured) <= summary["pause_ms_p50"] <= max(measured)
-    assert summary["pause_ms_p99"] <= max(measured)
+    assert measured, listed
+    for q in (50, 99):
+        assert abs(summary[f"pause_ms_p{q}"] - percentile(measured, q)) <= 0.11, summary
+    # what the demo promises: a pause that does not wait on any timeout or retry (a
+    # heartbeat missed, a release or activation deadline, a fence retried): those are
+    # seconds; the work of a handoff is tens of milliseconds, hundreds on a loaded host
+    assert summary["pause_ms_p99"] < PAUSE_BOUND_MS, listed

@@ -1,6 +1,7 @@
 """Grouping: which input partitions make up each task, and how tasks survive partition growth.
 
-Rules and theory of operation (DESIGN.md "Grouping"). Everything here is pure: no I/O.
+Rules and theory of operation: docs/design.md, "Growing past the number of tasks".
+Everything here is pure: no I/O.
 
 Inputs are an ordered list of ``(topic, partition count)``; a partition is written
 ``"topic:N"``. Topic names follow Kafka's rule (``[A-Za-z0-9._-]``, at most 249

@@ -17,9 +17,10 @@ assignor and get a new home. Out of the assignor, per task:
 - standbys are listed as the assignor says, except on either side of a handoff (a
   source told to keep a standby would stop reporting the task "released").
 
-Split children (DESIGN.md "Grouping"): the assignor sees a pending child as a task
-with no owner (were it shown active on its parent's owner, the assignor would as soon
-move the parent, and the child with it, as the child: they would chase each other).
+Split children (docs/design.md, "Growing past the number of tasks"): the assignor sees
+a pending child as a task with no owner (were it shown active on its parent's owner, the
+assignor would as soon move the parent, and the child with it, as the child: they would
+chase each other).
 Where the assignor puts it, it moves through a handoff from the parent's owner (the
 state is there); left on the parent's owner, it stays embedded.
 A parent and its pending children never move at the same time: the parent waits while

@@ -1,6 +1,6 @@
 """Task split after a partition expansion (KIP-253 processor expansion). Pure.
 
-Rules and theory of operation (DESIGN.md "Grouping", last paragraph):
+Rules and theory of operation (docs/design.md, "Growing past the number of tasks"):
 
 - Fixed-task expansion keeps every key in its task, so a job never has more tasks than it
   started with. A split regroups the inputs *from scratch* with the job's scheme and

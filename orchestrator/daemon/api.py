@@ -1,6 +1,6 @@
 """The coordinator's HTTP API (FastAPI), served by the daemon's uvicorn thread.
 
-Endpoints (DESIGN.md "Liveness" and "CLI"):
+Endpoints (docs/design.md, "The coordinator: leadership and liveness", and "What is pinned"):
 
 - `GET /containerHeartbeat?executionContainerId=ID` -> {"alive": bool}   (pinned, no token)
 - `GET /metrics` -> Prometheus text of the coordinator's own registry     (no token)

@@ -1,10 +1,10 @@
 """Which [kafka] settings each kind of librdkafka client takes.
 
-[kafka] is passed to every client as is (DESIGN.md). A consumer-only property given
-to a producer or an admin client is ignored, with a CONFWARN line for each client
-created (one per active task); `producer_settings` leaves them out. The list holds the
-consumer-only properties a Baton config may carry (librdkafka's CONFIGURATION.md marks
-them "C"), not every one.
+[kafka] is passed to every client as is (docs/configuration.md, "[kafka]"). A
+consumer-only property given to a producer or an admin client is ignored, with a
+CONFWARN line for each client created (one per active task); `producer_settings` leaves
+them out. The list holds the consumer-only properties a Baton config may carry
+(librdkafka's CONFIGURATION.md marks them "C"), not every one.
 """
 
 from __future__ import annotations

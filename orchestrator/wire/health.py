@@ -1,5 +1,6 @@
-"""The health endpoints every daemon answers (paths pinned in DESIGN.md), for the
-probes of a platform (a Kubernetes liveness and readiness probe) and for operators.
+"""The health endpoints every daemon answers, for the probes of a platform (a Kubernetes
+liveness and readiness probe) and for operators; their paths are pinned
+(docs/design.md, "What is pinned").
 
 - `GET /healthz`: 200 while the process's loop turns; a platform restarts on failure.
 - `GET /readyz`: 200 when the daemon can do its job: a processor registered with the

@@ -1,6 +1,6 @@
 """The `[job]` section of the TOML configuration (re-exported by orchestrator.wire.config).
 
-Pinned keys (DESIGN.md): name, class, inputs, output, grouping, partitioner,
+Pinned keys (docs/configuration.md, "[job]"): name, class, inputs, output, grouping, partitioner,
 expansion_grace_ms. The others are the job author's: `[job.params]`, further output
 topics (`outputs`), the key and value formats, and where the job's code lives (`path`).
 """

@@ -66,18 +66,19 @@ _FENCE_AGAIN = {KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.CONCURRENT_T
 # pending offset commit for one the brokers ended without markers (see the module doc)
 _STABLE_T1_WAIT_S = 10.0
 # A new owner's init_transactions often meets the old owner's just-finished transaction
-# (CONCURRENT_TRANSACTIONS) and retries; librdkafka's default back-off (100 ms, growing)
-# made that retry ~450 ms of every pause. A transaction left open by an owner that died
-# holds back, on Apache Kafka, its partitions' last stable offset (read_committed readers
-# of the output and changelog) and the group's offsets (an OffsetFetch answers
-# UNSTABLE_OFFSET_COMMIT, so a warmup or the coordinator asking for T1 waits) until the
-# broker aborts it after `transaction.timeout.ms`: librdkafka's 60 s stalled a warmup
-# whose old owner was killed for a minute; 10 s is Kafka Streams' exactly-once default
-# (transactions here commit every `commit_interval_ms`). librdkafka's re-bootstrap can
-# strand a pending TxnOffsetCommit, and send_offsets_to_transaction then blocks past its
-# own timeout (librdkafka issue 5511, seen here across a broker restart): a task's
-# producer never re-bootstraps. One that lost every broker fails its next commit and the
-# task restarts with a new producer. Any [kafka] setting overrides these.
+# (CONCURRENT_TRANSACTIONS) and retries; librdkafka's default back-off (100 ms, doubling)
+# would put most of a retry's wait inside the pause, where the markers take a few ms. A
+# transaction left open by an owner that died holds back, on Apache Kafka, its
+# partitions' last stable offset (read_committed readers of the output and changelog)
+# and the group's offsets (an OffsetFetch answers UNSTABLE_OFFSET_COMMIT, so a warmup or
+# the coordinator asking for T1 waits) until the broker aborts it after
+# `transaction.timeout.ms`: librdkafka's 60 s would stall such a warmup for a minute;
+# 10 s is Kafka Streams' exactly-once default (transactions here commit every
+# `commit_interval_ms`). librdkafka's re-bootstrap can strand a pending TxnOffsetCommit,
+# and send_offsets_to_transaction then blocks past its own timeout (librdkafka issue
+# 5511, across a broker restart): a task's producer never re-bootstraps. One that lost
+# every broker fails its next commit and the task restarts with a new producer. Any
+# [kafka] setting overrides these.
 _PRODUCER_DEFAULTS: dict[str, Any] = {"retry.backoff.ms": 10, "retry.backoff.max.ms": 100,
                                       "queue.buffering.max.messages": 500_000,
                                       "linger.ms": 5,

@@ -30,15 +30,14 @@ log = logging.getLogger("baton.processor.runtime")
 # return; librdkafka's default (500 ms) would then sit inside every handoff pause.
 _FETCH_WAIT_MS = 20
 # A partition whose fetched records fill librdkafka's queue is fetched again only after
-# this long (default 1 s): a replay drains its queue in a few ms and then sat idle.
+# this long (default 1 s): a replay drains its queue in a few ms and would sit idle.
 _FETCH_QUEUE_BACKOFF_MS = 5
 # What a consumer fetches ahead of its polls, bounded (librdkafka's defaults: up to
 # 50 MiB a fetch, 1 MiB a partition, and a queue refilled below 100,000 records a
-# partition, up to 64 MiB). A replay of a backlog (a warmup, a store rebuilt from its
-# changelog) filled it, and the processor's RSS with it (bursts of 15-45 MB in an hour's
-# soak, each leaving a few MB that glibc did not give back). With these bounds a replay
-# of 1,000,000 records rose 19 MB above its start instead of 84, at the same rate
-# (bench/replay_fetch.py). Defaults only: [kafka] sets any of them.
+# partition, up to 64 MiB): a replay of a backlog (a warmup, a store rebuilt from its
+# changelog) would fill that queue, and the processor's memory with it, in bursts glibc
+# does not all give back; the bounds keep the replay's rate (docs/performance.md,
+# "Measurements behind the code"). Defaults only: [kafka] sets any of them.
 FETCH_BOUNDS = {"fetch.max.bytes": 4 << 20, "max.partition.fetch.bytes": 256 << 10,
                 "queued.max.messages.kbytes": 4 << 10, "queued.min.messages": 5_000}
 # how every consumer of a processor fetches, whatever [kafka] says

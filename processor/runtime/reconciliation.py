@@ -8,8 +8,8 @@ nothing). `reconcile` turns it into changes, in an order that matters:
    once it has seen them: a reply answers a heartbeat sent before a failure that came
    since, and a task that failed while its release was on its way (a fence, its
    transaction timed out by the broker) is listed by neither. Forgotten then, the
-   failure was never reported, and the coordinator waited for a release that could not
-   come until it declared the whole processor dead;
+   failure would never be reported, and the coordinator would wait for a release that
+   cannot come until it declared the whole processor dead;
 2. release active tasks no longer listed active (their new owner waits for final T1);
 3. drop replicas no longer listed or whose partitions changed, and switch the role of
    the others (warmup <-> standby); a replica replaying for an activation stays;

@@ -3,8 +3,9 @@
 
 The feeder refreshes its metadata every 200 ms and pauses while the topic grows: a
 producer that keeps writing a child partition's keys to the parent after the barrier
-was recorded would break the order of those keys whatever Baton does (DESIGN.md:
-producers must see the new partition count), so the test does not let it.
+was recorded would break the order of those keys whatever Baton does (producers must
+see the new partition count: docs/design.md, "Guarantees, and their limits"), so the
+test does not let it.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ class ProcessorSnapshot:
 
 @dataclass(frozen=True)
 class AssignmentConfig:
-    """The ``[catch_up]`` knobs the assignor uses (DESIGN.md "Configuration")."""
+    """The ``[catch_up]`` knobs the assignor uses (docs/configuration.md, "[catch_up]")."""
 
     acceptable_lag: int = 1000
     max_warmups: int = 2

@@ -41,7 +41,8 @@ _RECORD_FORMAT: Final = 1
 
 
 class Phase(enum.StrEnum):
-    """Where a handoff is; the values are persisted and pinned in DESIGN.md."""
+    """Where a handoff is; the values are persisted and pinned
+    (docs/design.md, "What is pinned")."""
 
     PLANNED = "planned"
     CATCHING_UP = "catching_up"

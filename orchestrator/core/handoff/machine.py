@@ -11,7 +11,7 @@ which returns the next value and the *commands* the driver must execute. This
 module does no I/O and never reads a clock: the driver passes `now`, talks to Kafka
 and to processors, and turns what it hears back into events (after h11).
 
-Phases (persisted as these strings, pinned in DESIGN.md)::
+Phases (persisted as these strings, pinned: docs/design.md, "What is pinned")::
 
     planned -> catching_up -> releasing -> activating -> done
         \___________\______________\____________\___> cancelled
