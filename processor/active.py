@@ -17,6 +17,13 @@ group's committed offsets are read back, and a broker that came back without the
 transaction restarts the task from what it does hold (orchestrator/kafka/watched_producer.py).
 After any abort the last commit is read back too (processor/transaction.py, `CommitVoided`).
 
+A commit runs on a commit thread (processor/runtime/commits.py), and the runtime gives up
+on one that does not return in time (`abandon`): a client call can outlive its own
+timeout when a broker is lost. The thread may still return later, and by then the task's
+next activation owns the store, so from the moment it is abandoned the thread's commit
+touches the store no more (`_store_held`): what it committed at the brokers, if
+anything, the next activation finds in the committed offsets after its fence.
+
 Each commit also sweeps a slice of the state's expired entries into the transaction
 (processor/expiry_sweep.py), by the clocks of the records the task processed.
 
@@ -28,9 +35,11 @@ them on its loop (`run_effects`), never on a commit thread.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import operator
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
 from confluent_kafka import KafkaError, KafkaException, Message
@@ -60,6 +69,7 @@ from processor.timers import TimerError
 from processor.transaction import (
     TXN_TIMEOUT_S,
     BrokerLost,
+    CommitHung,
     CommitVoided,
     ProducerFatal,
     TaskFailed,
@@ -115,6 +125,8 @@ class ActiveTask:
         self.due: list[Effect] = []
         self.sweep = ExpirySweep()
         self._losses = 0                      # the producer's broker losses at begin
+        self._abandoned = False               # the runtime gave up on its commit
+        self._store_lock = threading.Lock()   # a commit thread's store writes vs abandon
         self.committed = dict(committed)      # T1: the offsets of the last committed txn
         self.pending = dict(committed)        # positions including the open transaction
         self.in_transaction = False
@@ -390,11 +402,12 @@ class ActiveTask:
         self.in_transaction = False
         if offsets and self.producer.losses() != losses:
             self._verify_committed(offsets)
-        if self.changelog is not None and changed:   # its records went into this one
-            self.store.commit({**offsets, **self.changelog.committed()},
-                              self.changelog.changes)
-        else:
-            self.store.commit(offsets)
+        with self._store_held():
+            if self.changelog is not None and changed:   # its records went into this one
+                self.store.commit({**offsets, **self.changelog.committed()},
+                                  self.changelog.changes)
+            else:
+                self.store.commit(offsets)
         self.committed.update(offsets)
         self.due.extend(self.effects.take())
         committed, self.processed = self.processed, 0
@@ -405,6 +418,21 @@ class ActiveTask:
             if self.stamps:
                 self.stamps["first_commit"] = now
         return committed
+
+    def abandon(self) -> None:
+        """The runtime gave up waiting on this task's commit: whenever its thread returns,
+        it leaves the store alone (the module doc). Waits for a store write under way."""
+        with self._store_lock:
+            self._abandoned = True
+
+    @contextlib.contextmanager
+    def _store_held(self) -> Iterator[None]:
+        """A commit thread's store step, unless the commit was given up meanwhile."""
+        with self._store_lock:
+            if self._abandoned:
+                raise CommitHung(f"task {self.name!r}: its commit returned after it was "
+                                 "given up; the store is its next activation's")
+            yield
 
     def run_effects(self) -> None:
         """Run the committed transactions' effects, on the caller's thread (the loop)."""
@@ -441,18 +469,20 @@ class ActiveTask:
             held = f"unknown: {exc}"
         if held == offsets:
             return
-        self.store.abort()
+        with self._store_held():
+            self.store.abort()
+            if applied:
+                self.on_voided(self.name)   # a store that must not be served again here
         self.effects.drop()         # whether the transaction committed is unknown
         self.pending = dict(self.committed)
-        if applied:
-            self.on_voided(self.name)       # a store that must not be served again here
         raise (CommitVoided if applied else ProducerFatal)(
             f"task {self.name!r}: the brokers do not hold its last commit (committed {held}, "
             f"expected {offsets}); the task restarts from the committed offsets")
 
     def _after_failed_commit(self, exc: KafkaException | BrokerLost) -> None:
         self.in_transaction = False
-        self.store.abort()
+        with self._store_held():
+            self.store.abort()
         self.effects.drop()
         self.pending = dict(self.committed)
         if isinstance(exc, KafkaException):
@@ -498,6 +528,8 @@ class ActiveTask:
         if self.in_transaction:
             self.in_transaction = False
             self.processed = 0
+            if self._abandoned:     # its commit thread still holds the producer's call
+                return
             try:
                 self.producer.abort_transaction(TXN_TIMEOUT_S)
             except (KafkaException, SystemError) as failure:

@@ -17,7 +17,8 @@ from orchestrator.kafka.offsets import to_topic_partitions
 from orchestrator.kafka.retry import is_fatal, kafka_error
 from processor.changelog import ChangelogTarget
 
-__all__ = ["FENCED_CODES", "TXN_TIMEOUT_S", "BrokerLost", "CommitVoided", "ProducerFatal",
+__all__ = ["FENCED_CODES", "TXN_TIMEOUT_S", "BrokerLost", "CommitHung", "CommitVoided",
+           "ProducerFatal",
            "TaskFailed", "TaskFenced", "TransactionAborted", "abort_everywhere", "callback_error",
            "is_fenced", "resettle", "retriable_commit", "written_topics"]
 
@@ -58,6 +59,12 @@ class TaskFailed(Exception):
 
 class BrokerLost(Exception):
     """The producer lost its brokers inside the open transaction: redo it."""
+
+
+class CommitHung(ProducerFatal):
+    """The task's commit did not return within `processor.commit_timeout_ms`: it is given
+    up (`ActiveTask.abandon`), and the task starts again with a new producer, whose
+    fence ends the stuck one's transaction."""
 
 
 class TransactionAborted(Exception):

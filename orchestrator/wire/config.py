@@ -143,6 +143,11 @@ class ProcessorConfig(_Section):
     """A main loop that has not come round this long (a process() or a client call that
     never returns) ends the processor with exit 3, so that its supervisor starts it
     again; its tasks move to other processors meanwhile."""
+    commit_timeout_ms: int = Field(default=30_000, ge=100)
+    """An active task's commit (outputs flushed, offsets sent, transaction ended) that
+    has not returned this long is given up: the task starts again from its last commit
+    with a new producer, which fences the stuck one. A client call can outlive its own
+    timeout when a broker is lost; this bounds the wait. Keep it below loop_timeout_ms."""
     metrics_port: int | dict[str, int] = Field(default=0, examples=[{"p1": 9101, "p2": 9102}])
     """0: a free port (found through GET /sd); a fixed port; or a table per processor id
     (an id missing from it gets a free port)."""

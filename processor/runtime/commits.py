@@ -7,26 +7,43 @@ read_committed readers, so the wait would sit inside the handoff pause (up to a 
 interval, half of one on average).
 
 A commit is a few broker round trips (flush, offsets, end of transaction) waited out
-with the GIL released: one after the other, four tasks' commits held the round, and so
-a release, for 50-280 ms. So the open transactions commit on `_COMMIT_THREADS` threads
-while the main loop waits; a task's failure is still handled on the main loop, as for a
+with the GIL released: one after the other, several tasks' commits would hold the round,
+and so a release. So the open transactions commit on `_COMMIT_THREADS` threads while
+the main loop waits; a task's failure is still handled on the main loop, as for a
 commit of its own, and so are the job's after_commit effects (processor/effects.py),
 run once their commit is known.
+
+The loop waits for a commit at most `processor.commit_timeout_ms`. librdkafka's
+`send_offsets_to_transaction` can block past its own timeout while the group's
+coordinator is lost (librdkafka issues 5456 and 5511), and a loop that waited on it
+would hold every task of the processor until its stall watch ended the process. A
+commit past the timeout is given up (`ActiveTask.abandon`) and reported as `CommitHung`:
+the task starts again with a new producer, whose fence ends the stuck transaction, and
+the stuck thread is left to the old pool while the commits go on on a new one. The
+pool's threads are daemon threads: a stuck one must not hold the processor's exit,
+which a `concurrent.futures` pool's would (the interpreter joins them).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import queue
+import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, TypeVar
 
 from metrics import ProcessorMetrics
 from orchestrator.wire.clock import Clock
 from processor.active import ActiveTask
 from processor.handoff_steps import step_ms
+from processor.transaction import CommitHung
 
 __all__ = ["Commits"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("baton.processor.runtime")
 
@@ -43,15 +60,17 @@ class Commits:
         interval_s: processor.commit_interval_ms in seconds.
         metrics: counts records processed, transactions, the first output's pause.
         clock: times the interval.
+        timeout_s: processor.commit_timeout_ms in seconds (the module doc).
     """
 
-    def __init__(self, interval_s: float, metrics: ProcessorMetrics, clock: Clock) -> None:
+    def __init__(self, interval_s: float, metrics: ProcessorMetrics, clock: Clock,
+                 timeout_s: float = 30.0) -> None:
         self._every_s = interval_s
         self._metrics = metrics
         self._clock = clock
+        self._timeout_s = timeout_s
         self._committed_at = float("-inf")
-        self._pool = ThreadPoolExecutor(max_workers=_COMMIT_THREADS,
-                                        thread_name_prefix="baton-commit")
+        self._pool = _new_pool()
 
     def due(self, round_s: float) -> bool:
         """The interval has passed since the last commit, or a round is that long."""
@@ -71,19 +90,23 @@ class Commits:
 
     def _commit(self, open_: list[str], active: Mapping[str, ActiveTask], run: RunActive
                 ) -> None:
-        if len(open_) < 2:
-            for task in open_:
-                run(task, self.commit)
-            return
+        deadline = self._clock.monotonic() + self._timeout_s
         done = {task: self._pool.submit(_counted_commit, active[task]) for task in open_}
         for task, outcome in done.items():
-            run(task, functools.partial(self.commit, outcome=outcome))
+            run(task, functools.partial(self.commit, outcome=(outcome, deadline)))
 
     def commit(self, active: ActiveTask,
-               outcome: Future[tuple[bool, int]] | None = None) -> None:
-        """Commit `active` (or take the result of its commit on a thread, `outcome`) and
-        count it."""
-        had_pause, count = outcome.result() if outcome is not None else _counted_commit(active)
+               outcome: tuple[Future[tuple[bool, int]], float] | None = None) -> None:
+        """Commit `active` (or take the result of its commit on a thread, `outcome`: its
+        future and the loop's deadline for it) and count it.
+
+        Raises:
+            CommitHung: the commit did not return in time (the module doc).
+        """
+        if outcome is None:
+            outcome = (self._pool.submit(_counted_commit, active),
+                       self._clock.monotonic() + self._timeout_s)
+        had_pause, count = self._within(active, *outcome)
         active.run_effects()
         first = not had_pause and active.pause_ms is not None
         steps = step_ms(active.stamps) if first else {}
@@ -100,8 +123,68 @@ class Commits:
             for step, ms in steps.items():
                 self._metrics.record_handoff_step(step, ms / 1000)  # type: ignore[arg-type]
 
+    def final(self, active: ActiveTask) -> int:
+        """A release's last commit, within the same timeout; its record count.
+
+        Raises:
+            CommitHung: the commit did not return in time.
+        """
+        return self._within(active, self._pool.submit(_counted_commit, active),
+                            self._clock.monotonic() + self._timeout_s)[1]
+
+    def _within(self, active: ActiveTask, outcome: Future[tuple[bool, int]],
+                deadline: float) -> tuple[bool, int]:
+        try:
+            return outcome.result(timeout=max(0.0, deadline - self._clock.monotonic()))
+        except FutureTimeout:
+            active.abandon()
+            stuck, self._pool = self._pool, _new_pool()
+            stuck.shutdown(wait=False)      # its thread ends when the call returns
+            raise CommitHung(f"task {active.name!r}: its commit did not return within "
+                             f"{self._timeout_s:.0f} s (processor.commit_timeout_ms); the "
+                             "task starts again with a new producer, which fences the "
+                             "stuck one") from None
+
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+def _new_pool() -> _Pool:
+    return _Pool(_COMMIT_THREADS)
+
+
+class _Pool:
+    """`threads` daemon threads running what is submitted, each with its future."""
+
+    def __init__(self, threads: int) -> None:
+        self._work: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = \
+            queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._serve, name="baton-commit",
+                                          daemon=True) for _ in range(threads)]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, call: Callable[[ActiveTask], T], active: ActiveTask) -> Future[T]:
+        future: Future[T] = Future()
+        self._work.put((future, functools.partial(call, active)))
+        return future
+
+    def _serve(self) -> None:
+        while (item := self._work.get()) is not None:
+            future, call = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(call())
+                except BaseException as exc:    # handed to the loop with the result
+                    future.set_exception(exc)
+
+    def shutdown(self, wait: bool) -> None:
+        """Stop the threads once the work queued before is done; `wait`: join them."""
+        for _ in self._threads:
+            self._work.put(None)
+        if wait:
+            for thread in self._threads:
+                thread.join()
 
 
 def _counted_commit(active: ActiveTask) -> tuple[bool, int]:

@@ -115,7 +115,7 @@ class TaskRuntime:
                                       self.consumers.replays.read_through, self.jobs,
                                       self.barrier_book, self.activations, self.clock)
         self.commits = Commits(config.processor.commit_interval_ms / 1000, self.metrics,
-                               self.clock)
+                               self.clock, config.processor.commit_timeout_ms / 1000)
         self.active_round = ActiveRound(self.active, self.consumers.active, self.children,
                                         self.commits, self.metrics, self._stop_active,
                                         self._restart, self.clock)
@@ -228,7 +228,7 @@ class TaskRuntime:
             return dict(self.released.get(task, {}))
         started = self.clock.monotonic()
         try:
-            count = active.commit()         # the final transaction counts like any other
+            count = self.commits.final(active)  # counted like any other transaction
             active.run_effects()
             if count:
                 self.metrics.record_processed(task, count)

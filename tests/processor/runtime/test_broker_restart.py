@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import signal
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,7 @@ from confluent_kafka import Message
 
 from orchestrator.wire.config import parse_config
 from processor.runtime import TaskRuntime
+from processor.transaction import TXN_TIMEOUT_S
 from tests.brokers import Broker
 from tests.oracle_report import oracle_check
 from tests.processor.runtime.runtime_support import (
@@ -42,12 +46,13 @@ def broker(restartable_broker: Broker) -> Broker:
     return restartable_broker
 
 
-def _active(broker: Broker, job_config: Callable[..., dict[str, Any]], tmp_path: Path
-            ) -> tuple[Any, TaskRuntime]:
+def _active(broker: Broker, job_config: Callable[..., dict[str, Any]], tmp_path: Path,
+            **processor: Any) -> tuple[Any, TaskRuntime]:
     # a restart slowed by a loaded machine must not outlast the open transaction: past
     # transaction.timeout.ms (Baton's 10 s) the broker aborts it on its return and fences
     # the producer, and the task takes the fenced path, not the one tested here
-    raw = job_config(partitions=1, kafka={"transaction.timeout.ms": 60_000})
+    raw = job_config(partitions=1, kafka={"transaction.timeout.ms": 60_000},
+                     processor=processor)
     config = parse_config(raw)
     runtime = new_runtime(raw, tmp_path, "p1")
     runtime.apply(assignment_reply(task_model(config.job.inputs[0], 1), active=[TASK]))
@@ -105,6 +110,34 @@ def test_restart_before_the_commit_redoes_the_transaction(broker, job_config, tm
         stranded = "_TIMED_OUT" in caplog.text and "with a new producer" in caplog.text
         assert "lost its brokers" in caplog.text or stranded, caplog.text
         assert active.committed == active.pending      # rewound to T1, nothing committed
+    _finish(broker, config, runtime, 500)
+
+
+def test_a_commit_past_its_timeout_is_given_up_and_the_task_goes_on(broker, job_config,
+                                                                    tmp_path, caplog) -> None:
+    """A commit whose client calls do not return (the broker frozen under them; what
+    librdkafka does past its own timeouts when a group's coordinator is lost) holds the
+    loop for commit_timeout_ms, not for the calls' timeouts: the task starts again with a
+    new producer, and once the broker is back the output is exactly once, whatever the
+    stuck commit's thread then does."""
+    config, runtime = _active(broker, job_config, tmp_path, commit_timeout_ms=2000)
+    with _closed_on_failure(runtime):
+        active = runtime.active[TASK]
+        feed_keys(broker, config.job.inputs[0], 300, 200)
+        wait_for(lambda: active.processed > 0, 30, "an open transaction",
+                 lambda: active.process(_records(runtime.active_consumer.consume(500, 0.1))))
+        assert broker.local is not None and broker.local.pid is not None
+        os.kill(broker.local.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with caplog.at_level(logging.WARNING, logger="baton.processor.runtime"):
+                runtime.active_round.run(TASK, runtime.commits.commit)
+            waited = time.monotonic() - started
+        finally:
+            os.kill(broker.local.pid, signal.SIGCONT)
+        assert "did not return within 2 s" in caplog.text, caplog.text
+        assert waited < TXN_TIMEOUT_S - 2, f"the loop waited {waited:.1f} s on the commit"
+        assert TASK not in runtime.active      # fencing again, with a new producer
     _finish(broker, config, runtime, 500)
 
 
