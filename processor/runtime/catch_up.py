@@ -144,7 +144,22 @@ class InputCatchUp(CatchUp):
 
     def replica(self, task: str, store: Store, role: ReplicaRole) -> Replica:
         partitions = self._tasks.sources(task).partitions
-        return self._replica(task, store, role, self._lookups.committed(partitions))
+        return self._replica(task, store, role, self._start_caps(task, partitions))
+
+    def _start_caps(self, task: str, partitions: list[str]) -> dict[str, int]:
+        """T1 to cap a new warmup or standby at, without holding the loop: a stable
+        lookup waits while an offset commit of the group is pending (an owner's
+        transaction ending, or one a broker restart left unsettled, for minutes on
+        Apache Kafka), and the loop would wait with it, every other task's commits and
+        a release's deadline too. So one short attempt, then the settled offsets: they
+        never pass T1 (a pending commit is left out), and the caps' refresh raises them
+        once T1 is stable."""
+        try:
+            return self._lookups.committed_once(partitions, _CAP_LOOKUP_TIMEOUT_S)
+        except KafkaException as exc:
+            log.info("task %r: its committed offsets are not stable yet (%s); it starts "
+                     "capped at the settled ones", task, exc)
+            return self._lookups.settled(partitions)
 
     def _replica(self, task: str, store: Store, role: ReplicaRole,
                  committed: Mapping[str, int]) -> Replica:
