@@ -4,14 +4,13 @@ silence is its own, so no processor may be declared lost or dead for it: both st
 and registered. (What the outage does to the data is the fault suite's to check, with
 the oracle: tests/test_faults.py, TestBrokerRestart.)
 
-It runs alone, outside `./run test`'s sessions:
-
-    BATON_TEST_BROKER=kafka .venv/bin/python -m pytest tests/orchestrator/test_broker_outage_e2e.py
+It stops the broker, so `./run test` runs it on a broker of its own, after the
+embedded broker's pass and beside the fault suite's lanes.
 
 After a restart, Apache Kafka can hold a group's committed offsets unstable for minutes
-(a read_committed lookup times out meanwhile), and a processor's loop that waits on
-such lookups may miss a release deadline: a known limit, which this test would report
-as a processor declared dead on a loaded machine.
+(a read_committed lookup times out meanwhile); a warmup that starts then does not wait
+for them (processor/runtime/catch_up.py, `_start_caps`), so the processors' loops keep
+answering their releases in time.
 """
 
 from __future__ import annotations
