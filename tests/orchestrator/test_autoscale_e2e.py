@@ -47,8 +47,9 @@ AUTOSCALE = {"up_window_ms": 4000, "down_window_ms": 12000, "max_lag_s": 10,
 PACED = {"class": "processor.examples:PacedSum"}
 # PacedSum's 0.5 ms a record: at most 2,000 records/s a processor, about half that on a
 # loaded 2-core machine. The high rate is past one processor's most on any machine (so a
-# scale-out is needed however idle the machine), and three serve it even at half speed;
-# one serves the low rate
+# scale-out is needed however idle the machine), and four, one task each (625 records/s),
+# serve it even at half speed; three would not, since one of them holds two of the four
+# tasks (1,250 records/s). One serves the low rate
 HIGH_RATE, LOW_RATE = 2500.0, 60.0
 
 
@@ -108,7 +109,7 @@ def decisions_total(j: Job, direction: str, outcome: str) -> float:
 
 
 def test_step_up_scales_out_and_step_down_drains_in(autoscaled, broker) -> None:
-    j = autoscaled(max_processors=3)
+    j = autoscaled(max_processors=4)
     j.start_coordinator()
     j.start_processor("p1")
     feeder = Feeder(broker, j.config.job.inputs[0], keys=40, rate=HIGH_RATE).start()

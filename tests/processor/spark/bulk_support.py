@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, TopicPartition
 from processor.job import Record
 from processor.spark import load_job
 from store import TaskStore, decode_changelog, decode_value
+from tests.waiting import wait_for
 
 __all__ = ["TRAIL", "consumer_path", "input_ranges", "produce_input", "store_bytes"]
 
@@ -42,13 +43,25 @@ def produce_input(broker: Any, topic: str, partitions: int, records: int, keys: 
 
 
 def input_ranges(broker: Any, topic: str, partitions: int) -> dict[str, tuple[int, int]]:
-    """Each partition's range from 0 to its end, by the "topic:N" name the bulk path takes."""
-    consumer = Consumer(broker.settings(**{"group.id": "ranges"}))
+    """Each partition's range from 0 to its end, by the "topic:N" name the bulk path takes,
+    once every transaction written to it has ended: a commit returns before its markers
+    are written, and until they are the committed end (the last stable offset) leaves
+    the last transaction out."""
+    committed = Consumer(broker.settings(**{"group.id": "ranges"}))
+    written = Consumer(broker.settings(**{"group.id": "ranges",
+                                          "isolation.level": "read_uncommitted"}))
+
+    def ends(consumer: Consumer) -> dict[str, int]:
+        return {f"{topic}:{p}": consumer.get_watermark_offsets(
+            TopicPartition(topic, p), timeout=10, cached=False)[1] for p in range(partitions)}
+
     try:
-        return {f"{topic}:{p}": (0, consumer.get_watermark_offsets(
-            TopicPartition(topic, p), timeout=10, cached=False)[1]) for p in range(partitions)}
+        wait_for(lambda: ends(committed) == ends(written), 30,
+                 f"the transactions written to {topic} ended")
+        return {name: (0, end) for name, end in ends(committed).items()}
     finally:
-        consumer.close()
+        committed.close()
+        written.close()
 
 
 def consumer_path(broker: Any, path: Path, ranges: dict[str, tuple[int, int]], source: str,
