@@ -18,9 +18,9 @@ from orchestrator.kafka.retry import is_fatal, kafka_error
 from processor.changelog import ChangelogTarget
 
 __all__ = ["FENCED_CODES", "TXN_TIMEOUT_S", "BrokerLost", "CommitHung", "CommitVoided",
-           "ProducerFatal",
-           "TaskFailed", "TaskFenced", "TransactionAborted", "abort_everywhere", "callback_error",
-           "is_fenced", "resettle", "retriable_commit", "written_topics"]
+           "ProducerFatal", "TaskFailed", "TaskFenced", "TransactionAborted",
+           "abort_everywhere", "callback_error", "is_fenced", "resettle", "retriable_commit",
+           "written_topics"]
 
 # librdkafka retries inside each call up to this; a broker that does not finish a
 # transaction within it is treated as having lost it (see ActiveTask._after_failed_commit)

@@ -17,7 +17,6 @@ coordinator. A coordinator that takes over learns the lag from the next report.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any, Protocol
 
 from orchestrator.core import handoff as hs
@@ -79,7 +78,7 @@ class StreamRecords:
         for task, handoff in sorted(core.handoffs.items()):
             cached = self._handoff_records.get(task)
             if cached is not None and cached[0] is not handoff \
-                    and replace(handoff, lag=cached[0].lag) == cached[0]:
+                    and handoff.same_but_lag(cached[0]):
                 cached = (handoff, cached[1])   # only the advisory lag moved
             elif cached is None or cached[0] is not handoff:
                 cached = (handoff, handoff.to_dict())

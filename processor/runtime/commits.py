@@ -70,7 +70,7 @@ class Commits:
         self._clock = clock
         self._timeout_s = timeout_s
         self._committed_at = float("-inf")
-        self._pool = _new_pool()
+        self._pool = _Pool(_COMMIT_THREADS)
 
     def due(self, round_s: float) -> bool:
         """The interval has passed since the last commit, or a round is that long."""
@@ -138,7 +138,7 @@ class Commits:
             return outcome.result(timeout=max(0.0, deadline - self._clock.monotonic()))
         except FutureTimeout:
             active.abandon()
-            stuck, self._pool = self._pool, _new_pool()
+            stuck, self._pool = self._pool, _Pool(_COMMIT_THREADS)
             stuck.shutdown(wait=False)      # its thread ends when the call returns
             raise CommitHung(f"task {active.name!r}: its commit did not return within "
                              f"{self._timeout_s:.0f} s (processor.commit_timeout_ms); the "
@@ -147,10 +147,6 @@ class Commits:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
-
-
-def _new_pool() -> _Pool:
-    return _Pool(_COMMIT_THREADS)
 
 
 class _Pool:

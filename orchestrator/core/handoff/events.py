@@ -127,6 +127,11 @@ class Handoff:
             raise LocalHandoffError(
                 f"task {self.task!r}: phase {self.phase} needs a source to release from")
 
+    def same_but_lag(self, other: Handoff) -> bool:
+        """Whether `other` is this handoff but for its lag, which is advisory: a change of
+        it alone is neither a transition to persist nor a new stream record."""
+        return dataclasses.replace(self, lag=other.lag) == other
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON-able record written to the coordinator stream."""
         record = dataclasses.asdict(self)

@@ -144,7 +144,7 @@ def step(handoff: Handoff, event: Event, config: HandoffConfig,
     new, commands = rule(Step(handoff, event, config, now))
     if new.phase != handoff.phase:
         new = replace(new, since=float(now))
-    if replace(new, lag=handoff.lag) == handoff:
+    if new.same_but_lag(handoff):
         return new, commands
     return new, [Persist(new), *commands]
 
