@@ -1,9 +1,10 @@
 """A round's active batch: every active task here processes its share of one consume().
 
 Each step on an active task (processing a batch, committing) runs through `run`, which
-owns what a step may raise: an aborted transaction rewinds the task to T1 and it goes
-on; a fatal producer error restarts it (fence again, replay, carry on); a fence, a
-failure or a store error stops it, reported `failed`.
+hands what a step raised to the task's lifecycle (processor/lifecycle.py): an aborted
+transaction rewinds the task to T1 and it goes on; a fatal producer error restarts it
+(fence again, replay, carry on); a fence, a failure or a store error stops it, reported
+`failed`.
 
 A round takes at most what the job processes in a tenth of a second at its recent cost
 (processor/runtime/batch_size.py), so a slow job does not hold the loop for seconds.
@@ -15,19 +16,18 @@ import functools
 import logging
 from collections.abc import Callable, Mapping
 
-from metrics import ProcessorMetrics
 from orchestrator.wire.clock import Clock
-from processor.active import ActiveTask, ProducerFatal, TaskFailed, TaskFenced, TransactionAborted
-from processor.runtime.activation import StoreAheadError
+from processor.active import ActiveTask
+from processor.lifecycle import Event
 from processor.runtime.active_consumer import ActiveConsumer
 from processor.runtime.batch_size import BatchSize
 from processor.runtime.batches import by_task
 from processor.runtime.children import SplitChildren
 from processor.runtime.commits import Commits
 from processor.runtime.consumers import log_error
+from processor.runtime.outcomes import ROUND_ERRORS, event_of
 from processor.runtime.replay_round import BATCH
 from processor.runtime.wall_timers import WallTimers
-from store import StoreError
 
 __all__ = ["ActiveRound"]
 
@@ -42,15 +42,12 @@ class ActiveRound:
         consumer: the active consumer.
         children: the split children embedded in their parents (pruned each round).
         commits: when and how the tasks commit.
-        metrics: counts aborted and fenced transactions.
-        stop: stops a task without committing, with the reason it failed.
-        restart: stops a task and activates it again, for the reason given.
+        happened: the task's lifecycle, told what a step raised (with the reason).
     """
 
     def __init__(self, active: Mapping[str, ActiveTask], consumer: ActiveConsumer,
-                 children: SplitChildren, commits: Commits, metrics: ProcessorMetrics,
-                 stop: Callable[[str, str], None], restart: Callable[[str, str], None],
-                 clock: Clock) -> None:
+                 children: SplitChildren, commits: Commits,
+                 happened: Callable[[str, Event, str], None], clock: Clock) -> None:
         self._active = active
         self._clock = clock
         self.size = BatchSize(BATCH)
@@ -58,9 +55,7 @@ class ActiveRound:
         self._consumer = consumer
         self._children = children
         self._commits = commits
-        self._metrics = metrics
-        self._stop = stop
-        self._restart = restart
+        self._happened = happened
         self._timers = WallTimers(clock)
 
     def poll(self, timeout: float, commit: bool = True) -> int:
@@ -90,17 +85,8 @@ class ActiveRound:
             return
         try:
             step(active)
-        except TransactionAborted as exc:
-            log.warning("%s; rewinding to %s", exc, active.committed)
-            self._metrics.record_transaction(task, "aborted")
-            self._consumer.rewind(active)
-        except ProducerFatal as exc:
-            log.warning("%s", exc)
-            self._restart(task, str(exc))        # fence again, replay, carry on
-        except (TaskFenced, TaskFailed, StoreAheadError, StoreError) as exc:
-            # StoreError: its store failed a read or a write (a full disk, a damaged
-            # block); Kafka holds what was committed, so another owner rebuilds it
-            log.error("%s", exc)
-            if isinstance(exc, TaskFenced):
-                self._metrics.record_transaction(task, "fenced")
-            self._stop(task, str(exc))
+        except ROUND_ERRORS as exc:
+            event = event_of(exc)
+            retried = event in (Event.ABORTED, Event.PRODUCER_LOST)
+            log.log(logging.WARNING if retried else logging.ERROR, "%s", exc)
+            self._happened(task, event, str(exc))

@@ -33,9 +33,10 @@ from confluent_kafka import KafkaException
 
 from orchestrator.wire.protocol import RoleListing
 from processor.active import ActiveTask
+from processor.lifecycle import Command, Event, State, listing_events, plan
 from processor.replica import Replay, ReplicaRole
 
-__all__ = ["Reconcilable", "reconcile", "replica_roles"]
+__all__ = ["Reconcilable", "held_state", "reconcile", "replica_roles"]
 
 log = logging.getLogger("baton.processor.runtime")
 
@@ -71,44 +72,71 @@ def replica_roles(wanted: RoleListing) -> dict[str, ReplicaRole]:
 
 def reconcile(runtime: Reconcilable, wanted: RoleListing,
               seen_failures: Collection[str] | None = None) -> None:
-    """Apply the coordinator's listing `wanted` to `runtime` (see the module docstring).
+    """Apply the coordinator's listing `wanted` to `runtime` (see the module docstring):
+    each task's events stepped through the lifecycle table (processor/lifecycle.py),
+    then the commands, command by command across the tasks.
 
     Args:
         seen_failures: the tasks reported failed in the heartbeat `wanted` answers
             (None: every failure was).
     """
     roles = replica_roles(wanted)
-    listed = set(wanted.active) | set(roles)
-    for task in [t for t in runtime.failed if t not in listed
-                 and (seen_failures is None or t in seen_failures)]:
+    listed: dict[str, State] = {t: State.WARMUP if r == "warmup" else State.STANDBY
+                                for t, r in roles.items()}
+    listed.update({t: State.ACTIVE for t in wanted.active})
+    tasks = dict.fromkeys([*runtime.failed, *runtime.active, *runtime.replicas, *listed])
+    states = {task: held_state(runtime, task) for task in tasks}
+    events: dict[str, tuple[Event, ...]] = {}
+    for task in tasks:
+        state = states[task]
+        replica = runtime.replicas.get(task)
+        stale = state in (State.WARMUP, State.STANDBY) and replica is not None \
+            and replica.partitions != runtime.replay_partitions(task)
+        seen = state is State.FAILED and (seen_failures is None or task in seen_failures)
+        role = listed.get(task)
+        if role is not None and task not in runtime.model:
+            events[task] = (*((Event.REPARTITIONED,) if stale else ()), Event.LISTED_UNKNOWN)
+        else:
+            events[task] = listing_events(state, role, stale, seen)
+    for task, command in plan(states, events):
+        if command is not Command.FORGET_FAILURE and task in runtime.failed:
+            continue        # it failed on an earlier command of this reply
+        _carry_out(runtime, task, command, roles.get(task))
+
+
+def held_state(runtime: Reconcilable, task: str) -> State:
+    """Where `task` is on this processor, as reconciliation sees it (a released task's
+    final T1 is not its business: released is idle here)."""
+    replica = runtime.replicas.get(task)
+    if runtime.activating(task):
+        return State.REPLAYING if replica is not None else State.FENCING
+    if task in runtime.active:
+        return State.ACTIVE
+    if replica is not None:
+        return State.WARMUP if replica.role == "warmup" else State.STANDBY
+    return State.FAILED if task in runtime.failed else State.IDLE
+
+
+def _carry_out(runtime: Reconcilable, task: str, command: Command,
+               role: ReplicaRole | None) -> None:
+    if command is Command.FORGET_FAILURE:
         del runtime.failed[task]
-    for task in [t for t in runtime.active if t not in wanted.active]:
+    elif command is Command.RELEASE:
         runtime.guard(task, runtime.release)
-    for task, replica in list(runtime.replicas.items()):
-        stale = replica.partitions != runtime.replay_partitions(task)
-        if replica.role != "activating" and (stale or task not in listed):
-            runtime.guard(task, runtime.drop)   # gone, or its partitions changed
-        elif task in roles and replica.role != "activating":
-            replica.role = roles[task]
-    for task, role in roles.items():
-        if _idle(runtime, task) and _can_start(runtime, task):
-            runtime.guard(task, functools.partial(runtime.start_replica, role=role))
-    for task in wanted.active:
-        if task not in runtime.active and not runtime.activating(task) \
-                and _can_start(runtime, task):
-            runtime.guard(task, runtime.activate)
-    for task in list(runtime.active):
+    elif command is Command.DROP:
+        runtime.guard(task, runtime.drop)
+    elif command is Command.SWITCH_ROLE:
+        assert role is not None
+        runtime.replicas[task].role = role
+    elif command is Command.START_REPLICA:
+        assert role is not None
+        runtime.guard(task, functools.partial(runtime.start_replica, role=role))
+    elif command is Command.ACTIVATE:
+        runtime.guard(task, runtime.activate)
+    elif command is Command.GROW:
         try:
             runtime.grow(task)
         except KafkaException as exc:       # the next reply retries; the task carries on
             log.warning("task %r: cannot start its new partitions yet: %s", task, exc)
-
-
-def _idle(runtime: Reconcilable, task: str) -> bool:
-    """This processor runs `task` in no role (nor is on its way to active)."""
-    return task not in runtime.replicas and task not in runtime.active \
-        and not runtime.activating(task)
-
-
-def _can_start(runtime: Reconcilable, task: str) -> bool:
-    return task in runtime.model and task not in runtime.failed
+    else:
+        raise AssertionError(f"{command} is not a reply's command")

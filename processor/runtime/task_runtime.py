@@ -6,8 +6,11 @@ orchestrator/wire/protocol.py) through `apply()`, or from a test harness calling
 on the caller's thread: the daemon's main loop is the only owner of the consumers,
 producers and stores; the heartbeat thread only exchanges snapshots with it.
 
-The runtime holds the book of tasks (active, replicas, released, failed) and the
-loop (`poll()`); its collaborators each own one concept: `Consumers` (who reads what),
+What happens to a task is decided by its lifecycle table (processor/lifecycle.py): the
+runtime turns a reply (through `reconcile`) or what a step raised or finished (a fence
+done, a replay at T1, an aborted transaction) into an event, steps, and carries out the
+commands (`happened`). It holds the tasks' objects (active, replicas, released, failed),
+from which `state_of` reads where each task is, and the loop (`poll()`); its collaborators each own one concept: `Consumers` (who reads what),
 `CatchUp` (where replicas rebuild state from: the input or the changelog), `Activations`
 (fence, replay, go active), `BulkPath` (Spark catch-up), `Commits`, `TaskStores`,
 `TaskPartitions`, `SplitChildren`, `reconcile` (a reply -> changes), `task_reports`,
@@ -16,22 +19,22 @@ loop (`poll()`); its collaborators each own one concept: `Consumers` (who reads 
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Collection, Mapping
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer
 
 from metrics import NullProcessorMetrics, ProcessorMetrics
 from orchestrator.wire.catchup import is_caught_up
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.config import Config
 from orchestrator.wire.protocol import HeartbeatReply, TaskReport
-from processor.active import ActiveTask, ProducerFatal, TaskFailed, TaskFenced, TransactionAborted
-from processor.changelog_replica import ChangelogError
+from processor.active import ActiveTask, ProducerFatal, TaskFenced, TransactionAborted
 from processor.job import Job
+from processor.lifecycle import Command, Event, State, step
 from processor.replica import Replay, ReplicaRole
-from processor.retention import InputTrimmedError, OffsetOutOfRange
-from processor.runtime.activation import Activations, StoreAheadError
+from processor.runtime.activation import Activations
 from processor.runtime.active_round import ActiveRound
 from processor.runtime.barriers import BarrierBook, BarrierHolder
 from processor.runtime.bulk_path import BulkPath
@@ -43,16 +46,15 @@ from processor.runtime.consumers import Consumers
 from processor.runtime.dead_letters import ensure_dead_letter_topic
 from processor.runtime.jobs import TaskJobs
 from processor.runtime.load import LoadMeter
-from processor.runtime.preflight import FenceRefused
+from processor.runtime.outcomes import TASK_ERRORS, event_of
 from processor.runtime.producer_close import close_producer
-from processor.runtime.reconciliation import reconcile
+from processor.runtime.reconciliation import held_state, reconcile
 from processor.runtime.replay_round import ReplayRound, replay_bite
 from processor.runtime.reports import StoreSizes, task_reports
 from processor.runtime.stall_watch import StallWatch
 from processor.runtime.stores import TaskStores
 from processor.runtime.task_partitions import TaskPartitions
 from processor.sources import topic_counts
-from store import StoreError
 
 __all__ = ["TaskRuntime"]
 
@@ -61,9 +63,6 @@ log = logging.getLogger("baton.processor.runtime")
 # while an activation runs, a round waits this long at most for records (or sleeps, with
 # nothing to poll): the fence's end, or the activation's next step, is taken within it
 _IDLE_WHILE_ACTIVATING_S = 0.01
-# what a change of one task may raise and still leave the other tasks running
-_TASK_ERRORS = (StoreError, StoreAheadError, KafkaException, OSError, TaskFenced, ProducerFatal,
-                TaskFailed, ChangelogError, InputTrimmedError, OffsetOutOfRange, FenceRefused)
 
 
 class TaskRuntime:
@@ -117,13 +116,13 @@ class TaskRuntime:
         self.commits = Commits(config.processor.commit_interval_ms / 1000, self.metrics,
                                self.clock, config.processor.commit_timeout_ms / 1000)
         self.active_round = ActiveRound(self.active, self.consumers.active, self.children,
-                                        self.commits, self.metrics, self._stop_active,
-                                        self._restart, self.clock)
+                                        self.commits, self.happened, self.clock)
         self.child_releases = ChildReleases(self)
         self.replay_round = ReplayRound(self.consumers.replays, self.source, self.metrics,
                                         self.guard, self._replay_done)
         self.stalls = StallWatch(config.processor.stall_timeout_ms / 1000, self.consumers,
                                  self.consumers.make_end_lookup, self.metrics, self.clock)
+        self._commands = self._command_table()
 
     @property
     def active_consumer(self) -> Consumer:
@@ -164,24 +163,66 @@ class TaskRuntime:
         return task in self.activations
 
     def guard(self, task: str, change: Callable[[str], object]) -> None:
-        """Run `change(task)`; on failure, mark the task failed and free what it held."""
+        """Run `change(task)`; what it raises is an event of the task's lifecycle (for
+        a change of a task not active: free what it held and mark it failed)."""
         try:
             change(task)
-        except _TASK_ERRORS as exc:
+        except TASK_ERRORS as exc:
             log.error("task %r: %s", task, exc)
-            self.failed[task] = str(exc)
-            if isinstance(exc, InputTrimmedError):
-                self.metrics.record_input_trimmed(task)
-            if task in self.active:
-                self.consumers.active.unassign(task)
-                active = self.active.pop(task)
-                active.store.close()
-                close_producer(active.producer)
-            replica = self.replicas.pop(task, None)
-            if replica is not None:
-                self.consumers.replays.unassign(replica)
-                replica.store.close()
-            self.activations.abandon(task, close_store=replica is None)
+            self.happened(task, event_of(exc), str(exc))
+
+    # ---- the lifecycle's driver (processor/lifecycle.py decides) -------------------------
+
+    def state_of(self, task: str) -> State:
+        """Where `task` is on this processor, read from what holds it."""
+        if task in self.activations:
+            return State.REPLAYING if self.activations.pending[task].replaying \
+                else State.FENCING
+        state = held_state(self, task)
+        return State.RELEASED if state is State.IDLE and task in self.released else state
+
+    def happened(self, task: str, event: Event, reason: str = "") -> None:
+        """Step `task` through the lifecycle table and carry out its commands."""
+        for command in step(self.state_of(task), event).commands:
+            self._commands[command](task, reason)
+
+    def _command_table(self) -> dict[Command, Callable[[str, str], object]]:
+        """How the runtime carries out each command the lifecycle gives (reconciliation
+        carries out the reply's own: processor/runtime/reconciliation.py)."""
+        return {
+            Command.REPLAY_FIRST: lambda task, _: self._replay_first(task),
+            Command.REPLAY_NEXT: lambda task, _: self._replay_or_go_active(
+                task, self.activations.next_replay(task)),
+            Command.GO_ACTIVE: lambda task, _: self._go_active(task),
+            Command.REWIND: lambda task, _: self._rewind(task),
+            Command.STOP_ACTIVE: lambda task, _: self._stop_active(task),
+            Command.ACTIVATE: lambda task, _: self.guard(task, self.activate),
+            Command.FREE: lambda task, _: self._free(task),
+            Command.MARK_FAILED: self.failed.__setitem__,
+            Command.COUNT_ABORTED: lambda task, _: self.metrics.record_transaction(
+                task, "aborted"),
+            Command.COUNT_FENCED: lambda task, _: self.metrics.record_transaction(
+                task, "fenced"),
+            Command.COUNT_TRIMMED: lambda task, _: self.metrics.record_input_trimmed(task),
+        }
+
+    def _free(self, task: str) -> None:
+        """A change of `task` failed: free whatever it held (active, replica, activation)."""
+        if task in self.active:
+            self.consumers.active.unassign(task)
+            active = self.active.pop(task)
+            active.store.close()
+            close_producer(active.producer)
+        replica = self.replicas.pop(task, None)
+        if replica is not None:
+            self.consumers.replays.unassign(replica)
+            replica.store.close()
+        self.activations.abandon(task, close_store=replica is None)
+
+    def _rewind(self, task: str) -> None:
+        active = self.active[task]
+        log.warning("task %r: rewinding to %s", task, active.committed)
+        self.consumers.active.rewind(active)
 
     def replay_partitions(self, task: str) -> list[str]:
         """The partitions a replica of `task` reads, in order (its catch-up source's)."""
@@ -200,7 +241,8 @@ class TaskRuntime:
         store.expect_reads()        # a changelog replica's store was only written so far
         self.activations.begin(task, store, self.tasks.of(task))
 
-    def _after_fence(self, task: str) -> None:
+    def _replay_first(self, task: str) -> None:
+        """The fence is done: check it held, then the activation's first replay."""
         self.activations.verify_fenced(task, self.tasks.of(task),
                                        self.source.changelog_of(task))
         self.released.pop(task, None)
@@ -208,11 +250,14 @@ class TaskRuntime:
             task, self.activations.replay(task, self.source.activation_steps(task)))
 
     def _replay_or_go_active(self, task: str, replay: Replay | None) -> None:
-        """Run the activation's next replay (None: every replay is done, go active)."""
-        if replay is not None:
-            self.replicas[task] = replay
-            self.consumers.replays.assign(replay)
+        """Run the activation's next replay (None: every replay reached T1)."""
+        if replay is None:
+            self.happened(task, Event.ALL_REPLAYED)
             return
+        self.replicas[task] = replay
+        self.consumers.replays.assign(replay)
+
+    def _go_active(self, task: str) -> None:
         writer = self.source.writer(task, self.activations.pending[task].store)
         active = self.activations.go_active(task, self.tasks.of(task), writer)
         self.barrier_book.attach(active)
@@ -299,7 +344,7 @@ class TaskRuntime:
             if any(applied.get(p, -1) < committed[p] for p in rejoining):
                 log.info("task %r: split child partitions %s come back with history this "
                          "store lacks: activating again to replay it", task, rejoining)
-                self._restart(task, "replaying a split child's partitions")
+                self.happened(task, Event.HISTORY_MISSING)
                 return
         self.consumers.active.grow(active, self.tasks.of(task))
         self.barrier_book.attach(active)        # its new partitions may be parents too
@@ -315,7 +360,7 @@ class TaskRuntime:
         handled = 0
         self.stores.close_released(wait=False)
         for task in self.activations.fenced():
-            self.guard(task, self._after_fence)
+            self.guard(task, functools.partial(self.happened, event=Event.FENCE_DONE))
         if self.child_releases.waiting:
             self.child_releases.release_awaiting(self.children.embedded)
         if self.bulk.busy:
@@ -342,7 +387,7 @@ class TaskRuntime:
                          + self.consumers.replays.waited_s)
         return handled
 
-    def _stop_active(self, task: str, reason: str) -> None:
+    def _stop_active(self, task: str) -> None:
         """Stop a task without committing anything more."""
         active = self.active.pop(task)
         self.consumers.active.unassign(task)
@@ -350,15 +395,8 @@ class TaskRuntime:
         active.store.close()
         close_producer(active.producer)
         self.jobs.close(task)
-        self.failed[task] = reason
         self._sizes.forget(task)
         self.metrics.forget_task(task)      # fenced or failed: its series are not ours now
-
-    def _restart(self, task: str, reason: str) -> None:
-        """Stop a task without committing, then activate it again."""
-        self._stop_active(task, reason)
-        del self.failed[task]
-        self.guard(task, self.activate)
 
     def _poll_replicas(self, timeout: float, batch: int) -> int:
         """While an activation replays (a handoff's pause) only its records are read;
@@ -376,7 +414,7 @@ class TaskRuntime:
 
     def _replay_done(self, replay: Replay) -> None:
         """An activating replay caught up: the activation's next replay, or active."""
-        self._replay_or_go_active(replay.name, self.activations.next_replay(replay.name))
+        self.happened(replay.name, Event.REPLAY_DONE)
 
     # ---- reports and shutdown ----------------------------------------------------------
 
@@ -412,7 +450,8 @@ class TaskRuntime:
             if commit:
                 self.release(task)
             else:
-                self._stop_active(task, "stopped without commit")
+                self._stop_active(task)
+                self.failed[task] = "stopped without commit"
         self.stores.close_released()
         for task in list(self.replicas):
             self.drop(task)

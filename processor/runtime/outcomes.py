@@ -1,0 +1,52 @@
+"""What a step on a task ended in, as an event of its lifecycle (processor/lifecycle.py).
+
+The processor's pieces raise their own exceptions (a transaction's, a store's, a
+catch-up source's); this is the one place that says which event each one is, so the
+lifecycle table, not the code that caught it, decides what follows.
+"""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaException
+
+from processor.changelog_replica import ChangelogError
+from processor.lifecycle import Event
+from processor.retention import InputTrimmedError, OffsetOutOfRange
+from processor.runtime.activation import StoreAheadError
+from processor.runtime.preflight import FenceRefused
+from processor.transaction import ProducerFatal, TaskFailed, TaskFenced, TransactionAborted
+from store import StoreError
+
+__all__ = ["ROUND_ERRORS", "TASK_ERRORS", "event_of"]
+
+# most specific first: the first class an exception is an instance of names its event
+_EVENTS: tuple[tuple[type[BaseException], Event], ...] = (
+    (TransactionAborted, Event.ABORTED),
+    (ProducerFatal, Event.PRODUCER_LOST),       # CommitHung too: a new producer follows
+    (TaskFenced, Event.FENCED),
+    (TaskFailed, Event.JOB_FAILED),
+    (StoreError, Event.STORE_FAILED),
+    (StoreAheadError, Event.STORE_FAILED),
+    (InputTrimmedError, Event.INPUT_TRIMMED),
+    (ChangelogError, Event.SOURCE_GONE),
+    (OffsetOutOfRange, Event.SOURCE_GONE),
+    (FenceRefused, Event.FENCE_REFUSED),
+    (KafkaException, Event.BROKER_ERROR),
+    (OSError, Event.STORE_FAILED),              # the local disk: the state directory
+)
+
+# what a change of one task may raise and still leave the other tasks running
+TASK_ERRORS: tuple[type[BaseException], ...] = tuple(
+    kind for kind, _ in _EVENTS if kind is not TransactionAborted)
+# what a step of an active task in a round may raise (a broker error there is the
+# consumer's, retried by it, or the daemon's to stop on)
+ROUND_ERRORS: tuple[type[BaseException], ...] = (
+    TransactionAborted, ProducerFatal, TaskFenced, TaskFailed, StoreAheadError, StoreError)
+
+
+def event_of(exc: BaseException) -> Event:
+    """The lifecycle event `exc` is."""
+    for kind, event in _EVENTS:
+        if isinstance(exc, kind):
+            return event
+    raise TypeError(f"{type(exc).__name__} is not an outcome of a task's step") from exc

@@ -1,0 +1,198 @@
+"""The task lifecycle table (processor/lifecycle.py), walked: every (state, event) pair
+decided, the rows that matter one by one, and the properties the runtime relies on."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+
+from processor.lifecycle import (
+    FAILURES,
+    LISTINGS,
+    RECONCILE_ORDER,
+    TABLE,
+    Command,
+    Event,
+    State,
+    Transition,
+    listing_events,
+    plan,
+    step,
+)
+
+S, E, C = State, Event, Command
+HELD = (S.WARMUP, S.STANDBY, S.FENCING, S.REPLAYING, S.ACTIVE)
+
+
+def test_every_state_meets_every_event() -> None:
+    assert set(TABLE) == {(s, e) for s in State for e in Event}
+
+
+# ---- rows ----------------------------------------------------------------------------
+
+ROWS = [
+    # a reply starts, switches, drops, releases
+    (S.IDLE, E.LISTED_WARMUP, S.WARMUP, [C.START_REPLICA]),
+    (S.IDLE, E.LISTED_STANDBY, S.STANDBY, [C.START_REPLICA]),
+    (S.IDLE, E.LISTED_ACTIVE, S.FENCING, [C.ACTIVATE]),
+    (S.IDLE, E.LISTED_UNKNOWN, S.IDLE, []),
+    (S.RELEASED, E.LISTED_ACTIVE, S.FENCING, [C.ACTIVATE]),
+    (S.RELEASED, E.LISTED_STANDBY, S.STANDBY, [C.START_REPLICA]),
+    (S.WARMUP, E.LISTED_ACTIVE, S.FENCING, [C.ACTIVATE]),
+    (S.WARMUP, E.LISTED_STANDBY, S.STANDBY, [C.SWITCH_ROLE]),
+    (S.STANDBY, E.LISTED_WARMUP, S.WARMUP, [C.SWITCH_ROLE]),
+    (S.WARMUP, E.LISTED_WARMUP, S.WARMUP, []),
+    (S.WARMUP, E.UNLISTED, S.IDLE, [C.DROP]),
+    (S.STANDBY, E.REPARTITIONED, S.IDLE, [C.DROP]),
+    (S.ACTIVE, E.LISTED_ACTIVE, S.ACTIVE, [C.GROW]),
+    (S.ACTIVE, E.UNLISTED, S.RELEASED, [C.RELEASE]),
+    (S.ACTIVE, E.LISTED_STANDBY, S.STANDBY, [C.RELEASE, C.START_REPLICA]),
+    (S.FENCING, E.UNLISTED, S.FENCING, []),
+    (S.REPLAYING, E.REPARTITIONED, S.REPLAYING, []),
+    (S.FAILED, E.LISTED_WARMUP, S.FAILED, []),
+    (S.FAILED, E.UNLISTED, S.FAILED, []),
+    (S.FAILED, E.FAILURE_SEEN, S.IDLE, [C.FORGET_FAILURE]),
+    # the activation
+    (S.FENCING, E.FENCE_DONE, S.REPLAYING, [C.REPLAY_FIRST]),
+    (S.REPLAYING, E.REPLAY_DONE, S.REPLAYING, [C.REPLAY_NEXT]),
+    (S.REPLAYING, E.ALL_REPLAYED, S.ACTIVE, [C.GO_ACTIVE]),
+    (S.FENCING, E.FENCE_REFUSED, S.FAILED, [C.FREE, C.MARK_FAILED]),
+    (S.FENCING, E.FENCED, S.FAILED, [C.FREE, C.MARK_FAILED]),
+    (S.REPLAYING, E.SOURCE_GONE, S.FAILED, [C.FREE, C.MARK_FAILED]),
+    # an active task's transactions
+    (S.ACTIVE, E.COMMITTED, S.ACTIVE, []),
+    (S.ACTIVE, E.ABORTED, S.ACTIVE, [C.COUNT_ABORTED, C.REWIND]),
+    (S.ACTIVE, E.PRODUCER_LOST, S.FENCING, [C.STOP_ACTIVE, C.ACTIVATE]),
+    (S.ACTIVE, E.HISTORY_MISSING, S.FENCING, [C.STOP_ACTIVE, C.ACTIVATE]),
+    (S.ACTIVE, E.FENCED, S.FAILED, [C.COUNT_FENCED, C.STOP_ACTIVE, C.MARK_FAILED]),
+    (S.ACTIVE, E.JOB_FAILED, S.FAILED, [C.STOP_ACTIVE, C.MARK_FAILED]),
+    (S.ACTIVE, E.STORE_FAILED, S.FAILED, [C.STOP_ACTIVE, C.MARK_FAILED]),
+    (S.ACTIVE, E.BROKER_ERROR, S.FAILED, [C.FREE, C.MARK_FAILED]),
+    # a replica's reads
+    (S.WARMUP, E.INPUT_TRIMMED, S.FAILED, [C.COUNT_TRIMMED, C.FREE, C.MARK_FAILED]),
+    (S.STANDBY, E.STORE_FAILED, S.FAILED, [C.FREE, C.MARK_FAILED]),
+    (S.IDLE, E.BROKER_ERROR, S.FAILED, [C.FREE, C.MARK_FAILED]),     # a start failed
+    (S.RELEASED, E.STORE_FAILED, S.FAILED, [C.FREE, C.MARK_FAILED]),
+    (S.FAILED, E.FENCED, S.FAILED, []),
+]
+
+
+@pytest.mark.parametrize(("state", "event", "then", "commands"), ROWS,
+                         ids=[f"{s.value}-{e.value}" for s, e, _, _ in ROWS])
+def test_row(state: State, event: Event, then: State, commands: list[Command]) -> None:
+    assert step(state, event) == Transition(then, tuple(commands))
+
+
+# ---- properties ----------------------------------------------------------------------
+
+def test_every_state_is_reached_from_idle() -> None:
+    seen, todo = {S.IDLE}, deque([S.IDLE])
+    while todo:
+        state = todo.popleft()
+        for event in Event:
+            nxt = step(state, event).state
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    assert seen == set(State)
+
+
+def test_a_failed_task_waits_for_the_coordinator() -> None:
+    """Only the coordinator's having seen the failure (and listing the task nowhere)
+    lets a failed task be started again; no failure nor reply does before."""
+    for event in Event:
+        then = step(S.FAILED, event)
+        if event is E.FAILURE_SEEN:
+            assert then == Transition(S.IDLE, (C.FORGET_FAILURE,))
+        else:
+            assert then == Transition(S.FAILED), event
+
+
+def test_failed_is_entered_only_by_marking_it_and_marking_leads_there() -> None:
+    for (state, event), rule in TABLE.items():
+        if state is S.FAILED:
+            continue
+        assert (rule.state is S.FAILED) == (C.MARK_FAILED in rule.commands), (state, event)
+
+
+def test_another_owner_fencing_a_held_task_always_fails_it() -> None:
+    """A fenced producer means another processor owns the task now: it is never
+    retried here (the coordinator decides where it goes)."""
+    for state in State:
+        if state is not S.FAILED:
+            assert step(state, E.FENCED).state is S.FAILED, state
+
+
+def test_whatever_leaves_active_stops_its_task() -> None:
+    """An active task leaves only by a release (final commit), a stop without
+    committing, or being freed after a failed change: never with its producer open."""
+    for event in Event:
+        rule = step(S.ACTIVE, event)
+        if rule.state is not S.ACTIVE:
+            assert {C.RELEASE, C.STOP_ACTIVE, C.FREE} & set(rule.commands), event
+
+
+def test_active_is_entered_only_by_going_active_after_the_replays() -> None:
+    for (state, event), rule in TABLE.items():
+        if rule.state is S.ACTIVE and state is not S.ACTIVE:
+            assert (state, event, rule.commands) == (S.REPLAYING, E.ALL_REPLAYED,
+                                                     (C.GO_ACTIVE,))
+
+
+def test_fencing_is_entered_only_by_an_activation() -> None:
+    for (state, event), rule in TABLE.items():
+        if rule.state is S.FENCING and state is not S.FENCING:
+            assert rule.commands[-1] is C.ACTIVATE, (state, event)
+
+
+def test_an_activation_runs_to_its_end_whatever_the_reply() -> None:
+    for state in (S.FENCING, S.REPLAYING):
+        for event in LISTINGS:
+            assert step(state, event) == Transition(state), (state, event)
+
+
+def test_no_failure_is_ignored_by_a_held_task() -> None:
+    """Every failure of a task this processor holds changes something: a rewind, a
+    restart, or a failure reported to the coordinator."""
+    for state in HELD:
+        for event in FAILURES:
+            assert step(state, event).commands, (state, event)
+
+
+def test_a_reply_commands_only_what_reconciliation_carries_out_and_in_its_order() -> None:
+    for (state, event), rule in TABLE.items():
+        if event in LISTINGS:
+            order = [RECONCILE_ORDER.index(c) for c in rule.commands]
+            assert order == sorted(order), (state, event)
+
+
+# ---- a reply's plan ------------------------------------------------------------------
+
+def test_a_reply_frees_before_it_starts_across_tasks() -> None:
+    commands = plan(
+        {"t0": S.ACTIVE, "t1": S.WARMUP, "t2": S.IDLE, "t3": S.FAILED, "t4": S.ACTIVE},
+        {"t2": [E.LISTED_ACTIVE], "t0": [E.LISTED_STANDBY], "t1": [E.UNLISTED],
+         "t3": [E.FAILURE_SEEN], "t4": [E.LISTED_ACTIVE]})
+    assert commands == [("t3", C.FORGET_FAILURE), ("t0", C.RELEASE), ("t1", C.DROP),
+                        ("t0", C.START_REPLICA), ("t2", C.ACTIVATE), ("t4", C.GROW)]
+
+
+def test_a_split_child_is_released_before_its_parent_grows_into_its_partitions() -> None:
+    commands = plan({"parent": S.ACTIVE, "child": S.ACTIVE},
+                    {"parent": [E.LISTED_ACTIVE], "child": [E.UNLISTED]})
+    assert commands == [("child", C.RELEASE), ("parent", C.GROW)]
+
+
+def test_a_replica_whose_partitions_changed_is_dropped_then_started_again() -> None:
+    events = listing_events(S.WARMUP, S.WARMUP, stale=True, failure_seen=False)
+    assert events == (E.REPARTITIONED, E.LISTED_WARMUP)
+    assert plan({"t0": S.WARMUP}, {"t0": events}) == [("t0", C.DROP),
+                                                      ("t0", C.START_REPLICA)]
+
+
+def test_listing_events() -> None:
+    assert listing_events(S.ACTIVE, None, False, False) == (E.UNLISTED,)
+    assert listing_events(S.FAILED, None, False, True) == (E.FAILURE_SEEN,)
+    assert listing_events(S.IDLE, S.ACTIVE, False, False) == (E.LISTED_ACTIVE,)
+    assert listing_events(S.IDLE, S.STANDBY, False, False) == (E.LISTED_STANDBY,)
