@@ -10,11 +10,12 @@ What happens to a task is decided by its lifecycle table (processor/lifecycle.py
 runtime turns a reply (through `reconcile`) or what a step raised or finished (a fence
 done, a replay at T1, an aborted transaction) into an event, steps, and carries out the
 commands (`happened`). It holds the tasks' objects (active, replicas, released, failed),
-from which `state_of` reads where each task is, and the loop (`poll()`); its collaborators each own one concept: `Consumers` (who reads what),
-`CatchUp` (where replicas rebuild state from: the input or the changelog), `Activations`
-(fence, replay, go active), `BulkPath` (Spark catch-up), `Commits`, `TaskStores`,
-`TaskPartitions`, `SplitChildren`, `reconcile` (a reply -> changes), `task_reports`,
-`StoreSizes` and `close_producer`.
+from which `state_of` reads where each task is, and the loop (`poll()`). Its
+collaborators each own one concept: `Consumers` (who reads what), `CatchUp` (where
+replicas rebuild state from: the input or the changelog), `Activations` (fence, replay,
+go active), `BulkPath` (Spark catch-up), `Commits`, `TaskStores`, `TaskPartitions`,
+`SplitChildren`, `reconcile` (a reply -> changes), `task_reports`, `StoreSizes` and
+`close_producer`.
 """
 
 from __future__ import annotations
