@@ -2,27 +2,14 @@
 
 One transactional producer per task (transactional id `baton.<job>.<task>`): outputs and
 the input offsets commit in one Kafka transaction, and only after that commit do the
-task's state writes reach RocksDB, in one WriteBatch with the same offsets. So the store
-may lag the committed offsets by one transaction after a crash (recovery replays the gap
-without output) but never leads them. The per-task transactional id is what fences a
-zombie owner after a handoff.
+task's state writes reach RocksDB, in one WriteBatch with the same offsets; the commit
+unit, `TaskTransaction` (processor/task_transaction.py), owns that sequence and says how
+each commit ended. The per-task transactional id is what fences a zombie owner after a
+handoff.
 
 With catch_up.source = "changelog" the transaction also carries the task's state changes
 and input offsets to its changelog partition (processor/changelog.py), and the store
 commits its changelog position with them.
-
-A transaction during which the producer lost its brokers is not trusted: before the commit
-it is aborted, over every partition the task writes to, and redone; during the commit, the
-group's committed offsets are read back, and a broker that came back without the
-transaction restarts the task from what it does hold (orchestrator/kafka/watched_producer.py).
-After any abort the last commit is read back too (processor/transaction.py, `CommitVoided`).
-
-A commit runs on a commit thread (processor/runtime/commits.py), and the runtime gives up
-on one that does not return in time (`abandon`): a client call can outlive its own
-timeout when a broker is lost. The thread may still return later, and by then the task's
-next activation owns the store, so from the moment it is abandoned the thread's commit
-touches the store no more (`_store_held`): what it committed at the brokers, if
-anything, the next activation finds in the committed offsets after its fence.
 
 Each commit also sweeps a slice of the state's expired entries into the transaction
 (processor/expiry_sweep.py), by the clocks of the records the task processed.
@@ -35,16 +22,13 @@ them on its loop (`run_effects`), never on a commit thread.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import operator
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
-from orchestrator.kafka.offsets import to_topic_partitions
 from orchestrator.kafka.retry import kafka_error
 from orchestrator.kafka.watched_producer import WatchedProducer
 from orchestrator.wire.barrier import Marker, Reroute, skip_marker
@@ -64,21 +48,16 @@ from processor.records import (
     run_records,
     window,
 )
+from processor.task_transaction import CommitResult, TaskTransaction
 from processor.timed_job import TimedJob
 from processor.timers import TimerError
 from processor.transaction import (
-    TXN_TIMEOUT_S,
-    BrokerLost,
-    CommitHung,
-    CommitVoided,
     ProducerFatal,
     TaskFailed,
     TaskFenced,
     TransactionAborted,
-    abort_everywhere,
     callback_error,
     is_fenced,
-    retriable_commit,
     written_topics,
 )
 from store import Store
@@ -115,8 +94,6 @@ class ActiveTask:
         self.emitter = Emitter(producer, output_topic, outputs)
         self.dlq_topic = dlq_topic
         self.on_error = on_error
-        self._group_metadata = group_metadata
-        self._broker_committed = broker_committed
         self._clock = clock or SystemClock()
         self.changelog = changelog            # catch_up.source = "changelog" only
         # the open transaction's after_commit effects (the job's host adds to it), and
@@ -124,14 +101,12 @@ class ActiveTask:
         self.effects = AfterCommit() if effects is None else effects
         self.due: list[Effect] = []
         self.sweep = ExpirySweep()
-        self._losses = 0                      # the producer's broker losses at begin
-        self._abandoned = False               # the runtime gave up on its commit
-        self._store_lock = threading.Lock()   # a commit thread's store writes vs abandon
-        self.committed = dict(committed)      # T1: the offsets of the last committed txn
-        self.pending = dict(committed)        # positions including the open transaction
-        self.in_transaction = False
-        self.timers_fired = False             # wall-clock timers fired in the open one
-        self.processed = 0                    # records in the open transaction
+        self.transaction = TaskTransaction(
+            name, producer, store,
+            written_topics(output_topic, self.emitter.output_topics,
+                           dlq_topic if on_error == "dlq" else None),
+            group_metadata, broker_committed, committed, self._clock, changelog,
+            self.effects)
         self.records_total = 0
         # records/s committed over the last second or more (its heartbeat's `rate`: with
         # the loop's busy share, what the autoscaling recommendation sizes processors by)
@@ -142,12 +117,9 @@ class ActiveTask:
         # when the activation that made it active began and each of its steps ended
         # (processor/handoff_steps.py; "first_read" and "first_commit" are stamped here)
         self.stamps: dict[str, float] = {}
-        # told about each record process() failed on, with what on_error did (metrics); of
-        # a commit the store applied that the brokers took back (`CommitVoided`), at once
+        # told about each record process() failed on, with what on_error did (metrics)
         self.on_process_error: Callable[[str, OnError], None] = lambda task, outcome: None
         self.on_effect_error: Callable[[str], None] = lambda task: None
-        self.on_voided: Callable[[str], None] = lambda task: None
-        self.fenced = False     # a fencing error was seen (later calls fail bare: fatal)
         # expansion barriers (orchestrator/wire/barrier.py): whose markers count, parents whose
         # misrouted records go to a child, who hears of a marker not yet in the model
         self.job_name = ""
@@ -156,6 +128,20 @@ class ActiveTask:
         self.on_misrouted: Callable[[str, str, str], None] = lambda task, source, child: None
         self.misrouted_total = 0
         self._misroute_logged: tuple[float, int] = (-_MISROUTE_LOG_S, 0)
+
+    @property
+    def committed(self) -> dict[str, int]:
+        """T1: the offsets of the last committed transaction."""
+        return self.transaction.committed
+
+    @property
+    def pending(self) -> dict[str, int]:
+        """The positions including the open transaction's records."""
+        return self.transaction.pending
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.transaction.open
 
     def process(self, messages: Sequence[Message]) -> None:
         """Run process() over one poll batch's records of this task, inside a transaction.
@@ -179,7 +165,6 @@ class ActiveTask:
         err = kafka_error(exc)
         fatal = err is not None and (is_fenced(exc) or err.fatal()
                                      or err.code() == KafkaError._FATAL)
-        self.fenced = self.fenced or fatal
         self.abort()
         if fatal:
             return TaskFenced(f"task {self.name!r}: the producer failed fatally while "
@@ -191,8 +176,9 @@ class ActiveTask:
     def _process(self, messages: Sequence[Message]) -> None:
         if self.pause_ms is None and self.stamps and "first_read" not in self.stamps:
             self.stamps["first_read"] = self._clock.monotonic()
-        self.open_transaction()
-        pending, reroutes = self.pending, self.reroutes
+        transaction = self.transaction
+        transaction.begin()
+        pending, reroutes = transaction.pending, self.reroutes
         for run, plain in plain_runs(messages, errors=False):   # by_task took them out
             first = run[0]
             name = format_partition(first.topic(), first.partition()) if plain else ""
@@ -212,14 +198,7 @@ class ActiveTask:
             self._process_records(records)
             self.sweep.saw(name, map(_TIMESTAMP, records))
             pending[name] = offsets[-1] + 1
-            self.processed += len(records)
-
-    def open_transaction(self) -> None:
-        """Begin the task's transaction, unless one is open."""
-        if not self.in_transaction:
-            self._losses = self.producer.losses()
-            self.producer.begin_transaction()
-            self.in_transaction = True
+            transaction.processed += len(records)
 
     def fire_timers(self, now_ms: int) -> int:
         """Fire the job's wall-clock timers due at `now_ms` (ms since the epoch) in the
@@ -235,7 +214,7 @@ class ActiveTask:
         due = job.next_wall(self._state)
         if due is None or due > now_ms:
             return 0
-        self.open_transaction()
+        self.transaction.begin()
         fired = 0
         while True:
             self.store.begin_record()
@@ -249,7 +228,7 @@ class ActiveTask:
             if done is None:
                 return fired
             timer, outputs = done
-            self.timers_fired = True
+            self.transaction.timers_fired = True
             fired += 1
             self._emit(self.emitter.emit_one, new_record(
                 timer.key, None, "", -1, -1, now_ms, ()), outputs)
@@ -275,7 +254,8 @@ class ActiveTask:
 
     def _process_each(self, messages: Sequence[Message]) -> None:
         """Process records one at a time: markers, reroutes, runs of two topics."""
-        pending = self.pending
+        transaction = self.transaction
+        pending = transaction.pending
         # a poll batch comes in runs of one partition: name it once per run
         topic: str | None = None
         number, name = -1, ""
@@ -300,7 +280,7 @@ class ActiveTask:
                                                 msg.headers() or ()))
                 self.sweep.saw(name, (stamp,))
             pending[name] = offset + 1
-            self.processed += 1
+            transaction.processed += 1
 
     def _forward(self, msg: Message, source: str, child: str) -> None:
         """A record a producer staler than the expansion grace wrote to a parent past
@@ -367,72 +347,27 @@ class ActiveTask:
         log.warning("task %r: sent the record at %s to %s: process() raised %r (on_error=dlq)",
                     self.name, where, self.dlq_topic, exc)
 
-    def commit(self) -> int:
+    def commit(self) -> CommitResult:
         """Commit the open transaction (outputs + offsets), then the store; its
-        after_commit effects are then due (`run_effects`).
-
-        Returns:
-            The number of input records the commit covered (0: nothing was open).
-        """
-        if not self.in_transaction:
-            return 0
-        offsets = {p: o for p, o in self.pending.items() if o != self.committed.get(p)}
-        # wall-clock timers change the state without an input record
-        changed, self.timers_fired = bool(offsets) or self.timers_fired, False
-        try:
-            if offsets:
-                self.sweep.run(self.store, [*self.partitions, *self.pending],
-                               self._clock.monotonic())
-            if changed:
-                if self.changelog is not None:
-                    self.changelog.write(self.producer, self.store, offsets, self.committed)
-                # outputs delivered before the offsets: a restart mid-commit keeps all or none
-                self.producer.flush(TXN_TIMEOUT_S)
-            if offsets:
-                self.producer.send_offsets_to_transaction(
-                    to_topic_partitions(offsets), self._group_metadata(), TXN_TIMEOUT_S)
-            losses = self.producer.losses()
-            if losses != self._losses:
-                raise BrokerLost()
-            self._commit_transaction()
-        except (KafkaException, BrokerLost) as exc:
-            self._after_failed_commit(exc)
-        except SystemError as exc:
-            self._after_failed_commit(callback_error(exc))
-        self.in_transaction = False
-        if offsets and self.producer.losses() != losses:
-            self._verify_committed(offsets)
-        with self._store_held():
-            if self.changelog is not None and changed:   # its records went into this one
-                self.store.commit({**offsets, **self.changelog.committed()},
-                                  self.changelog.changes)
-            else:
-                self.store.commit(offsets)
-        self.committed.update(offsets)
+        after_commit effects are then due (`run_effects`). Returns how it ended, with
+        the number of input records it covered (processor/task_transaction.py)."""
+        transaction = self.transaction
+        was_open = transaction.open
+        moved = was_open and bool(transaction.changed_offsets())
+        if moved:
+            self.sweep.run(self.store, [*self.partitions, *transaction.pending],
+                           self._clock.monotonic())
+        result = transaction.commit()
+        if not (result.committed and was_open):
+            return result
         self.due.extend(self.effects.take())
-        committed, self.processed = self.processed, 0
-        self.records_total += committed
-        if self.activated_at is not None and self.pause_ms is None and offsets:
+        self.records_total += result.records
+        if self.activated_at is not None and self.pause_ms is None and moved:
             now = self._clock.monotonic()
             self.pause_ms = (now - self.activated_at) * 1000
             if self.stamps:
                 self.stamps["first_commit"] = now
-        return committed
-
-    def abandon(self) -> None:
-        """The runtime gave up waiting on this task's commit: whenever its thread returns,
-        it leaves the store alone (the module doc). Waits for a store write under way."""
-        with self._store_lock:
-            self._abandoned = True
-
-    @contextlib.contextmanager
-    def _store_held(self) -> Iterator[None]:
-        """A commit thread's store step, unless the commit was given up meanwhile."""
-        with self._store_lock:
-            if self._abandoned:
-                raise CommitHung(f"task {self.name!r}: its commit returned after it was "
-                                 "given up; the store is its next activation's")
-            yield
+        return result
 
     def run_effects(self) -> None:
         """Run the committed transactions' effects, on the caller's thread (the loop)."""
@@ -449,89 +384,7 @@ class ActiveTask:
             self._rate_mark = (now, self.records_total)
         return self.rate
 
-    def _commit_transaction(self) -> None:
-        """Commit, again 100 ms after a retriable failure (not with tenacity: its wrapper
-        leaves a reference cycle behind each call, ten a second; docs/performance.md)."""
-        try:
-            self.producer.commit_transaction(TXN_TIMEOUT_S)
-        except KafkaException as exc:
-            if not retriable_commit(exc):
-                raise
-            self._clock.sleep(0.1)
-            self.producer.commit_transaction(TXN_TIMEOUT_S)
-
-    def _verify_committed(self, offsets: dict[str, int], applied: bool = False) -> None:
-        """Do the brokers hold the commit of `offsets` (`applied`: the store holds it)? One
-        whose markers they skipped never settles: the lookup fails, the activation resettles."""
-        try:
-            held: dict[str, int] | str = self._broker_committed(list(offsets))
-        except KafkaException as exc:
-            held = f"unknown: {exc}"
-        if held == offsets:
-            return
-        with self._store_held():
-            self.store.abort()
-            if applied:
-                self.on_voided(self.name)   # a store that must not be served again here
-        self.effects.drop()         # whether the transaction committed is unknown
-        self.pending = dict(self.committed)
-        raise (CommitVoided if applied else ProducerFatal)(
-            f"task {self.name!r}: the brokers do not hold its last commit (committed {held}, "
-            f"expected {offsets}); the task restarts from the committed offsets")
-
-    def _after_failed_commit(self, exc: KafkaException | BrokerLost) -> None:
-        self.in_transaction = False
-        with self._store_held():
-            self.store.abort()
-        self.effects.drop()
-        self.pending = dict(self.committed)
-        if isinstance(exc, KafkaException):
-            self._unless_abortable(exc)
-        try:
-            self.producer.abort_transaction(TXN_TIMEOUT_S)
-            if isinstance(exc, BrokerLost):
-                abort_everywhere(self.producer, written_topics(
-                    self.output_topic, self.emitter.output_topics,
-                    self.dlq_topic if self.on_error == "dlq" else None),
-                    None if self.changelog is None else self.changelog.target)
-        except (KafkaException, SystemError) as failure:
-            abort_exc = callback_error(failure)
-            if is_fenced(abort_exc):
-                raise TaskFenced(f"task {self.name!r}: fenced while aborting: {abort_exc}") \
-                    from abort_exc
-            raise ProducerFatal(f"task {self.name!r}: abort failed ({abort_exc}); the task "
-                                f"restarts from its committed offsets") from abort_exc
-        self._verify_committed(dict(self.committed), applied=True)     # module doc
-        reason = "the producer lost its brokers inside it" if isinstance(exc, BrokerLost) \
-            else str(exc)
-        raise TransactionAborted(f"task {self.name!r}: transaction aborted: {reason}") from exc
-
-    def _unless_abortable(self, exc: KafkaException) -> None:
-        """Raise what a commit failure means, unless aborting the transaction is the cure."""
-        if is_fenced(exc):
-            raise TaskFenced(f"task {self.name!r}: producer fenced by a newer owner; "
-                             f"its open transaction is void: {exc}") from exc
-        err = kafka_error(exc)
-        if err is None or not err.txn_requires_abort():
-            # fatal, or still failing after the retries (a broker that restarted may have lost
-            # the transaction): whether it committed is unknown, so start over from T1
-            raise ProducerFatal(f"task {self.name!r}: commit failed ({exc}); the task restarts"
-                                f" from its committed offsets with a new producer") from exc
-
     def abort(self) -> None:
         """Drop the open transaction's outputs, state and effects; positions go back
         to T1."""
-        self.store.abort()
-        self.effects.drop()
-        self.pending = dict(self.committed)
-        self.timers_fired = False
-        if self.in_transaction:
-            self.in_transaction = False
-            self.processed = 0
-            if self._abandoned:     # its commit thread still holds the producer's call
-                return
-            try:
-                self.producer.abort_transaction(TXN_TIMEOUT_S)
-            except (KafkaException, SystemError) as failure:
-                self.fenced = self.fenced or is_fenced(callback_error(failure))
-                log.warning("task %r: abort_transaction failed: %s", self.name, failure)
+        self.transaction.abort()

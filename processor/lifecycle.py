@@ -64,6 +64,7 @@ class Event(enum.Enum):
     COMMITTED = "committed"
     ABORTED = "transaction aborted"     # retriable: rewind to T1 and go on
     PRODUCER_LOST = "producer lost"     # fatal producer error, or a commit past its timeout
+    VOIDED = "commit void"              # the brokers took back a commit the store applied
     FENCED = "fenced"                   # another owner's producer took the transactional id
     JOB_FAILED = "job failed"           # process() raised under on_error = "fail"
     STORE_FAILED = "store failed"       # disk full, a damaged block, a store ahead of T1
@@ -111,7 +112,7 @@ LISTINGS: Final = (E.LISTED_ACTIVE, E.LISTED_WARMUP, E.LISTED_STANDBY, E.UNLISTE
                    E.LISTED_UNKNOWN, E.REPARTITIONED, E.FAILURE_SEEN)
 ACTIVATION: Final = (E.FENCE_DONE, E.REPLAY_DONE, E.ALL_REPLAYED, E.HISTORY_MISSING)
 # what a step on a task may end in, other than a commit
-FAILURES: Final = (E.ABORTED, E.PRODUCER_LOST, E.FENCED, E.JOB_FAILED, E.STORE_FAILED,
+FAILURES: Final = (E.ABORTED, E.PRODUCER_LOST, E.VOIDED, E.FENCED, E.JOB_FAILED, E.STORE_FAILED,
                    E.BROKER_ERROR, E.SOURCE_GONE, E.INPUT_TRIMMED, E.FENCE_REFUSED)
 
 # a reply's commands run command by command across its tasks, in this order
@@ -205,6 +206,8 @@ _ROWS: dict[State, dict[Event, Transition]] = {
         E.ABORTED: Transition(S.ACTIVE, (C.COUNT_ABORTED, C.REWIND)),
         # fence again, replay, carry on: the task is still this processor's
         E.PRODUCER_LOST: Transition(S.FENCING, (C.STOP_ACTIVE, C.ACTIVATE)),
+        # the activation settles its partitions and rebuilds the store it must not serve
+        E.VOIDED: Transition(S.FENCING, (C.STOP_ACTIVE, C.ACTIVATE)),
         E.FENCED: Transition(S.FAILED, (C.COUNT_FENCED, *_STOP)),
         E.JOB_FAILED: Transition(S.FAILED, _STOP),
         # Kafka holds what was committed: another owner rebuilds the state

@@ -1,9 +1,10 @@
 """What an active task's Kafka transaction can end in, and how it is voided.
 
-The exceptions the active task (processor/active.py) raises to the runtime's loop,
-how a producer error is read (fenced, retriable), `abort_everywhere`, the abort that
-names every partition again after the brokers lost the transaction, and `resettle`,
-which closes what a transaction the brokers ended without its markers left open.
+The exceptions an active task (processor/active.py) and its commit unit
+(processor/task_transaction.py) raise, how a producer error is read (fenced,
+retriable), `abort_everywhere`, the abort that names every partition again after the
+brokers lost the transaction, and `resettle`, which closes what a transaction the
+brokers ended without its markers left open.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ __all__ = ["FENCED_CODES", "TXN_TIMEOUT_S", "BrokerLost", "CommitHung", "CommitV
            "written_topics"]
 
 # librdkafka retries inside each call up to this; a broker that does not finish a
-# transaction within it is treated as having lost it (see ActiveTask._after_failed_commit)
+# transaction within it is treated as having lost it (TaskTransaction._after_failed_commit)
 TXN_TIMEOUT_S = 10.0
 FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                  KafkaError.INVALID_PRODUCER_EPOCH,
@@ -63,7 +64,7 @@ class BrokerLost(Exception):
 
 class CommitHung(ProducerFatal):
     """The task's commit did not return within `processor.commit_timeout_ms`: it is given
-    up (`ActiveTask.abandon`), and the task starts again with a new producer, whose
+    up (`TaskTransaction.abandon`), and the task starts again with a new producer, whose
     fence ends the stuck one's transaction."""
 
 

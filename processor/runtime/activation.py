@@ -381,7 +381,7 @@ class Activations:
         active.stamps = {**activation.stamps, "replay": self._clock.monotonic()}
         active.on_process_error = self._metrics.record_process_error
         active.on_effect_error = self._metrics.record_effect_error
-        active.on_voided = self.voided
+        active.transaction.on_voided = self.voided
         return active
 
     def abandon(self, task: str, close_store: bool) -> None:

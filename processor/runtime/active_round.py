@@ -25,9 +25,10 @@ from processor.runtime.batches import by_task
 from processor.runtime.children import SplitChildren
 from processor.runtime.commits import Commits
 from processor.runtime.consumers import log_error
-from processor.runtime.outcomes import ROUND_ERRORS, event_of
+from processor.runtime.outcomes import ROUND_ERRORS, event_of, event_of_commit
 from processor.runtime.replay_round import BATCH
 from processor.runtime.wall_timers import WallTimers
+from processor.task_transaction import CommitResult
 
 __all__ = ["ActiveRound"]
 
@@ -79,14 +80,22 @@ class ActiveRound:
         return len(messages)
 
     def run(self, task: str, step: Callable[[ActiveTask], object]) -> None:
-        """Run `step` on an active task (see the module docstring for its errors)."""
+        """Run `step` on an active task: what it raises, or the commit it returns when
+        that did not commit, goes to the task's lifecycle (the module docstring)."""
         active = self._active.get(task)
         if active is None:
             return
         try:
-            step(active)
+            done = step(active)
         except ROUND_ERRORS as exc:
-            event = event_of(exc)
-            retried = event in (Event.ABORTED, Event.PRODUCER_LOST)
-            log.log(logging.WARNING if retried else logging.ERROR, "%s", exc)
-            self._happened(task, event, str(exc))
+            self._ended(task, event_of(exc), exc)
+            return
+        if isinstance(done, CommitResult) and not done.committed:
+            assert done.error is not None
+            self._ended(task, event_of_commit(done), done.error)
+
+    def _ended(self, task: str, event: Event, why: BaseException) -> None:
+        """A step ended in `event` (not a commit): the task's lifecycle decides."""
+        retried = event in (Event.ABORTED, Event.PRODUCER_LOST, Event.VOIDED)
+        log.log(logging.WARNING if retried else logging.ERROR, "%s", why)
+        self._happened(task, event, str(why))

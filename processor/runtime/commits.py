@@ -17,9 +17,9 @@ The loop waits for a commit at most `processor.commit_timeout_ms`. librdkafka's
 `send_offsets_to_transaction` can block past its own timeout while the group's
 coordinator is lost (librdkafka issues 5456 and 5511), and a loop that waited on it
 would hold every task of the processor until its stall watch ended the process. A
-commit past the timeout is given up (`ActiveTask.abandon`) and reported as `CommitHung`:
-the task starts again with a new producer, whose fence ends the stuck transaction, and
-the stuck thread is left to the old pool while the commits go on on a new one. The
+commit past the timeout is given up (`TaskTransaction.abandon`) and ends `failed`
+(`CommitHung`): the task starts again with a new producer, whose fence ends the stuck
+transaction, and the stuck thread is left to the old pool while the commits go on on a new one. The
 pool's threads are daemon threads: a stuck one must not hold the processor's exit,
 which a `concurrent.futures` pool's would (the interpreter joins them).
 """
@@ -39,6 +39,7 @@ from metrics import ProcessorMetrics
 from orchestrator.wire.clock import Clock
 from processor.active import ActiveTask
 from processor.handoff_steps import step_ms
+from processor.task_transaction import CommitResult, Outcome
 from processor.transaction import CommitHung
 
 __all__ = ["Commits"]
@@ -49,8 +50,9 @@ log = logging.getLogger("baton.processor.runtime")
 
 _COMMIT_THREADS = 4
 
-# runs a step on an active task, handling what the step raises (the task runtime's)
-RunActive = Callable[[str, Callable[[ActiveTask], None]], None]
+# runs a step on an active task, handling what it raises or the commit it returns (the
+# active round's `run`)
+RunActive = Callable[[str, Callable[[ActiveTask], object]], None]
 
 
 class Commits:
@@ -96,17 +98,19 @@ class Commits:
             run(task, functools.partial(self.commit, outcome=(outcome, deadline)))
 
     def commit(self, active: ActiveTask,
-               outcome: tuple[Future[tuple[bool, int]], float] | None = None) -> None:
+               outcome: tuple[Future[tuple[bool, CommitResult]], float] | None = None
+               ) -> CommitResult:
         """Commit `active` (or take the result of its commit on a thread, `outcome`: its
-        future and the loop's deadline for it) and count it.
-
-        Raises:
-            CommitHung: the commit did not return in time (the module doc).
+        future and the loop's deadline for it), count it, and return how it ended: a
+        commit that did not return in time ended `failed` (`CommitHung`, the module doc).
         """
         if outcome is None:
             outcome = (self._pool.submit(_counted_commit, active),
                        self._clock.monotonic() + self._timeout_s)
-        had_pause, count = self._within(active, *outcome)
+        had_pause, result = self._within(active, *outcome)
+        if not result.committed:
+            return result
+        count = result.records
         active.run_effects()
         first = not had_pause and active.pause_ms is not None
         steps = step_ms(active.stamps) if first else {}
@@ -115,35 +119,32 @@ class Commits:
                      active.name, active.pause_ms,
                      ", ".join(f"{step} {ms:.0f} ms" for step, ms in steps.items()))
         if not count:
-            return
+            return result
         self._metrics.record_processed(active.name, count)
         self._metrics.record_transaction(active.name, "committed")
         if first and active.pause_ms is not None:
             self._metrics.record_handoff_step("activating", active.pause_ms / 1000)
             for step, ms in steps.items():
                 self._metrics.record_handoff_step(step, ms / 1000)  # type: ignore[arg-type]
+        return result
 
-    def final(self, active: ActiveTask) -> int:
-        """A release's last commit, within the same timeout; its record count.
-
-        Raises:
-            CommitHung: the commit did not return in time.
-        """
+    def final(self, active: ActiveTask) -> CommitResult:
+        """A release's last commit, within the same timeout."""
         return self._within(active, self._pool.submit(_counted_commit, active),
                             self._clock.monotonic() + self._timeout_s)[1]
 
-    def _within(self, active: ActiveTask, outcome: Future[tuple[bool, int]],
-                deadline: float) -> tuple[bool, int]:
+    def _within(self, active: ActiveTask, outcome: Future[tuple[bool, CommitResult]],
+                deadline: float) -> tuple[bool, CommitResult]:
         try:
             return outcome.result(timeout=max(0.0, deadline - self._clock.monotonic()))
         except FutureTimeout:
-            active.abandon()
+            active.transaction.abandon()
             stuck, self._pool = self._pool, _Pool(_COMMIT_THREADS)
             stuck.shutdown(wait=False)      # its thread ends when the call returns
-            raise CommitHung(f"task {active.name!r}: its commit did not return within "
-                             f"{self._timeout_s:.0f} s (processor.commit_timeout_ms); the "
-                             "task starts again with a new producer, which fences the "
-                             "stuck one") from None
+            return True, CommitResult(Outcome.FAILED, error=CommitHung(
+                f"task {active.name!r}: its commit did not return within "
+                f"{self._timeout_s:.0f} s (processor.commit_timeout_ms); the task starts "
+                "again with a new producer, which fences the stuck one"))
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -183,7 +184,7 @@ class _Pool:
                 thread.join()
 
 
-def _counted_commit(active: ActiveTask) -> tuple[bool, int]:
-    """Whether the task had committed output before, and its commit's record count."""
+def _counted_commit(active: ActiveTask) -> tuple[bool, CommitResult]:
+    """Whether the task had committed output before, and how its commit ended."""
     had_pause = active.pause_ms is not None
     return had_pause, active.commit()

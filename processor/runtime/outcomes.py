@@ -1,8 +1,9 @@
 """What a step on a task ended in, as an event of its lifecycle (processor/lifecycle.py).
 
-The processor's pieces raise their own exceptions (a transaction's, a store's, a
-catch-up source's); this is the one place that says which event each one is, so the
-lifecycle table, not the code that caught it, decides what follows.
+The processor's pieces raise their own exceptions (a store's, a catch-up source's, a
+fence's) and a commit returns its outcome (processor/task_transaction.py); this is the
+one place that says which event each one is, so the lifecycle table, not the code that
+met it, decides what follows.
 """
 
 from __future__ import annotations
@@ -14,14 +15,22 @@ from processor.lifecycle import Event
 from processor.retention import InputTrimmedError, OffsetOutOfRange
 from processor.runtime.activation import StoreAheadError
 from processor.runtime.preflight import FenceRefused
-from processor.transaction import ProducerFatal, TaskFailed, TaskFenced, TransactionAborted
+from processor.task_transaction import CommitResult, Outcome
+from processor.transaction import (
+    CommitVoided,
+    ProducerFatal,
+    TaskFailed,
+    TaskFenced,
+    TransactionAborted,
+)
 from store import StoreError
 
-__all__ = ["ROUND_ERRORS", "TASK_ERRORS", "event_of"]
+__all__ = ["ROUND_ERRORS", "TASK_ERRORS", "event_of", "event_of_commit"]
 
 # most specific first: the first class an exception is an instance of names its event
 _EVENTS: tuple[tuple[type[BaseException], Event], ...] = (
     (TransactionAborted, Event.ABORTED),
+    (CommitVoided, Event.VOIDED),
     (ProducerFatal, Event.PRODUCER_LOST),       # CommitHung too: a new producer follows
     (TaskFenced, Event.FENCED),
     (TaskFailed, Event.JOB_FAILED),
@@ -50,3 +59,13 @@ def event_of(exc: BaseException) -> Event:
         if isinstance(exc, kind):
             return event
     raise TypeError(f"{type(exc).__name__} is not an outcome of a task's step") from exc
+
+
+_COMMIT_EVENTS = {Outcome.COMMITTED: Event.COMMITTED, Outcome.ABORTED: Event.ABORTED,
+                  Outcome.FENCED: Event.FENCED, Outcome.VOID: Event.VOIDED,
+                  Outcome.FAILED: Event.PRODUCER_LOST}
+
+
+def event_of_commit(result: CommitResult) -> Event:
+    """The lifecycle event a commit's outcome is."""
+    return _COMMIT_EVENTS[result.outcome]

@@ -31,7 +31,7 @@ from orchestrator.wire.catchup import is_caught_up
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.config import Config
 from orchestrator.wire.protocol import HeartbeatReply, TaskReport
-from processor.active import ActiveTask, ProducerFatal, TaskFenced, TransactionAborted
+from processor.active import ActiveTask
 from processor.job import Job
 from processor.lifecycle import Command, Event, State, step
 from processor.replica import Replay, ReplicaRole
@@ -274,14 +274,16 @@ class TaskRuntime:
             return dict(self.released.get(task, {}))
         started = self.clock.monotonic()
         try:
-            count = self.commits.final(active)  # counted like any other transaction
-            active.run_effects()
-            if count:
-                self.metrics.record_processed(task, count)
-                self.metrics.record_transaction(task, "committed")
-        except (TaskFenced, ProducerFatal, TransactionAborted) as exc:
-            # the open transaction is void: final T1 is the last committed offsets
-            log.warning("task %r: release without its last transaction: %s", task, exc)
+            last = self.commits.final(active)   # counted like any other transaction
+            if last.committed:
+                active.run_effects()
+                if last.records:
+                    self.metrics.record_processed(task, last.records)
+                    self.metrics.record_transaction(task, "committed")
+            else:
+                # the open transaction is void: final T1 is the last committed offsets
+                log.warning("task %r: release without its last transaction: %s", task,
+                            last.error)
         finally:
             self.consumers.active.unassign(task)
             close_producer(active.producer)

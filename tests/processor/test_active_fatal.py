@@ -14,6 +14,7 @@ from confluent_kafka import KafkaError, KafkaException
 from processor.active import ActiveTask, TaskFailed, TaskFenced
 from processor.examples import RunningSum
 from processor.job import Emitted, Job, Output, Record, State
+from processor.task_transaction import Outcome
 from store import TaskStore
 
 
@@ -218,6 +219,7 @@ def test_a_fence_met_through_a_callback_while_aborting_stops_the_task_as_fenced(
                       producer, "out", "dlq", "fail", lambda: None, {"in:0": 0},
                       lambda partitions: {})
     task.process([Msg(0)])
-    with pytest.raises(TaskFenced, match="fenced while aborting"):
-        task.commit()
+    ended = task.commit()
+    assert ended.outcome is Outcome.FENCED
+    assert isinstance(ended.error, TaskFenced) and "fenced while aborting" in str(ended.error)
     task.store.close()

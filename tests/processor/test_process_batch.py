@@ -107,7 +107,7 @@ def test_an_active_batch_with_a_failing_record_skips_that_record_alone(store: An
         ("out", b"9", b"a", -1, None, None, 1005), ("out", b"8", b"b", -1, None, None, 1006)]
     assert outcomes == ["skip"]
     assert task.pending == {"in:0": len(values)}
-    assert task.processed == len(values)
+    assert task.transaction.processed == len(values)
 
 
 def test_an_active_task_skips_what_its_transaction_already_holds(store: Any) -> None:

@@ -97,7 +97,7 @@ def test_restart_before_the_commit_redoes_the_transaction(broker, job_config, tm
     with _closed_on_failure(runtime):
         active = runtime.active[TASK]
         feed_keys(broker, config.job.inputs[0], 300, 200)
-        wait_for(lambda: active.processed > 0, 30, "an open transaction",
+        wait_for(lambda: active.transaction.processed > 0, 30, "an open transaction",
                  lambda: active.process(_records(runtime.active_consumer.consume(500, 0.1))))
         broker.local.restart()
         with caplog.at_level(logging.WARNING, logger="baton.processor.runtime"):
@@ -124,7 +124,7 @@ def test_a_commit_past_its_timeout_is_given_up_and_the_task_goes_on(broker, job_
     with _closed_on_failure(runtime):
         active = runtime.active[TASK]
         feed_keys(broker, config.job.inputs[0], 300, 200)
-        wait_for(lambda: active.processed > 0, 30, "an open transaction",
+        wait_for(lambda: active.transaction.processed > 0, 30, "an open transaction",
                  lambda: active.process(_records(runtime.active_consumer.consume(500, 0.1))))
         assert broker.local is not None and broker.local.pid is not None
         os.kill(broker.local.pid, signal.SIGSTOP)
@@ -160,7 +160,7 @@ def _restart_inside_the_commit(broker: Broker, config: Any, runtime: TaskRuntime
 
     active._commit_transaction = restart_then_commit  # type: ignore[method-assign]
     feed_keys(broker, config.job.inputs[0], 300, 200)
-    wait_for(lambda: active.processed > 0, 30, "an open transaction",
+    wait_for(lambda: active.transaction.processed > 0, 30, "an open transaction",
              lambda: active.process(_records(runtime.active_consumer.consume(500, 0.1))))
     with caplog.at_level(logging.WARNING, logger="baton.processor.runtime"):
         runtime.active_round.run(TASK, runtime.commits.commit)

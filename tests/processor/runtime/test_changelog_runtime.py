@@ -244,7 +244,7 @@ def test_a_standby_takes_over_from_a_dead_owner(broker, job_config, tmp_path) ->
         # the owner processes a batch and writes its changelog records, then dies
         # before the commit: the standby's fence aborts them
         active = owner.active["Partition 0"]
-        wait_for(lambda: active.processed > 0, 30, "a batch in an open transaction",
+        wait_for(lambda: active.transaction.processed > 0, 30, "a batch in an open transaction",
                  lambda: active.process([m for m in owner.active_consumer.consume(500, 0.2)
                                          if not m.error()]))
         offsets = {p: o for p, o in active.pending.items() if o != active.committed.get(p)}
