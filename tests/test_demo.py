@@ -16,7 +16,7 @@ from orchestrator.devkit.pauses import percentile
 pytestmark = [pytest.mark.integration, pytest.mark.embedded]
 ROOT = Path(__file__).resolve().parents[1]
 PINNED = ("records_in", "records_out", "lost", "duplicated", "handoffs", "pause_ms_p50",
-          "pause_ms_p99", "catchup_records_per_s")
+          "pause_ms_p99", "catch_up_records_per_s")
 
 
 PAUSE_BOUND_MS = 2_000

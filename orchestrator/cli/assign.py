@@ -19,8 +19,8 @@ from orchestrator.core.assignment import (
     Assignment,
     Move,
     ProcessorSnapshot,
-    active_moves,
     assign,
+    owner_changes,
 )
 
 __all__ = ["assign_command"]
@@ -70,13 +70,13 @@ def _lag(proc: ProcessorSnapshot, task: str, stateful: bool = True) -> str:
     return "lag unknown" if lag is None else f"lag {lag} records"
 
 
-def _summary(scenario: Scenario, result: Assignment, moves: Sequence[Move]) -> list[str]:
+def _summary(scenario: Scenario, result: Assignment, changes: Sequence[Move]) -> list[str]:
     """What changes: active moves, placements, warmups and standby churn, then follow-up."""
     procs = {p.id: p for p in scenario.processors}
     stateful = {t.name: t.stateful for t in scenario.tasks}
     owner = result.owners()
-    moved = [m for m in moves if m.source is not None]
-    placed = [m for m in moves if m.source is None]
+    moved = [m for m in changes if m.source is not None]
+    placed = [m for m in changes if m.source is None]
     warmups = [(t, p.id) for p in result.processors for t in p.warmup]
     lines = [f"moves: {len(moved)} active now, {len(placed)} new or orphaned placed, "
              f"{len(warmups)} warming up"]
@@ -122,4 +122,4 @@ def assign_command(scenario_path: str, as_json: bool) -> None:
     click.echo("\n".join(_table(scenario, result)))
     click.echo("")
     click.echo("\n".join(_summary(scenario, result,
-                                  active_moves(scenario.processors, result))))
+                                  owner_changes(scenario.processors, result))))

@@ -117,11 +117,11 @@ def _render_status(status: dict[str, Any], console: Console) -> None:
         tasks.add_row(t["name"], " ".join(t["partitions"]), t["active"] or "[red]none[/]", lag)
     console.print(tasks)
     if status["handoffs"]:
-        moves = Table("task", "from", "to", "phase", "lag", title="handoffs in flight")
+        table = Table("task", "from", "to", "phase", "lag", title="handoffs in flight")
         for h in status["handoffs"]:
-            moves.add_row(h["task"], h["from"] or "-", h["to"], h["phase"],
+            table.add_row(h["task"], h["from"] or "-", h["to"], h["phase"],
                           "?" if h["lag"] is None else str(h["lag"]))
-        console.print(moves)
+        console.print(table)
     barriers = status.get("barriers") or {}
     if barriers:
         table = Table("partition", "parent", "barrier", "reached", title="expansion barriers")

@@ -140,7 +140,7 @@ class Coordinator(CorePicture):
         core._settle_by = now + config.processor_timeout_s
         for key, value in records.items():
             if key.startswith("handoff/"):
-                core.moves.resume(hs.Handoff.from_dict(value))
+                core.handoff_book.resume(hs.Handoff.from_dict(value))
         return core
 
     # ---- processors ---------------------------------------------------------------------
@@ -204,7 +204,7 @@ class Coordinator(CorePicture):
         if decide:
             self._reconcile()
         elif first or _roles(before) != _roles(processor.reports) \
-                or self.moves.involving(processor.id) or processor.id in self.draining:
+                or self.handoff_book.involving(processor.id) or processor.id in self.draining:
             self.turn_wanted = True     # news a decision waits for: decide soon
             self._placement_news = True
         elif any(r.role != "active" for r in processor.reports.values()):
@@ -233,10 +233,10 @@ class Coordinator(CorePicture):
         self._placement_news = True
         if not keep_roles:
             self.roles.drop(pid)
-        for task in [h.task for h in self.moves.involving(pid)]:
-            current = self.moves.handoffs.get(task)  # a nested loss may have ended it
+        for task in [h.task for h in self.handoff_book.involving(pid)]:
+            current = self.handoff_book.handoffs.get(task)  # a nested loss may have ended it
             if current is not None and pid in (current.source, current.target):
-                self.moves.step(current, hs.ProcessorLost(pid))
+                self.handoff_book.step(current, hs.ProcessorLost(pid))
 
     def drain(self, pid: str) -> dict[str, Any]:
         """Scale in: move `pid`'s tasks away (with catch-up), then tell it to stop.
@@ -395,7 +395,7 @@ class Coordinator(CorePicture):
             self._placed = (now, self.model)
             self.roles.keep_only({p.id for p in self.processors.live()})
             self.follow_up = place(self)
-        self.moves.count_pauses(self)
+        self.handoff_book.count_pauses(self)
         if self.metrics is not None:
             live = self.processors.live()
             self.metrics.set_processors({
@@ -420,7 +420,7 @@ class Coordinator(CorePicture):
         return bool(self.failures.by_task) or now - self._placed[0] >= PLACE_EVERY_S
 
     def _drive_handoffs(self) -> None:
-        self.moves.drive(self)
+        self.handoff_book.drive(self)
 
     def _settled(self) -> bool:
         """After a restart, wait for every valid processor's first report."""

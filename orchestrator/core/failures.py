@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from orchestrator.core import handoff as hs
-from orchestrator.core.handoff_driver import Moves
+from orchestrator.core.handoff_driver import HandoffBook
 from orchestrator.core.liveness import Liveness
 from orchestrator.core.roles import RoleBook
 
@@ -84,7 +84,7 @@ class FailureView(Protocol):
 
     processors: Liveness
     roles: RoleBook
-    moves: Moves
+    handoff_book: HandoffBook
 
 
 class Failures:
@@ -121,13 +121,13 @@ class Failures:
                   failure.attempts, self.max_attempts, error,
                   f"{pid} will not run it again" if final else
                   f"{pid} is excluded for it until {failure.excluded_until - now:.0f} s from now")
-        handoff = core.moves.handoffs.get(task)
+        handoff = core.handoff_book.handoffs.get(task)
         core.roles.get(pid).discard(task)   # first: a resumed source is the only one listed
         if handoff is not None and handoff.target == pid:
-            core.moves.step(handoff, hs.ReplicaFailed(error, pid))
+            core.handoff_book.step(handoff, hs.ReplicaFailed(error, pid))
         elif handoff is not None and handoff.source == pid \
                 and handoff.phase in _BEFORE_ACTIVATION:
-            core.moves.step(handoff, hs.Cancel(f"source {pid} failed the task: {error}"))
+            core.handoff_book.step(handoff, hs.Cancel(f"source {pid} failed the task: {error}"))
             core.roles.get(pid).discard(task)   # the cancel resumed it: it cannot run it
 
     def allowed(self, task: str, pid: str, now: float) -> bool:
@@ -212,7 +212,7 @@ class Failures:
 
 def _involved(core: FailureView, pid: str, task: str) -> bool:
     """`pid` is listed with `task`, or one side of its handoff."""
-    handoff = core.moves.handoffs.get(task)
+    handoff = core.handoff_book.handoffs.get(task)
     roles = core.roles.peek(pid)
     return (task in roles.active or task in roles.warmup or task in roles.standby
             or (handoff is not None and pid in (handoff.source, handoff.target)))

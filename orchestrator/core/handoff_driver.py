@@ -25,7 +25,7 @@ from orchestrator.wire.catchup import is_caught_up
 from orchestrator.wire.clock import Clock
 from orchestrator.wire.protocol import TaskReport
 
-__all__ = ["Moves", "Reports"]
+__all__ = ["HandoffBook", "Reports"]
 
 log = logging.getLogger("baton.coordinator")
 
@@ -61,7 +61,7 @@ class _Pending:
 DeclareDeadFn = Callable[[str, str], None]
 
 
-class Moves:
+class HandoffBook:
     """The handoffs in flight, keyed by task, and what they did to the role listings.
 
     Args:

@@ -16,7 +16,7 @@ from orchestrator.core import lag as lags
 from orchestrator.core import replies
 from orchestrator.core.assignment import TaskInfo
 from orchestrator.core.failures import Failures
-from orchestrator.core.handoff_driver import Moves
+from orchestrator.core.handoff_driver import HandoffBook
 from orchestrator.core.liveness import Liveness, Processor
 from orchestrator.core.model import JobModel
 from orchestrator.core.roles import RoleBook
@@ -50,7 +50,7 @@ class CorePicture:
         self.metrics = metrics
         self.processors = Liveness()
         self.roles = RoleBook(self._valid)
-        self.moves = Moves(config.handoff, self.roles, clock, metrics, lose,
+        self.handoff_book = HandoffBook(config.handoff, self.roles, clock, metrics, lose,
                            is_pending=lambda task: task in self.model.pending,
                            went_live=went_live)
         self.draining: set[str] = set()
@@ -80,12 +80,12 @@ class CorePicture:
     @property
     def handoffs(self) -> dict[str, hs.Handoff]:
         """The handoffs in flight, by task."""
-        return self.moves.handoffs
+        return self.handoff_book.handoffs
 
     @property
     def history(self) -> list[hs.Handoff]:
         """Recently finished handoffs, newest last."""
-        return self.moves.history
+        return self.handoff_book.history
 
     def owner(self, task: str) -> str | None:
         """The live processor listed with `task` active, if any."""
@@ -151,7 +151,7 @@ class CorePicture:
 
     def handoff_samples(self) -> list[HandoffSample]:
         """Scrape-time view for metrics: the handoffs in flight."""
-        return self.moves.samples()
+        return self.handoff_book.samples()
 
     def records(self) -> dict[str, Any]:
         """The whole state as coordinator-stream records (key -> JSON value)."""

@@ -36,7 +36,7 @@ from typing import Protocol
 from orchestrator.core import handoff as hs
 from orchestrator.core.assignment import AssignmentError, ProcessorSnapshot, TaskInfo, assign
 from orchestrator.core.failures import Failures
-from orchestrator.core.handoff_driver import Moves
+from orchestrator.core.handoff_driver import HandoffBook
 from orchestrator.core.liveness import Liveness
 from orchestrator.core.model import JobModel
 from orchestrator.core.roles import RoleBook
@@ -56,7 +56,7 @@ class PlacementView(Protocol):
     model: JobModel
     processors: Liveness
     roles: RoleBook
-    moves: Moves
+    handoff_book: HandoffBook
     draining: set[str]
     failures: Failures
     clock: Clock
@@ -85,20 +85,20 @@ def place(core: PlacementView) -> bool:
     warm = {t: p.id for p in result.processors for t in p.warmup}
     load = {pid: len(core.roles.peek(pid).active) for pid in candidates}
     # warm-ups this step may still start (counted once, not once per task)
-    room = [core.config.assignment.max_warmups - core.moves.catching_up()]
+    room = [core.config.assignment.max_warmups - core.handoff_book.catching_up()]
     for task in core.model.tasks:
         _place_task(core, task, owners.get(task), warm.get(task), load, room)
-    moving: dict[str, set[str]] = defaultdict(set)     # processor -> its handoffs' tasks
+    in_handoff: dict[str, set[str]] = defaultdict(set)     # processor -> its handoffs' tasks
     incoming: dict[str, set[str]] = defaultdict(set)   # processor -> tasks coming to it
     for handoff in core.handoffs.values():
         for pid in (handoff.source, handoff.target):
             if pid is not None:
-                moving[pid].add(handoff.task)
+                in_handoff[pid].add(handoff.task)
         incoming[handoff.target].add(handoff.task)
     for wanted in result.processors:
         roles = core.roles.get(wanted.id)
         roles.warmup &= incoming[wanted.id]
-        roles.standby = (set(wanted.standby) - roles.active - roles.warmup - moving[wanted.id]
+        roles.standby = (set(wanted.standby) - roles.active - roles.warmup - in_handoff[wanted.id]
                          - _barred(core, wanted.id))
     for pid in core.draining & set(live):
         roles = core.roles.get(pid)
@@ -158,9 +158,10 @@ def _place_task(core: PlacementView, task: str, home: str | None, warm: str | No
         if handoff.phase in (hs.Phase.PLANNED, hs.Phase.CATCHING_UP) \
                 and handoff.target not in (home, warm) \
                 and (handoff.source not in core.draining or handoff.target in core.draining):
-            core.moves.step(handoff, hs.Cancel(f"the assignor now wants it on {warm or home}"))
+            core.handoff_book.step(
+                handoff, hs.Cancel(f"the assignor now wants it on {warm or home}"))
         return
-    if _family_moving(core, task):
+    if _family_in_handoff(core, task):
         return
     owner = core.holder(task)
     home, warm = core.failures.steer(task, owner, home, warm, load, core.clock.monotonic())
@@ -187,10 +188,10 @@ def _move(core: PlacementView, task: str, source: str, target: str, room: list[i
         if room[0] <= 0:
             return
         room[0] -= 1
-    core.moves.plan(task, source, target, lag)
+    core.handoff_book.plan(task, source, target, lag)
 
 
-def _family_moving(core: PlacementView, task: str) -> bool:
+def _family_in_handoff(core: PlacementView, task: str) -> bool:
     """A split parent with a pending child in a handoff, or a child whose parent moves."""
     parent = core.model.pending.get(task)
     if parent is not None:

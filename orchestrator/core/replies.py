@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from orchestrator.core import handoff as hs
-from orchestrator.core.handoff_driver import Moves
+from orchestrator.core.handoff_driver import HandoffBook
 from orchestrator.core.liveness import Liveness, Processor
 from orchestrator.core.model import JobModel
 from orchestrator.core.roles import RoleBook
@@ -23,7 +23,7 @@ class ReplyView(Protocol):
     model: JobModel
     processors: Liveness
     roles: RoleBook
-    moves: Moves
+    handoff_book: HandoffBook
     draining: set[str]
 
 
@@ -37,14 +37,14 @@ def embedded(model: JobModel, handoffs: dict[str, hs.Handoff]) -> dict[str, str]
 def drained(core: ReplyView, pid: str) -> bool:
     """A draining processor holds nothing and takes part in no handoff."""
     return (pid in core.draining and core.roles.peek(pid).empty()
-            and not core.moves.involving(pid))
+            and not core.handoff_book.involving(pid))
 
 
-def moving_from(core: ReplyView, pid: str) -> list[str]:
+def releasing_from(core: ReplyView, pid: str) -> list[str]:
     """`pid`'s tasks that another processor is catching up on: told so, `pid` asks
     for its release by long poll, and takes it at once instead of at its next
     heartbeat (on average half an interval inside the handoff pause)."""
-    return sorted(h.task for h in core.moves.involving(pid)
+    return sorted(h.task for h in core.handoff_book.involving(pid)
                   if h.source == pid and h.phase in EARLY)
 
 
@@ -55,9 +55,9 @@ def reply(core: ReplyView, processor: Processor, known: int | None) -> Heartbeat
     if not processor.valid:
         return HeartbeatReply(alive=False, generation=model.generation)
     processor.generation = model.generation
-    children = embedded(model, core.moves.handoffs)
+    children = embedded(model, core.handoff_book.handoffs)
     assignment = core.roles.peek(processor.id).wire()
-    moving, stop = moving_from(core, processor.id), drained(core, processor.id)
+    moving, stop = releasing_from(core, processor.id), drained(core, processor.id)
     if known == model.generation:     # the model only when stale
         return HeartbeatReply(
             alive=True, generation=model.generation, same_model=True, embedded=children,
@@ -82,5 +82,6 @@ def in_line(core: ReplyView, pid: str) -> bool:
     listed = set(core.roles.peek(pid).active)
     reported = {t for t, r in processor.reports.items() if r.role == "active"}
     busy = any(r.role == "activating" for r in processor.reports.values())
-    catching_up = any(h.target == pid and h.phase in EARLY for h in core.moves.involving(pid))
+    catching_up = any(h.target == pid and h.phase in EARLY
+                      for h in core.handoff_book.involving(pid))
     return listed == reported and not busy and not catching_up

@@ -132,7 +132,7 @@ def next_step(s: Situation) -> Step:
                         or (not running and not (pid in procs and procs[pid]["alive"]))))
     if gone:
         return Tidy(gone, f"{', '.join(gone)} stopped (drained, or gone)")
-    waiting = _moving(s, procs)
+    waiting = _in_flight(s, procs)
     if waiting is not None:
         return Wait(waiting)
     live = [p for p in procs.values() if p["alive"] and not p.get("draining")]
@@ -151,7 +151,7 @@ def next_step(s: Situation) -> Step:
     return Hold(why)
 
 
-def _moving(s: Situation, procs: Mapping[str, Mapping[str, Any]]) -> str | None:
+def _in_flight(s: Situation, procs: Mapping[str, Mapping[str, Any]]) -> str | None:
     status = s.status
     if status.get("recommended_processors") is None:
         return "the coordinator has no recommendation yet (it samples about once a second)"

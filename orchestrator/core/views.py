@@ -188,9 +188,9 @@ def _newcomers_without_tasks(core: Coordinator, live: Sequence[Processor]) -> li
     reconcile after it, is still to come)."""
     if len(core.model.tasks) < len(live):
         return []
-    moving = {h.target for h in core.handoffs.values()}
+    arriving = {h.target for h in core.handoffs.values()}
     return [f"processor {p.id} joined and holds no task yet" for p in live
-            if p.id not in core.draining and p.id not in moving
+            if p.id not in core.draining and p.id not in arriving
             and core.roles.peek(p.id).empty()]
 
 
@@ -224,17 +224,17 @@ def plan(core: Coordinator, add: Sequence[str], remove: Sequence[str]) -> dict[s
     except AssignmentError as exc:
         raise PlanError(str(exc)) from exc
     rate, source = _catch_up_rate(core)
-    moves: list[dict[str, Any]] = []
+    changes: list[dict[str, Any]] = []
     total = 0
     for task, target in sorted(result.owners().items()):
         if current.get(task) != target:
             size = _replay_size(core, task, target)
             total += size
-            moves.append({"task": task, "from": current.get(task), "to": target,
+            changes.append({"task": task, "from": current.get(task), "to": target,
                           "records": size, "eta_seconds": round(size / rate, 1)})
-    parallel = max(1, min(core.config.assignment.max_warmups, len(moves)))
+    parallel = max(1, min(core.config.assignment.max_warmups, len(changes)))
     return {
-        "add": sorted(add), "remove": sorted(remove), "moves": moves,
+        "add": sorted(add), "remove": sorted(remove), "moves": changes,
         "total_records": total, "eta_seconds": round(total / (rate * parallel), 1),
         "rate": {"records_per_second": rate, "source": source,
                  "parallel_warmups": parallel},

@@ -69,7 +69,7 @@ class Decisions:
         else:
             return
         core.processors.excuse(until)
-        core.moves.excuse(until)        # nor does a release or activation wait on it
+        core.handoff_book.excuse(until)        # nor does a release or activation wait on it
         self._excused_to = lease.lapsed_at
 
 

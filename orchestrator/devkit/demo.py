@@ -82,7 +82,7 @@ class DemoResult:
     handoffs: int = 0
     pause_ms_p50: float = 0.0
     pause_ms_p99: float = 0.0
-    catchup_records_per_s: float = 0.0
+    catch_up_records_per_s: float = 0.0
     split_children: int = 0
     split_to_balanced_s: float = 0.0   # `baton split` to every child live and balanced
     # every handoff seen: {"task", "kind" (move | split | drain), "from", "to", "outcome"
@@ -388,7 +388,7 @@ def _summarise(demo: Demo, oracle: OracleResult, gaps: list[Gap]) -> None:
     result.pause_ms_p99 = round(percentile(pauses, 99), 1)
     rates = [w.max_lag / (w.caught_up_at - w.first_seen) for w in demo.watches
              if w.caught_up_at is not None and w.caught_up_at > w.first_seen and w.max_lag]
-    result.catchup_records_per_s = round(statistics.mean(rates), 1) if rates else 0.0
+    result.catch_up_records_per_s = round(statistics.mean(rates), 1) if rates else 0.0
     result.ok = oracle.ok
     if not oracle.ok:
         result.steps.extend(oracle.examples)
@@ -399,19 +399,19 @@ def print_summary(console: Console, result: DemoResult) -> None:
     table.add_column("measure")
     table.add_column("value", justify="right")
     for name in ("records_in", "records_out", "lost", "duplicated", "wrong", "handoffs",
-                 "pause_ms_p50", "pause_ms_p99", "catchup_records_per_s", "split_children",
+                 "pause_ms_p50", "pause_ms_p99", "catch_up_records_per_s", "split_children",
                  "split_to_balanced_s", "seconds"):
         table.add_row(name, str(getattr(result, name)))
     for name, url in result.metrics.items():
         table.add_row(f"metrics {name}", url)
     console.print(table)
-    moves = Table(title="handoffs")
+    table = Table(title="handoffs")
     for column in ("task", "kind", "from", "to", "outcome", "pause_ms", "at"):
-        moves.add_column(column, justify="right" if column == "pause_ms" else "left")
+        table.add_column(column, justify="right" if column == "pause_ms" else "left")
     for handoff in result.handoff_pauses:
-        moves.add_row(*("-" if handoff[c] is None else str(handoff[c])
+        table.add_row(*("-" if handoff[c] is None else str(handoff[c])
                         for c in ("task", "kind", "from", "to", "outcome", "pause_ms", "at")))
-    console.print(moves)
+    console.print(table)
     console.print("[bold green]oracle holds[/]" if result.ok else "[bold red]ORACLE FAILED[/]")
 
 

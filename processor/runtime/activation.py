@@ -157,7 +157,7 @@ class Activations:
         self.pending: dict[str, Activation] = {}
         self._voided: set[str] = set()      # tasks whose next activation settles (`voided`)
         # connected, not yet fencing: each with its connection attempt on the fencer
-        self._standby_producers: dict[str, tuple[WatchedProducer, Future[Any]]] = {}
+        self._prepared_producers: dict[str, tuple[WatchedProducer, Future[Any]]] = {}
         self._fencer = ThreadPoolExecutor(max_workers=4, thread_name_prefix="baton-fence")
 
     def __contains__(self, task: object) -> bool:
@@ -173,7 +173,7 @@ class Activations:
         """Start fencing the previous owner of `task`, then reading T1 of `partitions`
         (on a worker thread: both are broker round trips other tasks must not wait for,
         and T1 read there is not delayed by the loop's round)."""
-        standby = self._standby_producers.pop(task, None)
+        standby = self._prepared_producers.pop(task, None)
         producer = standby[0] if standby else self._producer(task)
         started = self._clock.monotonic()
         fenced = self._fencer.submit(self._fence, producer, list(partitions))
@@ -226,14 +226,14 @@ class Activations:
         """Connect a future owner's producer ahead of time (without fencing anyone):
         init_transactions on a cold producer can wait on librdkafka's 500 ms PID timer
         for the coordinator connection, and that wait would sit inside the pause."""
-        if task not in self._standby_producers:
+        if task not in self._prepared_producers:
             producer = self._producer(task)
-            self._standby_producers[task] = (
+            self._prepared_producers[task] = (
                 producer, self._fencer.submit(producer.list_topics, None, 10))
 
     def forget_producer(self, task: str) -> None:
         """The task will not come here after all: close its prepared producer."""
-        standby = self._standby_producers.pop(task, None)
+        standby = self._prepared_producers.pop(task, None)
         if standby is not None:
             _close_when_done(*standby)
 
@@ -400,9 +400,9 @@ class Activations:
                 activation.store.close()
             _close_when_done(activation.producer, activation.fenced)
         self.pending.clear()
-        for standby in self._standby_producers.values():
+        for standby in self._prepared_producers.values():
             _close_when_done(*standby)
-        self._standby_producers.clear()
+        self._prepared_producers.clear()
         self._fencer.shutdown(wait=False, cancel_futures=True)
 
 

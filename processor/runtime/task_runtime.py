@@ -103,7 +103,7 @@ class TaskRuntime:
         self.released: dict[str, dict[str, int]] = {}
         self.failed: dict[str, str] = {}
         self.generation: int | None = None     # of the model held (sent with heartbeats)
-        self.moving: set[str] = set()          # active tasks whose release is near
+        self.releasing_soon: set[str] = set()          # active tasks whose release is near
         self.children = SplitChildren(config.job.partitioner)
         self.tasks = TaskPartitions(config.job.partitioner, self.consumers.active.barriers,
                                     self.children)
@@ -157,7 +157,7 @@ class TaskRuntime:
         self.children.update(reply.embedded, pending, self.active, self.tasks.model,
                              self.child_releases.left, self.released)
         reconcile(self, reply.assignment, seen_failures)
-        self.moving = set(reply.moving)
+        self.releasing_soon = set(reply.moving)
 
     def activating(self, task: str) -> bool:
         """`task` is fencing or replaying on its way to active."""
@@ -433,7 +433,7 @@ class TaskRuntime:
         """A warmup has caught up (its activation is next), an activation is running, or
         another processor catches up on a task active here (its release is next): the
         daemon then polls and heartbeats faster, to keep the pause short."""
-        return self._activation_next() or not self.moving.isdisjoint(self.active)
+        return self._activation_next() or not self.releasing_soon.isdisjoint(self.active)
 
     def _activation_next(self) -> bool:
         """An activation runs here, or a warmup has caught up (its activation is next)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.core.assignment.assignor import active_moves, assign
+from orchestrator.core.assignment.assignor import assign, owner_changes
 from orchestrator.core.assignment.model import (
     Assignment,
     AssignmentConfig,
@@ -15,5 +15,5 @@ from orchestrator.core.assignment.model import (
 
 __all__ = [
     "Assignment", "AssignmentConfig", "AssignmentError", "Move", "ProcessorAssignment",
-    "ProcessorSnapshot", "TaskInfo", "active_moves", "assign",
+    "ProcessorSnapshot", "TaskInfo", "owner_changes", "assign",
 ]

@@ -17,7 +17,7 @@ from orchestrator.core.assignment.model import (
 )
 from orchestrator.core.assignment.standbys import plan_standbys
 
-__all__ = ["active_moves", "assign"]
+__all__ = ["owner_changes", "assign"]
 
 
 def assign(tasks: Iterable[TaskInfo], processors: Iterable[ProcessorSnapshot],
@@ -64,7 +64,7 @@ def assign(tasks: Iterable[TaskInfo], processors: Iterable[ProcessorSnapshot],
 
 
 
-def active_moves(previous: Iterable[ProcessorSnapshot], result: Assignment) -> tuple[Move, ...]:
+def owner_changes(previous: Iterable[ProcessorSnapshot], result: Assignment) -> tuple[Move, ...]:
     """The active tasks whose processor changed, by task name (placements included)."""
     before = {t: p.id for p in previous for t in p.active}
     return tuple(Move(t, before.get(t), pid) for t, pid in sorted(result.owners().items())

@@ -11,8 +11,8 @@ from orchestrator.core.assignment import (
     AssignmentConfig,
     ProcessorSnapshot,
     TaskInfo,
-    active_moves,
     assign,
+    owner_changes,
 )
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -51,7 +51,7 @@ def converge(job: Sequence[TaskInfo], procs: Sequence[ProcessorSnapshot],
     calls = []
     for _ in range(limit):
         result = assign(job, procs, config)
-        calls.append((result, sum(m.source is not None for m in active_moves(procs, result))))
+        calls.append((result, sum(m.source is not None for m in owner_changes(procs, result))))
         if not result.follow_up:
             return calls
         procs = feed_back(procs, result)

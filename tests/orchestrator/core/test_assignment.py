@@ -17,8 +17,8 @@ from orchestrator.core.assignment import (
     AssignmentError,
     ProcessorSnapshot,
     TaskInfo,
-    active_moves,
     assign,
+    owner_changes,
 )
 from tests.orchestrator.core.assignment_support import (
     EVEN,
@@ -94,7 +94,7 @@ def test_equal_lags_never_cause_a_move() -> None:
     before = [proc(f"p{k}", [f"t{2 * k:02d}", f"t{2 * k + 1:02d}"],
                    lags={t.name: 0 for t in job}) for k in range(3)]
     result = assign(job, before, AssignmentConfig(num_standbys=2))
-    assert active_moves(before, result) == ()
+    assert owner_changes(before, result) == ()
     assert not result.follow_up
 
 
@@ -153,7 +153,7 @@ def test_scale_in_by_draining_moves_only_the_drained_tasks() -> None:
     before = [proc(f"p{k}", [t.name for t in job[3 * k: 3 * k + 3]]) for k in range(4)]
     result = assign(job, before[1:])  # p0 left: its 3 tasks are orphans
     assert counts(result) == {"p1": 4, "p2": 4, "p3": 4}
-    assert {m.task for m in active_moves(before, result)} == {"t00", "t01", "t02"}
+    assert {m.task for m in owner_changes(before, result)} == {"t00", "t01", "t02"}
 
 
 def test_capacity_weights_the_targets() -> None:

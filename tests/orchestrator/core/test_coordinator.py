@@ -149,7 +149,7 @@ def test_a_release_waits_its_whole_timeout_after_the_coordinator_could_hear_agai
     p1.ignore_release = True
     p1.beat()
     h.clock.advance(2.5)                        # a lapse of 2.5 s of the 3 s timeout
-    h.core.moves.excuse(h.clock.monotonic())
+    h.core.handoff_book.excuse(h.clock.monotonic())
     h.core.processors.excuse(h.clock.monotonic())
     h.clock.advance(1.0)                        # 3.5 s since the release: still waiting
     p2.beat()

@@ -152,13 +152,13 @@ def _restart_inside_the_commit(broker: Broker, config: Any, runtime: TaskRuntime
                                caplog: pytest.LogCaptureFixture) -> None:
     active = runtime.active[TASK]
     before = dict(active.committed)
-    commit_transaction = active._commit_transaction
+    commit_transaction = active.transaction._commit_transaction
 
     def restart_then_commit() -> None:    # outputs and offsets sent, EndTxn not yet
         broker.local.restart()
         commit_transaction()
 
-    active._commit_transaction = restart_then_commit  # type: ignore[method-assign]
+    active.transaction._commit_transaction = restart_then_commit  # type: ignore[method-assign]
     feed_keys(broker, config.job.inputs[0], 300, 200)
     wait_for(lambda: active.transaction.processed > 0, 30, "an open transaction",
              lambda: active.process(_records(runtime.active_consumer.consume(500, 0.1))))
