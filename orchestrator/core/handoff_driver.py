@@ -137,7 +137,7 @@ class HandoffBook:
         if handoff.phase == hs.Phase.RELEASING and handoff.source is not None:
             source = reports.report(handoff.source, handoff.task)
             if source is not None and source.role == "released":
-                events.append(hs.ReleaseAcked(dict(source.positions), handoff.source))
+                events.append(hs.ReleaseAcked(dict(source.committed), handoff.source))
         if handoff.phase == hs.Phase.ACTIVATING and target is not None \
                 and target.role == "active":
             events.append(hs.Activated(handoff.target))

@@ -56,9 +56,9 @@ def t1(core: LagView, task: str) -> dict[str, int | None]:
     consumer = core.model.pending.get(task, task)
     holder = core.report(core.owner(consumer), consumer)
     if holder is not None and holder.role == "active":
-        reported.update(holder.positions)
+        reported.update(holder.committed)
     if released is not None and released.role == "released":
-        reported.update(released.positions)
+        reported.update(released.committed)
     out = {a.partition: consumed_position(core, a.partition)
            for a in ancestry_of(core.model, task)}
     out.update({p: reported.get(p, core.committed.get(p, core.low.get(p)))
@@ -72,8 +72,8 @@ def consumed_position(core: LagView, partition: str) -> int | None:
     for task in core.model.tasks:
         if partition in core.consumed(task):
             report = core.report(core.holder(task), core.model.pending.get(task, task))
-            if report is not None and partition in report.positions:
-                return report.positions[partition]
+            if report is not None and partition in report.offsets():
+                return report.offsets()[partition]
     return core.committed.get(partition, core.low.get(partition))
 
 
@@ -106,7 +106,7 @@ def lag(core: LagView, task: str, pid: str) -> int | None:
     if any((owner_at[a] or 0) < end for a, end in ends.items()):
         return None  # the parent has not reached a barrier yet: the child must wait
     return sum(max(0, min(v or 0, ends.get(p, v or 0))
-                      - report.positions.get(p, core.low.get(p, 0)))
+                      - report.applied.get(p, core.low.get(p, 0)))
                for p, v in owner_at.items())
 
 

@@ -164,7 +164,7 @@ def pending(core: Coordinator) -> list[str]:
             out.append(f"task {task!r}: not active on any processor")
         elif report is None or report.role != "active":
             out.append(f"task {task!r}: {owner} has not reported it active yet")
-        elif missing := [p for p in partitions if p not in report.positions]:
+        elif missing := [p for p in partitions if p not in report.committed]:
             out.append(f"task {task!r}: {owner} does not consume {', '.join(missing)} yet "
                        f"(generation {core.model.generation})")
     for task in core.model.tasks:

@@ -58,7 +58,7 @@ class Heartbeats:
             InvalidReport: naming the task.
         """
         problem = self._guard.core.model.report_problem(
-            (t.task, t.positions.keys()) for t in request.tasks)
+            (t.task, t.offsets().keys()) for t in request.tasks)
         if problem is not None:
             raise InvalidReport(f"processor {request.processor_id}: {problem}")
 

@@ -14,17 +14,22 @@ a lost or repeated message never leaves the two sides disagreeing for long.
 - `warmup`/`standby` tasks replay S2 through `process()` without output, never past
   the owner's committed offsets, and report T2; with catch_up.source = "changelog"
   they apply the task's changelog partition instead, report the input offsets it
-  carried as positions and their lag in changelog records.
+  carried as their T2 and their lag in changelog records.
+- A task report carries T1 (`committed`: active, released) or T2 (`applied`: a
+  replica, a replaying activation), never one field for both.
 - Anything else the processor holds is dropped (store kept on disk).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, NewType
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
+    "T1_ROLES",
+    "AppliedOffsets",
+    "CommittedOffsets",
     "RoleListing",
     "Barrier",
     "HeartbeatReply",
@@ -40,13 +45,23 @@ class _Message(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# "topic:partition" -> next offset: T1, a task's committed offsets, and T2, how far a
+# replica's store has applied (docs/design.md, "Words")
+CommittedOffsets = NewType("CommittedOffsets", dict[str, int])
+AppliedOffsets = NewType("AppliedOffsets", dict[str, int])
+# the roles whose report carries T1; the others' carries T2
+T1_ROLES: tuple[Role, ...] = ("active", "released")
+
+
 class TaskReport(_Message):
     """What a processor says about one task it holds or has just released."""
 
     task: str = Field(min_length=1, max_length=512)
     role: Role
-    # "topic:partition" -> next offset: committed T1 for active/released, T2 otherwise
-    positions: dict[str, int] = Field(default_factory=dict)
+    # T1: active (its committed offsets) and released (its final T1)
+    committed: CommittedOffsets = Field(default_factory=lambda: CommittedOffsets({}))
+    # T2: warmup, standby and a replaying activation (what its store has applied)
+    applied: AppliedOffsets = Field(default_factory=lambda: AppliedOffsets({}))
     # warmup/standby: T1 - T2 as the processor sees it (the coordinator recomputes it)
     lag: int | None = Field(default=None, ge=0)
     # records/s over the last reporting interval: committed by an active task, replayed
@@ -57,6 +72,22 @@ class TaskReport(_Message):
     pause_ms: float | None = Field(default=None, ge=0)
     # partitions whose read has stalled (processor/runtime/stalls.py), until they move
     stalled: list[str] = Field(default_factory=list, max_length=100_000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_positions(cls, data: Any) -> Any:
+        """A processor of the previous version reports T1 or T2 as `positions`, by its
+        role: an upgraded coordinator still reads it (docs/operations.md, "Upgrades
+        under traffic")."""
+        if isinstance(data, dict) and "positions" in data:
+            data = dict(data)
+            offsets = data.pop("positions")
+            data["committed" if data.get("role") in T1_ROLES else "applied"] = offsets
+        return data
+
+    def offsets(self) -> dict[str, int]:
+        """What its role carries: T1 (active, released) or T2 (the others)."""
+        return self.committed if self.role in T1_ROLES else self.applied
 
 
 class HeartbeatRequest(_Message):

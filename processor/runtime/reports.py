@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 
 from orchestrator.wire.clock import Clock, Deadline
-from orchestrator.wire.protocol import TaskReport
+from orchestrator.wire.protocol import AppliedOffsets, CommittedOffsets, TaskReport
 from processor.active import ActiveTask
 from processor.replica import Replay
 from store import Store
@@ -44,16 +44,18 @@ def task_reports(active: Mapping[str, ActiveTask], replicas: Mapping[str, Replay
             stalls.py).
     """
     stalled = stalled or {}
-    out = [TaskReport(task=t, role="active", positions=t1(a) if t1 else dict(a.committed),
+    out = [TaskReport(task=t, role="active",
+                      committed=CommittedOffsets(t1(a) if t1 else dict(a.committed)),
                       pause_ms=a.pause_ms, rate=a.update_rate(), stalled=stalled.get(t, []))
            for t, a in active.items()]
     for task, replica in replicas.items():
         out.append(TaskReport(task=task, role=replica.role,
-                              positions=replica.reported_positions(), lag=replica.lag(),
+                              applied=AppliedOffsets(replica.reported_positions()),
+                              lag=replica.lag(),
                               rate=replica.update_rate(), stalled=stalled.get(task, [])))
     out.extend(TaskReport(task=t, role="activating") for t in activating
                if t not in replicas)
-    out.extend(TaskReport(task=t, role="released", positions=dict(p))
+    out.extend(TaskReport(task=t, role="released", committed=CommittedOffsets(dict(p)))
                for t, p in released.items()
                if t not in active and t not in replicas and t not in activating)
     out.extend(TaskReport(task=t, role="failed", error=e[:_ERROR_CHARS])

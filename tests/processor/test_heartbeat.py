@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.wire.client import CoordinatorError
-from orchestrator.wire.protocol import HeartbeatReply, TaskReport
+from orchestrator.wire.protocol import T1_ROLES, HeartbeatReply, TaskReport
 from processor.daemon.heartbeat import HeartbeatMonitor
 from tests.clocks import FakeClock
 
@@ -22,7 +22,8 @@ def monitor(tmp_path: Path, reports: list[TaskReport]) -> HeartbeatMonitor:
 
 
 def report(role: str) -> TaskReport:
-    return TaskReport(task="Partition 0", role=role, positions={"in:0": 5})
+    return TaskReport.model_validate({"task": "Partition 0", "role": role, "committed"
+                                      if role in T1_ROLES else "applied": {"in:0": 5}})
 
 
 def test_a_long_poll_only_close_to_a_handoff_with_nothing_in_flight(tmp_path: Path) -> None:

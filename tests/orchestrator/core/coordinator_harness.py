@@ -18,7 +18,7 @@ from orchestrator.core.assignment import AssignmentConfig
 from orchestrator.core.coordinator import Coordinator, CoreConfig
 from orchestrator.core.handoff import HandoffConfig
 from orchestrator.core.model import JobModel
-from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest, TaskReport
+from orchestrator.wire.protocol import T1_ROLES, HeartbeatReply, HeartbeatRequest, TaskReport
 from tests.clocks import FakeClock
 
 TOPIC = "in"
@@ -114,7 +114,8 @@ class FakeProcessor:
             processor_id=self.pid, execution_id=self.execution,
             metrics_url=f"http://127.0.0.1:1/{self.pid}", leaving=leaving,
             tasks=[TaskReport(task=t, role=r,  # type: ignore[arg-type]
-                              positions=self.positions.get(t, {}),
+                              **{"committed" if r in T1_ROLES else "applied":
+                                 self.positions.get(t, {})},
                               pause_ms=self.pause_ms if r == "active" else None,
                               lag=self.lags.get(t) if r != "active" else None,
                               error=self.failing.get(t) if r == "failed" else None,

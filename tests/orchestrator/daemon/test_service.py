@@ -12,7 +12,7 @@ from test_api import beat, make_service
 
 from orchestrator.daemon.api import create_app
 from orchestrator.daemon.gate import Lease
-from orchestrator.wire.protocol import HeartbeatRequest, TaskReport
+from orchestrator.wire.protocol import T1_ROLES, HeartbeatRequest, TaskReport
 
 
 def request(pid: str = "p1", execution: str = "e1", **extra: Any) -> HeartbeatRequest:
@@ -21,7 +21,7 @@ def request(pid: str = "p1", execution: str = "e1", **extra: Any) -> HeartbeatRe
 
 def active(tasks: list[str], generation: int = 1) -> dict[str, Any]:
     return {"generation": generation,
-            "tasks": [TaskReport(task=t, role="active", positions={}).model_dump()
+            "tasks": [TaskReport(task=t, role="active").model_dump()
                       for t in tasks]}
 
 
@@ -65,7 +65,9 @@ def wait_in_thread(service: Any, req: HeartbeatRequest) -> tuple[list[Any], thre
 
 def reports(role: str, tasks: dict[str, int], generation: int = 1) -> dict[str, Any]:
     return {"generation": generation, "tasks": [
-        TaskReport(task=t, role=role, positions={f"in:{t[-1]}": at}, lag=0).model_dump()
+        TaskReport.model_validate({"task": t, "role": role, "lag": 0, "committed"
+                                   if role in T1_ROLES else "applied": {f"in:{t[-1]}": at}}
+                                  ).model_dump()
         for t, at in tasks.items()]}
 
 
@@ -213,9 +215,9 @@ def test_a_plain_heartbeat_during_a_decision_gets_the_decision_in_force() -> Non
     finally:
         release.set()
         holder.join()
-    assert service.guard.core.processors.get("p1").reports["Partition 0"].positions == {"in:0": 100}
+    assert service.guard.core.processors.get("p1").reports["Partition 0"].committed == {"in:0": 100}
     service.decisions.tick()      # the next holder of the lock takes the waiting report in
-    assert service.guard.core.processors.get("p1").reports["Partition 0"].positions == {"in:0": 250}
+    assert service.guard.core.processors.get("p1").reports["Partition 0"].committed == {"in:0": 250}
     assert "Partition 1" not in service.guard.core.processors.get("p1").reports
 
 
