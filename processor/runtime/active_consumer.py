@@ -26,9 +26,13 @@ from processor.runtime.idle_fetch import IdleFetch, after_poll, before_poll
 from processor.runtime.lookups import Lookups
 from processor.runtime.metadata import PartitionCounts
 
-__all__ = ["ActiveConsumer"]
+__all__ = ["GROW_LOOKUP_S", "ActiveConsumer"]
 
 log = logging.getLogger("baton.processor.runtime")
+
+# how long a lookup of a growing task's new partitions may hold the loop: one stable
+# lookup answers in milliseconds; past this, the next reply tries again
+GROW_LOOKUP_S = 1.0
 
 
 class ActiveConsumer:
@@ -222,11 +226,16 @@ class ActiveConsumer:
                 self.consumer.seek(topic_partition(p, offset))
 
     def grow(self, active: ActiveTask, partitions: Sequence[str]) -> None:
-        """A task gained partitions (expansion): start them from their committed offsets."""
+        """A task gained partitions (expansion): start them from their committed offsets.
+
+        The lookup is one bounded attempt (`GROW_LOOKUP_S`): it runs on the loop, and a
+        group coordinator that is lost, or an offset commit still pending on a new
+        partition, must not hold the processor's other tasks. It raises KafkaException
+        then, and the next reply tries again (processor/runtime/reconciliation.py)."""
         new = [p for p in partitions if p not in active.partitions]
         if not new:
             return
-        committed = self._lookups.committed(new)
+        committed = self._lookups.committed_once(new, GROW_LOOKUP_S)
         active.partitions.extend(new)
         active.committed.update(committed)
         active.pending.update(committed)

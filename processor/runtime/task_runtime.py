@@ -36,6 +36,7 @@ from processor.job import Job
 from processor.lifecycle import Command, Event, State, step
 from processor.replica import Replay, ReplicaRole
 from processor.runtime.activation import Activations
+from processor.runtime.active_consumer import GROW_LOOKUP_S
 from processor.runtime.active_round import ActiveRound
 from processor.runtime.barriers import BarrierBook, BarrierHolder
 from processor.runtime.bulk_path import BulkPath
@@ -343,7 +344,7 @@ class TaskRuntime:
         rejoining = [p for p in new if p in children]
         if rejoining:
             applied = active.store.applied_offsets()
-            committed = self.consumers.lookups.committed(rejoining)
+            committed = self.consumers.lookups.committed_once(rejoining, GROW_LOOKUP_S)
             if any(applied.get(p, -1) < committed[p] for p in rejoining):
                 log.info("task %r: split child partitions %s come back with history this "
                          "store lacks: activating again to replay it", task, rejoining)
