@@ -140,7 +140,7 @@ class TaskRuntime:
         """Task -> store bytes, refreshed by `reports()` at most once a second."""
         return self._sizes.bytes
 
-    # ---- the coordinator's API -------------------------------------------------------
+    # ---- the coordinator's API -----------------------------------------------------
 
     def apply(self, reply: HeartbeatReply, seen_failures: Collection[str] | None = None) -> None:
         """Converge on the coordinator's view of this processor (level-triggered);
@@ -164,16 +164,11 @@ class TaskRuntime:
         """`task` is fencing or replaying on its way to active."""
         return task in self.activations
 
-    def guard(self, task: str, change: Callable[[str], object]) -> None:
-        """Run `change(task)`; what it raises is an event of the task's lifecycle (for
-        a change of a task not active: free what it held and mark it failed)."""
-        try:
-            change(task)
-        except TASK_ERRORS as exc:
-            log.error("task %r: %s", task, exc)
-            self.happened(task, event_of(exc), str(exc))
+    def replay_partitions(self, task: str) -> list[str]:
+        """The partitions a replica of `task` reads, in order (its catch-up source's)."""
+        return self.source.partitions(task)
 
-    # ---- the lifecycle's driver (processor/lifecycle.py decides) -------------------------
+    # ---- the lifecycle: processor/lifecycle.py decides, the runtime carries out ----
 
     def state_of(self, task: str) -> State:
         """Where `task` is on this processor, read from what holds it."""
@@ -187,6 +182,15 @@ class TaskRuntime:
         """Step `task` through the lifecycle table and carry out its commands."""
         for command in step(self.state_of(task), event).commands:
             self._commands[command](task, reason)
+
+    def guard(self, task: str, change: Callable[[str], object]) -> None:
+        """Run `change(task)`; what it raises is an event of the task's lifecycle (for
+        a change of a task not active: free what it held and mark it failed)."""
+        try:
+            change(task)
+        except TASK_ERRORS as exc:
+            log.error("task %r: %s", task, exc)
+            self.happened(task, event_of(exc), str(exc))
 
     def _command_table(self) -> dict[Command, Callable[[str, str], object]]:
         """How the runtime carries out each command the lifecycle gives (reconciliation
@@ -208,96 +212,7 @@ class TaskRuntime:
             Command.COUNT_TRIMMED: lambda task, _: self.metrics.record_input_trimmed(task),
         }
 
-    def _free(self, task: str) -> None:
-        """A change of `task` failed: free whatever it held (active, replica, activation)."""
-        if task in self.active:
-            self.consumers.active.unassign(task)
-            active = self.active.pop(task)
-            active.store.close()
-            close_producer(active.producer)
-        replica = self.replicas.pop(task, None)
-        if replica is not None:
-            self.consumers.replays.unassign(replica)
-            replica.store.close()
-        self.activations.abandon(task, close_store=replica is None)
-
-    def _rewind(self, task: str) -> None:
-        active = self.active[task]
-        log.warning("task %r: rewinding to %s", task, active.committed)
-        self.consumers.active.rewind(active)
-
-    def replay_partitions(self, task: str) -> list[str]:
-        """The partitions a replica of `task` reads, in order (its catch-up source's)."""
-        return self.source.partitions(task)
-
-    def _barrier_holders(self) -> list[BarrierHolder]:
-        return [*self.active.values(), *self.replicas.values()]
-
-    def activate(self, task: str) -> None:
-        """Fence the previous owner, replay silently, then process with output (see
-        processor/runtime/activation.py)."""
-        replica = self.replicas.pop(task, None)
-        if replica is not None:
-            self.consumers.replays.unassign(replica)
-        store = replica.store if replica else self.stores.open(task)
-        store.expect_reads()        # a changelog replica's store was only written so far
-        self.activations.begin(task, store, self.tasks.of(task))
-
-    def _replay_first(self, task: str) -> None:
-        """The fence is done: check it held, then the activation's first replay."""
-        self.activations.verify_fenced(task, self.tasks.of(task),
-                                       self.source.changelog_of(task))
-        self.released.pop(task, None)
-        self._replay_or_go_active(
-            task, self.activations.replay(task, self.source.activation_steps(task)))
-
-    def _replay_or_go_active(self, task: str, replay: Replay | None) -> None:
-        """Run the activation's next replay (None: every replay reached T1)."""
-        if replay is None:
-            self.happened(task, Event.ALL_REPLAYED)
-            return
-        self.replicas[task] = replay
-        self.consumers.replays.assign(replay)
-
-    def _go_active(self, task: str) -> None:
-        writer = self.source.writer(task, self.activations.pending[task].store)
-        active = self.activations.go_active(task, self.tasks.of(task), writer)
-        self.barrier_book.attach(active)
-        active.on_misrouted = self.metrics.record_misrouted
-        self.active[task] = active
-        self.consumers.active.add(active)
-        log.info("task %r: active from %s", task, active.committed)
-
-    def release(self, task: str) -> dict[str, int]:
-        """Stop fetching, commit the open transaction, return final T1; idempotent."""
-        active = self.active.pop(task, None)
-        if active is None:
-            return dict(self.released.get(task, {}))
-        started = self.clock.monotonic()
-        try:
-            last = self.commits.final(active)   # counted like any other transaction
-            if last.committed:
-                active.run_effects()
-                if last.records:
-                    self.metrics.record_processed(task, last.records)
-                    self.metrics.record_transaction(task, "committed")
-            else:
-                # the open transaction is void: final T1 is the last committed offsets
-                log.warning("task %r: release without its last transaction: %s", task,
-                            last.error)
-        finally:
-            self.consumers.active.unassign(task)
-            close_producer(active.producer)
-            self.jobs.close(task)
-            self.stores.close_later(active.store)   # once the release is reported: stores.py
-        self.released[task] = dict(active.committed)
-        self._sizes.forget(task)
-        took = self.clock.monotonic() - started
-        self.metrics.record_handoff_step("releasing", took)
-        self.metrics.forget_task(task)      # its series now belong to the new owner
-        log.info("task %r: released at %s (release %.0f ms)", task, active.committed,
-                 took * 1000)
-        return dict(active.committed)
+    # ---- the commands, in a task's order: replica, activation, active, release -----
 
     def start_replica(self, task: str, role: ReplicaRole) -> None:
         """Start a warmup or standby of `task`: on Spark first when its store is fresh
@@ -332,6 +247,45 @@ class TaskRuntime:
         self.jobs.close(task)
         self.metrics.forget_task(task)
 
+    def activate(self, task: str) -> None:
+        """Fence the previous owner, replay silently, then process with output (see
+        processor/runtime/activation.py)."""
+        replica = self.replicas.pop(task, None)
+        if replica is not None:
+            self.consumers.replays.unassign(replica)
+        store = replica.store if replica else self.stores.open(task)
+        store.expect_reads()        # a changelog replica's store was only written so far
+        self.activations.begin(task, store, self.tasks.of(task))
+
+    def _replay_first(self, task: str) -> None:
+        """The fence is done: check it held, then the activation's first replay."""
+        self.activations.verify_fenced(task, self.tasks.of(task),
+                                       self.source.changelog_of(task))
+        self.released.pop(task, None)
+        self._replay_or_go_active(
+            task, self.activations.replay(task, self.source.activation_steps(task)))
+
+    def _replay_or_go_active(self, task: str, replay: Replay | None) -> None:
+        """Run the activation's next replay (None: every replay reached T1)."""
+        if replay is None:
+            self.happened(task, Event.ALL_REPLAYED)
+            return
+        self.replicas[task] = replay
+        self.consumers.replays.assign(replay)
+
+    def _replay_done(self, replay: Replay) -> None:
+        """An activating replay caught up: the activation's next replay, or active."""
+        self.happened(replay.name, Event.REPLAY_DONE)
+
+    def _go_active(self, task: str) -> None:
+        writer = self.source.writer(task, self.activations.pending[task].store)
+        active = self.activations.go_active(task, self.tasks.of(task), writer)
+        self.barrier_book.attach(active)
+        active.on_misrouted = self.metrics.record_misrouted
+        self.active[task] = active
+        self.consumers.active.add(active)
+        log.info("task %r: active from %s", task, active.committed)
+
     def grow(self, task: str) -> None:
         """A task gained partitions (expansion, or a split child embedded again): start
         them from their committed offsets. A child's partitions whose history the store
@@ -353,7 +307,67 @@ class TaskRuntime:
         self.consumers.active.grow(active, self.tasks.of(task))
         self.barrier_book.attach(active)        # its new partitions may be parents too
 
-    # ---- the loop ----------------------------------------------------------------------
+    def _rewind(self, task: str) -> None:
+        active = self.active[task]
+        log.warning("task %r: rewinding to %s", task, active.committed)
+        self.consumers.active.rewind(active)
+
+    def _stop_active(self, task: str) -> None:
+        """Stop a task without committing anything more."""
+        active = self.active.pop(task)
+        self.consumers.active.unassign(task)
+        active.abort()
+        active.store.close()
+        close_producer(active.producer)
+        self.jobs.close(task)
+        self._sizes.forget(task)
+        self.metrics.forget_task(task)      # fenced or failed: its series are not ours now
+
+    def _free(self, task: str) -> None:
+        """A change of `task` failed: free whatever it held (active, replica, activation)."""
+        if task in self.active:
+            self.consumers.active.unassign(task)
+            active = self.active.pop(task)
+            active.store.close()
+            close_producer(active.producer)
+        replica = self.replicas.pop(task, None)
+        if replica is not None:
+            self.consumers.replays.unassign(replica)
+            replica.store.close()
+        self.activations.abandon(task, close_store=replica is None)
+
+    def release(self, task: str) -> dict[str, int]:
+        """Stop fetching, commit the open transaction, return final T1; idempotent."""
+        active = self.active.pop(task, None)
+        if active is None:
+            return dict(self.released.get(task, {}))
+        started = self.clock.monotonic()
+        try:
+            last = self.commits.final(active)   # counted like any other transaction
+            if last.committed:
+                active.run_effects()
+                if last.records:
+                    self.metrics.record_processed(task, last.records)
+                    self.metrics.record_transaction(task, "committed")
+            else:
+                # the open transaction is void: final T1 is the last committed offsets
+                log.warning("task %r: release without its last transaction: %s", task,
+                            last.error)
+        finally:
+            self.consumers.active.unassign(task)
+            close_producer(active.producer)
+            self.jobs.close(task)
+            self.stores.close_later(active.store)   # once the release is reported: stores.py
+        self.released[task] = dict(active.committed)
+        self._sizes.forget(task)
+        took = self.clock.monotonic() - started
+        self.metrics.record_handoff_step("releasing", took)
+        self.metrics.forget_task(task)      # its series now belong to the new owner
+        log.info("task %r: released at %s (release %.0f ms)", task, active.committed,
+                 took * 1000)
+        return dict(active.committed)
+
+    # ---- the loop ------------------------------------------------------------------
 
     def poll(self, timeout: float = 0.1) -> int:
         """One round: active batch, replay batch, commits. Returns records handled.
@@ -391,17 +405,6 @@ class TaskRuntime:
                          + self.consumers.replays.waited_s)
         return handled
 
-    def _stop_active(self, task: str) -> None:
-        """Stop a task without committing anything more."""
-        active = self.active.pop(task)
-        self.consumers.active.unassign(task)
-        active.abort()
-        active.store.close()
-        close_producer(active.producer)
-        self.jobs.close(task)
-        self._sizes.forget(task)
-        self.metrics.forget_task(task)      # fenced or failed: its series are not ours now
-
     def _poll_replicas(self, timeout: float, batch: int) -> int:
         """While an activation replays (a handoff's pause) only its records are read;
         while it only fences (broker round trips, 10-60 ms, waited out on a thread
@@ -416,11 +419,10 @@ class TaskRuntime:
             batch = min(batch, max(1, left))
         return self.replay_round.run(self.replicas, timeout, batch)
 
-    def _replay_done(self, replay: Replay) -> None:
-        """An activating replay caught up: the activation's next replay, or active."""
-        self.happened(replay.name, Event.REPLAY_DONE)
+    def _barrier_holders(self) -> list[BarrierHolder]:
+        return [*self.active.values(), *self.replicas.values()]
 
-    # ---- reports and shutdown ----------------------------------------------------------
+    # ---- reports and shutdown ------------------------------------------------------
 
     def reports(self) -> list[TaskReport]:
         self._sizes.refresh(self.active, self.replicas)
