@@ -96,7 +96,7 @@ def test_warmup_applies_the_changelog_and_the_handoff_keeps_every_id(
         assert new.consumers.lookups.consumer.assignment() == []
         assert [f"{tp.topic}:{tp.partition}" for tp in new.consumers.replays.replay.assignment()] \
             == warmup.partitions
-        assert set(report.positions) == {format_partition(config.job.inputs[0], 0)}
+        assert set(report.applied) == {format_partition(config.job.inputs[0], 0)}
         applied = registry.get_sample_value("baton_catchup_records_total", {
             "job": "j", "processor": "p2", "task": "Partition 0", "path": "consumer",
             "source": "changelog"})
