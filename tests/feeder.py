@@ -115,6 +115,10 @@ class Feeder:
         else:
             self.delivered.append((msg.partition(), msg.offset()))
 
+    def running(self) -> bool:
+        """Its thread still produces (not stopped, not ended by an error)."""
+        return self._thread.is_alive()
+
     def pause(self) -> None:
         """Stop producing; returns once everything sent so far is acknowledged."""
         self._paused.clear()

@@ -101,7 +101,7 @@ def until(j: Job, condition: Any, timeout: float, what: str) -> None:
 
 
 def decisions_total(j: Job, direction: str, outcome: str) -> float:
-    text = j.client._http.get("/metrics").text
+    text = j.metrics()
     found = re.search(rf'baton_autoscale_decisions_total\{{direction="{direction}",'
                       rf'job="[^"]+",outcome="{outcome}"\}} ([0-9.e+]+)', text)
     assert found, text[-2000:]

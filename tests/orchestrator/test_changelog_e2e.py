@@ -118,7 +118,7 @@ def test_scale_out_keeps_every_keys_id(changelog_job, broker) -> None:
     moved = feeder.sent
     wait_for(lambda: feeder.sent > moved + 2000, 60,
              f"traffic after the moves (sent {moved}, thread alive "
-             f"{feeder._thread.is_alive()})")
+             f"{feeder.running()})")
     j.check_running()
     result = _finish(j, feeder, broker)
     assert result.sums.keys == 40

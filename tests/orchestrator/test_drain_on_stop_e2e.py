@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 
 def handoffs_done(j) -> float:
-    text = j.client._http.get("/metrics").text
+    text = j.metrics()
     found = re.search(r'baton_handoffs_total\{job="[^"]+",outcome="done"\} ([0-9.e+]+)', text)
     return float(found.group(1)) if found else 0.0
 

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from orchestrator.wire.config import load_config
+from orchestrator.wire.http import httpx
 from tests.daemon_support import Daemon, wait_for_coordinator
 from tests.feeder import Feeder
 from tests.oracle_report import oracle_check, unseen
@@ -82,6 +83,10 @@ class Job:
 
     def status(self) -> dict[str, Any]:
         return dict(self.client.status())
+
+    def metrics(self) -> str:
+        """The leading coordinator's Prometheus text (`/metrics` needs no token)."""
+        return str(httpx.get(f"{self.client.url}/metrics", timeout=10).text)
 
     def holding(self) -> dict[str, list[str]]:
         return {p["id"]: p["active"] for p in self.status()["processors"] if p["alive"]}
@@ -166,7 +171,7 @@ def test_scale_out_to_a_third_processor(job, broker) -> None:
     assert sorted(len(a) for a in holding.values()) == [1, 1, 2]
     j.check_running()
     finish(j, feeder, broker)
-    metrics = j.client._http.get("/metrics").text
+    metrics = j.metrics()
     assert 'baton_handoffs_total{job="' in metrics
 
 
@@ -321,7 +326,7 @@ def test_handoffs_are_counted_by_the_time_wait_returns(job) -> None:
                              "--timeout", "120"], capture_output=True, text=True,
                             timeout=150, cwd=ROOT)
     assert waited.returncode == 0, waited.stderr
-    metrics = j.client._http.get("/metrics").text
+    metrics = j.metrics()
     done = [line for line in metrics.splitlines()
             if line.startswith("baton_handoffs_total{") and 'outcome="done"' in line]
     assert done and float(done[0].rsplit(" ", 1)[1]) >= 1, done

@@ -122,7 +122,7 @@ def test_a_poison_task_is_retried_to_the_bound_then_stays_failed(job, broker, tm
     wait_for(lambda: all(t["lag"] == 0 for t in j.status()["tasks"] if t["name"] != poisoned),
              60, "the other tasks consumed everything")
     j.check_running()
-    metrics = j.client._http.get("/metrics").text
+    metrics = j.metrics()
     series = [line for line in metrics.splitlines() if line.startswith("baton_tasks_failed{")]
     assert series and float(series[0].rsplit(" ", 1)[1]) == 1, series
     name, value = series[0].rsplit(" ", 1)

@@ -76,7 +76,7 @@ def test_second_coordinator_is_a_standby_until_the_leader_dies(coordinated, daem
     assert refused.json()["leader"] == config.coordinator.url
     assert 'baton_coordinator_leader{job="' in httpx.get(f"{standby}/metrics").text
     assert _gauge(httpx.get(f"{standby}/metrics").text, "baton_coordinator_leader") == 0
-    assert _gauge(leader._http.get("/metrics").text, "baton_coordinator_leader") == 1
+    assert _gauge(httpx.get(f"{leader.url}/metrics").text, "baton_coordinator_leader") == 1
     probe = httpx.get(f"{standby}/containerHeartbeat",
                       params={"executionContainerId": "nobody"}, timeout=10)
     assert probe.status_code == 200 and probe.json() == {"alive": False}   # the leader's
