@@ -108,7 +108,7 @@ class Churn:
         self._starts: dict[str, int] = {}
         self._watch: StatusWatch | None = None
         self._token = ""
-        self._in_handoff_until = 0.0    # monotonic: an operation runs, or has just ended
+        self._operating_until = 0.0    # monotonic: an operation runs, or has just ended
 
     # ---- daemons -----------------------------------------------------------------------
 
@@ -178,7 +178,7 @@ class Churn:
             if name.startswith("c"):
                 roles[name] = "leader" if self.urls[int(name[1:])] == leader else "standby"
             roles.setdefault(name, "gone")
-        resting = time.monotonic() >= self._in_handoff_until
+        resting = time.monotonic() >= self._operating_until
         return resting and is_balanced(status), "+".join(alive), roles
 
     def status(self) -> dict[str, Any]:
@@ -197,11 +197,11 @@ class Churn:
             "failover": self._failover, "broker_restart": self._broker_restart}
         began = time.monotonic()
         log(f"{name} ...")
-        self._in_handoff_until = float("inf")
+        self._operating_until = float("inf")
         try:
             operations[name]()
         finally:
-            self._in_handoff_until = time.monotonic() + _AFTER_OPERATION_S
+            self._operating_until = time.monotonic() + _AFTER_OPERATION_S
         self.done.append((began, name, time.monotonic() - began))
         log(f"{name} done in {self.done[-1][2]:.1f}s")
 

@@ -51,8 +51,8 @@ class CorePicture:
         self.processors = Liveness()
         self.roles = RoleBook(self._valid)
         self.handoff_book = HandoffBook(config.handoff, self.roles, clock, metrics, lose,
-                           is_pending=lambda task: task in self.model.pending,
-                           went_live=went_live)
+                                        is_pending=lambda task: task in self.model.pending,
+                                        went_live=went_live)
         self.draining: set[str] = set()
         self.failures = Failures(config.failure_backoff_s, config.max_task_attempts)
         self.errors: list[str] = []
