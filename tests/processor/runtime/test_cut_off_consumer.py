@@ -171,8 +171,8 @@ def test_consumers_cut_off_with_the_broker_away_are_kept(
                                                    1: list(range(RECORDS))}
         # kept while the broker was away (above); once it is back, a consumer that has
         # not reconnected 30 s after the lookup consumer did is the librdkafka case the
-        # watch exists for (processor/runtime/cut_off.py), seen here once on a loaded
-        # machine: replacing it then, once, is the designed answer
+        # watch exists for (processor/runtime/cut_off.py), which a loaded machine can
+        # show: replacing it then, once, is the designed answer
         assert active.replaced <= 1
     finally:
         made.close()
