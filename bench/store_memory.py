@@ -73,7 +73,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         rng = random.Random(7)
         for _ in range(_READS if args.keys else 0):
             k = rng.randrange(args.keys)
-            assert stores[(k // _BATCH) % len(stores)][b"key-%09d" % k] is not None
+            assert stores[(k // _BATCH) % len(stores)].state[b"key-%09d" % k] is not None
         read = _rss_mb()
         for store in stores:
             store.close()

@@ -15,7 +15,7 @@ flushes and compactions are not in it, and are the same work for every writer).
 
 * raw: a rocksdict WriteBatch per batch, each record encoded in the loop, as any
   writer must;
-* overlay: `store[key] = value` per record, `store.commit(offsets)` per batch;
+* overlay: `store.state[key] = value` per record, `store.commit(offsets)` per batch;
 * overlay_undo: the same with `begin_record()` per record, as the processor does under
   the skip/dlq error policies (the undo log then costs one append per write);
 * raw_preencoded: raw with bytes prepared beforehand (RocksDB and the batch alone),
@@ -70,14 +70,15 @@ class Overlay:
 
     def write(self, lo: int, hi: int) -> None:
         store, keys, values = self.store, self.keys, self.values
+        state = store.state
         if self.undo:
             begin = store.begin_record
             for i in range(lo, hi):
                 begin()
-                store[keys[i]] = values[i]
+                state[keys[i]] = values[i]
         else:
             for i in range(lo, hi):
-                store[keys[i]] = values[i]
+                state[keys[i]] = values[i]
         store.commit({_PARTITION: hi})
 
     def close(self) -> None:

@@ -306,7 +306,7 @@ class ActiveTask:
         store, effects = self.store, self.effects
         store.begin_record()
         effects.begin_record()
-        store.now = record.timestamp
+        self._state.now = record.timestamp
         try:
             outputs = list(self.job.process(record, self._state))
         except Exception as exc:  # noqa: BLE001 - user code: every failure goes to on_error

@@ -251,7 +251,7 @@ class Replica(Replay):
         process, state = self.job.process, store.state
         for record in records:
             store.begin_record()
-            store.now = record.timestamp
+            state.now = record.timestamp
             try:
                 _drain(process(record, state))
             except Exception as exc:  # noqa: BLE001 - user code, see module docstring
@@ -318,7 +318,7 @@ class Replica(Replay):
             record = new_record(key, msg.value(), t, p, offset, msg.timestamp()[1],
                                 msg.headers() or ())
             begin()
-            store.now = record.timestamp
+            state.now = record.timestamp
             try:
                 drain(process(record, state))
             except Exception as exc:  # noqa: BLE001 - user code, see module docstring

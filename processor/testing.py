@@ -188,7 +188,7 @@ class JobHarness:
         store = self.store
         store.begin_record()
         self.effects.begin_record()
-        store.now = record.timestamp
+        store.state.now = record.timestamp
         try:
             yielded = list(self.job.process(record, store.state))
         except Exception as exc:
@@ -236,7 +236,7 @@ class JobHarness:
     def timers(self) -> list[tuple[str, int, Any, str]]:
         """The timers set and not fired yet: (partition, or "wall", time, raw key, name),
         earliest first per partition."""
-        return pending_timers(self.store.iter_items(remove=False))
+        return pending_timers(self.store.state.iter_items(remove=False))
 
     def commit(self) -> None:
         """Commit the open transaction (state and offsets in one write), then run its
@@ -262,7 +262,7 @@ class JobHarness:
         """The state, open transaction included, as a job would read it back at the last
         record's time (entries expired by then left out; looking deletes nothing), but
         for its timers (`timers()`)."""
-        return {k: v for k, v in self.store.iter_items(remove=False)
+        return {k: v for k, v in self.store.state.iter_items(remove=False)
                 if not (isinstance(k, bytes) and k.startswith(RESERVED))}
 
     def close(self) -> Run:

@@ -25,6 +25,7 @@ fragments the heap, which every write then pays for (docs/performance.md,
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import orjson
@@ -32,9 +33,10 @@ import rocksdict
 
 from store.base import Changes
 from store.codec import BYTES_TAG, STR_TAG, Key, encode_key, encode_value
+from store.errors import StoreError
 
-__all__ = ["ABSENT", "DELETED", "LIVE", "freeze", "add_to_batch", "merge", "overlay_changes",
-           "prefix_changes", "settle", "undo"]
+__all__ = ["ABSENT", "DELETED", "LIVE", "ClosedLog", "Overlay", "add_to_batch", "freeze",
+           "merge", "overlay_changes", "prefix_changes"]
 
 
 class _Sentinel:
@@ -52,6 +54,94 @@ DELETED: Any = _Sentinel("DELETED")  # a delete in the overlay
 
 _dumps = orjson.dumps
 LIVE = frozenset({list, dict})  # the classes of live entries (mutable JSON containers)
+
+
+class Overlay:
+    """One task store's open transaction: its entries by key, the committed encodings
+    of the live values it read (so an unchanged one costs no write), and the undo log of
+    the record being processed.
+
+    `entries` and `bases` are the same dicts for the store's whole life (emptied, never
+    replaced), so the state mapping keeps them as attributes of its own: its reads and
+    writes, the per-record hot path, reach them in one step.
+    """
+
+    __slots__ = ("entries", "bases", "undo", "_path")
+
+    def __init__(self, path: Path) -> None:
+        self.entries: dict[Key, Any] = {}
+        self.bases: dict[Key, bytes] = {}
+        # None: no undo log kept (the default on_error policy, "fail", aborts the whole
+        # transaction instead, and so pays nothing per write for one)
+        self.undo: list[tuple[Key, Any]] | None = None
+        self._path = path
+
+    def begin_record(self) -> None:
+        """Start the undo log of one record (the previous record's writes stay).
+
+        From the first call on, every write also appends to the undo log.
+        """
+        if self.undo is None:
+            self.undo = []
+        else:
+            self.undo.clear()
+
+    def rollback_record(self) -> None:
+        """Undo the writes made since `begin_record` (and not yet committed).
+
+        Raises:
+            StoreError: `begin_record` was never called, so there is no undo log.
+        """
+        if self.undo is None:
+            raise StoreError(self._path, (
+                f"rollback_record() on task store {self._path} without begin_record(): "
+                "call begin_record() before each record that may be rolled back"))
+        entries = self.entries
+        for key, previous in reversed(self.undo):
+            if previous is ABSENT:
+                entries.pop(key, None)
+            else:
+                entries[key] = previous
+        self.undo.clear()
+
+    def settle(self) -> None:
+        """Encode the live values; drop those that hold what RocksDB holds already.
+
+        Raises:
+            StoreError: a live value no longer JSON-able (the caller aborts or retries).
+        """
+        try:
+            _settle(self.entries, self.bases)
+        except TypeError as exc:
+            raise StoreError(self._path, (
+                f"task store {self._path}: {exc}; a list or dict read from the state was "
+                "changed in place to hold something JSON cannot (a set, a tuple key, an "
+                "object): store only JSON values")) from exc
+
+    def drop(self) -> None:
+        """Empty the transaction: it was committed, or is aborted."""
+        self.entries.clear()
+        self.bases.clear()
+        if self.undo is not None:
+            self.undo.clear()
+
+    def close(self) -> None:
+        """Drop the transaction; from now on any write fails (`ClosedLog`)."""
+        self.entries.clear()
+        self.bases.clear()
+        self.undo = ClosedLog(self._path)
+
+
+class ClosedLog(list[tuple[Key, Any]]):
+    """The undo log of a closed store: any write fails at no cost to the open path
+    (writes check the undo log anyway; reads fail in RocksDB)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self._path = path
+
+    def append(self, item: tuple[Key, Any]) -> None:
+        raise StoreError(self._path, f"task store {self._path} is closed")
 
 
 def freeze(value: Any) -> bytes:
@@ -157,7 +247,7 @@ def _sorted_changes(overlay: dict[Key, Any]) -> Changes:
     return Changes([k for k, _ in pairs], [v for _, v in pairs])
 
 
-def settle(overlay: dict[Key, Any], bases: dict[Key, bytes]) -> None:
+def _settle(overlay: dict[Key, Any], bases: dict[Key, bytes]) -> None:
     """Replace each live entry by its encoding, or drop it when that is `bases[key]`
     (the committed encoding it was read from: the commit would rewrite the same value).
 
@@ -183,15 +273,6 @@ def settle(overlay: dict[Key, Any], bases: dict[Key, bytes]) -> None:
             else:
                 overlay[key] = raw
     bases.clear()
-
-
-def undo(overlay: dict[Key, Any], log: list[tuple[Key, Any]]) -> None:
-    """Restore the overlay entries recorded in `log`, newest first."""
-    for key, previous in reversed(log):
-        if previous is ABSENT:
-            overlay.pop(key, None)
-        else:
-            overlay[key] = previous
 
 
 def merge(pending: Changes, stored: Iterator[tuple[bytes, bytes]]

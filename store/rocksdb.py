@@ -2,401 +2,335 @@
 
 Theory of operation
 -------------------
-* The overlay is a dict from the caller's key (exact bytes or str) to an entry (see
-  store/_overlay.py): scalars as they are, containers encoded at write time (so values
-  have copy semantics, as if read from RocksDB), DELETED for deletes.
-* Keys are encoded (type tag + bytes) only when a read misses the overlay and at commit.
-* The undo log holds (key, previous entry) per write: one append. Rolling a record
-  back restores those entries in reverse; RocksDB itself is never touched. It exists
-  only once `begin_record` has been called: the default on_error policy ("fail")
-  aborts the whole transaction instead, and then pays nothing for it.
-* `commit(offsets)` writes the overlay and the applied offsets in one WriteBatch (see
-  store/options.py for durability), then empties the overlay (store/writes.py).
-* SST ingest (store/ingest.py) gives the ingested file a sequence number above
-  everything already in the store, so it overrides older values; later commits get
-  higher numbers and override it.
-* The database handle, its reads of the committed data and its lifecycle: store/handle.py.
-* What a job sees beyond a mapping (store/state.py): entries that expire in stream time
-  (store/expiry.py: stored behind a tag byte that is not JSON, so they take the reads'
-  rare path, and a read that finds one expired deletes it like `del`), and scans of a
-  prefix, the overlay's entries of the prefix merged over a RocksDB range.
+A `TaskStore` is three parts and the operations that join them:
 
-The mapping methods are the per-record hot path: they are kept flat (no helper layers,
-module-level aliases for the C functions they call).
+* `db` (store/db.py): the database, its committed data and its lifecycle;
+* `overlay` (store/_overlay.py): the open transaction's entries and a record's undo log;
+* `state` (store/task_state.py): the mapping a job's `process()` reads and writes, the
+  overlay over the committed data, and the per-record hot path.
+
+What joins them is the transaction and the changelog:
+
+* `commit(offsets)` writes the overlay and the applied offsets in one WriteBatch (see
+  store/options.py for durability), then empties the overlay.
+* `changes()` is the open transaction as changelog records; `apply_records` writes
+  records read back from a changelog, with their offsets, in one WriteBatch.
+* SST ingest gives the ingested file a sequence number above everything already in
+  the store, so it overrides older values; later commits get higher numbers and
+  override it.
 """
 
 from __future__ import annotations
 
+import operator
 import os
-from collections.abc import ItemsView, Iterable, Iterator, ValuesView
+import tempfile
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
 
-import orjson
 import rocksdict
 
-from store._overlay import ABSENT, DELETED, LIVE, freeze, merge, prefix_changes
-from store.codec import BYTES_TAG, STR_TAG, Key, decode_key, decode_value, encode_key, encode_value
-from store.errors import open_error
-from store.expiry import EXPIRING_TAG, decode_expiring, encode_expiring, expires_at, is_expired
-from store.ingest import StoreIngest
-from store.options import OPEN_OPTIONS, StoreMemory, db_options, write_options
-from store.paths import prepare_db_dir
-from store.state import R, State, StreamClock, prefix_bounds
+from store._overlay import ABSENT, DELETED, Overlay, add_to_batch, overlay_changes
+from store.base import Change, Changes, Offsets
+from store.codec import (
+    BYTES_TAG,
+    DATA_END,
+    META_PREFIX,
+    OFFSET_PREFIX,
+    Key,
+    changelog_offset,
+    check_changelog_key,
+    decode_key,
+    encode_offsets,
+    rare_keys,
+)
+from store.db import StoreDb
+from store.errors import StoreError
+from store.expiry import EXPIRING_TAG, expiry_of
+from store.options import StoreMemory
+from store.sst import write_sst
+from store.task_state import TaskState, merged
 
 if TYPE_CHECKING:
     from store.base import Store
 
 __all__ = ["TaskStore"]
 
-_loads = orjson.loads
-_JSONDecodeError = orjson.JSONDecodeError
-_DbClosedError = rocksdict.DbClosedError
-_NoneType = type(None)
-_LIVE = LIVE
-_RAISE: Any = object()      # `_expiring`: no default, a KeyError
+_KEY_OF = operator.itemgetter(0)
+_VALUE_OF = operator.itemgetter(1)
 
 
-class TaskStore(StoreIngest, State):
-    """One task's state: a MutableMapping over RocksDB with a transaction overlay."""
+class TaskStore:
+    """One task's store: its database, its open transaction and its state mapping.
 
-    __slots__ = ()      # the attributes' slots: store/handle.py
+    Args:
+        path: the store's own directory (see `task_store_path`).
+        sync: fsync the WAL on every commit (survives host crashes, much slower).
+        reads: False for a store that is only written until `expect_reads` (a
+            changelog replica): its memtable then keeps no Bloom filter.
+        memory: the memory and open-file budget (default: `StoreMemory()`'s).
+        wal: write commits through the write-ahead log (store/options.py).
+
+    Raises:
+        StoreLockedError: another process holds the store.
+        StoreCorruptError: the store's files are damaged (they are left untouched).
+        StoreError: `path` is a file, not creatable, not writable, or other failures.
+    """
+
+    __slots__ = ("db", "overlay", "state", "begin_record", "rollback_record", "__weakref__")
 
     def __init__(self, path: str | os.PathLike[str], *, sync: bool = False,
                  reads: bool = True, memory: StoreMemory | None = None,
                  wal: bool = True) -> None:
-        """Open (or create) the store in directory `path`.
-
-        Args:
-            path: the store's own directory (see `task_store_path`).
-            sync: fsync the WAL on every commit (survives host crashes, much slower).
-            reads: False for a store that is only written until `expect_reads` (a
-                changelog replica): its memtable then keeps no Bloom filter.
-            memory: the memory and open-file budget (default: `StoreMemory()`'s).
-            wal: write commits through the write-ahead log (store/options.py).
-
-        Raises:
-            StoreLockedError: another process holds the store.
-            StoreCorruptError: the store's files are damaged (they are left untouched).
-            StoreError: `path` is a file, not creatable, not writable, or other failures.
-        """
-        self._path = Path(path)
-        create = prepare_db_dir(self._path)
-        try:
-            self._db = rocksdict.Rdict(str(self._path), db_options(create, reads, memory))
-        except Exception as exc:
-            raise open_error(self._path, exc) from exc
-        try:
-            self._db.set_options(OPEN_OPTIONS)
-        except Exception as exc:
-            self._db.close()
-            raise open_error(self._path, exc) from exc
-        self._reads = reads
-        self._write_opts = write_options(sync, wal)
-        self._overlay: dict[Key, Any] = {}
-        self._bases: dict[Key, bytes] = {}  # committed encodings of live values read
-        self._undo: list[tuple[Key, Any]] | None = None  # None: no undo log kept
-        self._closed = False
-        self._clock = StreamClock()
+        self.db = StoreDb(path, sync=sync, reads=reads, memory=memory, wal=wal)
+        self.overlay = Overlay(self.db.path)
+        self.state = TaskState(self.db, self.overlay)
+        # a record's undo log (store/_overlay.py): the overlay's own methods, bound here
+        # because the processor calls them once per record
+        self.begin_record = self.overlay.begin_record
+        self.rollback_record = self.overlay.rollback_record
 
     @property
-    def state(self) -> State:
-        """The mapping a job's `process()` reads and writes: this store itself."""
-        return self
-
-    @property
-    def now(self) -> int | None:
-        """The stream time entries expire by (store/state.py)."""
-        return self._clock.now
-
-    @now.setter
-    def now(self, timestamp: int | None) -> None:
-        self._clock.set(timestamp)
-
-    def following(self, records: Iterable[R]) -> Iterator[R]:
-        """`records`, the clock following them (store/state.py)."""
-        return self._clock.following(records)
+    def path(self) -> Path:
+        """The store's directory."""
+        return self.db.path
 
     def __repr__(self) -> str:
-        return f"TaskStore({str(self._path)!r})"
+        return f"TaskStore({str(self.db.path)!r})"
 
-    # -- the state mapping: the hot path ---------------------------------------------
+    def expect_reads(self) -> None:
+        """The store is about to be read (store/db.py)."""
+        self.db.expect_reads()
 
-    def __getitem__(self, key: Key) -> Any:
-        entry = self._overlay.get(key, ABSENT)
-        if entry is ABSENT:
-            raw = self._stored(key)
-            if raw is None:
-                raise KeyError(key)
-        elif entry.__class__ is not bytes:
-            if entry is DELETED:
-                raise KeyError(key)
-            if self._undo is not None and entry.__class__ in _LIVE:
-                self._undo.append((key, freeze(entry)))
-            return entry
-        else:
-            raw = entry
-        try:
-            value = _loads(raw)
-        except _JSONDecodeError:
-            if raw[:1] == EXPIRING_TAG:
-                return self._expiring(key, raw, _RAISE)
-            value = decode_value(raw)
-        if value.__class__ in _LIVE:
-            self._adopt(key, value, raw, entry)
-        return value
+    def applied_offsets(self) -> dict[str, int]:
+        """The committed "topic:N" -> next offset to apply."""
+        return self.db.applied_offsets()
 
-    def get(self, key: Key, default: Any = None) -> Any:
-        entry = self._overlay.get(key, ABSENT)
-        if entry is ABSENT:  # `_stored`, inlined: most reads of a record's key land here
-            cls = key.__class__
-            raw_key = (BYTES_TAG + key if cls is bytes  # type: ignore[operator]
-                       else STR_TAG + key.encode() if cls is str  # type: ignore[union-attr]
-                       else encode_key(key))
-            try:
-                raw = self._db.get(raw_key)
-            except _DbClosedError:
-                self._raise_closed()
-            if raw is None:
-                return default
-        elif entry.__class__ is not bytes:
-            if entry is DELETED:
-                return default
-            if self._undo is not None and entry.__class__ in _LIVE:
-                self._undo.append((key, freeze(entry)))
-            return entry
-        else:
-            raw = entry
-        try:
-            value = _loads(raw)
-        except _JSONDecodeError:
-            if raw[:1] == EXPIRING_TAG:
-                return self._expiring(key, raw, default)
-            value = decode_value(raw)
-        if value.__class__ in _LIVE:      # `_adopt`, inlined: a dict job's every read
-            if key.__class__ is not bytes and key.__class__ is not str:
-                key = _normalise_key(key)
-            if self._undo is not None:
-                self._undo.append((key, entry))
-            if entry is ABSENT:
-                self._bases[key] = raw
-            self._overlay[key] = value
-        return value
+    # -- the transaction ----------------------------------------------------------
 
-    def _expiring(self, key: Key, raw: bytes, default: Any) -> Any:
-        """The value of an entry with a TTL (a copy), or, once expired at `now`, its
-        delete (the transaction's, like `del`) and `default` (`_RAISE`: KeyError)."""
-        if not is_expired(raw, self._clock.now):
-            return decode_expiring(raw)
-        self.delete(key)
-        if default is _RAISE:
-            raise KeyError(key)
-        return default
-
-    def _adopt(self, key: Key, value: Any, raw: bytes, entry: Any) -> None:
-        """Make `value`, a list or dict just decoded from `raw`, the key's live value:
-        later reads return this same object and the commit writes what it then holds
-        (not at all if that is what RocksDB holds already, `raw` when `entry` is ABSENT).
-        The undo log gets the entry it replaces, so a rolled-back record's in-place
-        changes are undone with its writes."""
-        if key.__class__ is not bytes and key.__class__ is not str:
-            key = _normalise_key(key)
-        if self._undo is not None:
-            self._undo.append((key, entry))
-        if entry is ABSENT:
-            self._bases[key] = raw
-        self._overlay[key] = value
-
-    def setdefault(self, key: Key, default: Any = None) -> Any:
-        """`dict.setdefault`: what it returns is the stored value itself (a list or dict
-        given as `default` is kept as it is, so mutating it is writing to the state)."""
-        try:
-            return self[key]
-        except KeyError:
-            self[key] = default
-        return self[key]
-
-    def __setitem__(self, key: Key, value: Any) -> None:
-        cls = key.__class__
-        if cls is not bytes and cls is not str:
-            key = _normalise_key(key)
-        cls = value.__class__
-        if cls is not int and cls is not str and cls is not bool and cls is not _NoneType:
-            if cls is list or cls is dict:
-                # refuses what JSON cannot hold, here; a value read back and assigned
-                # again (`v = state[k]; ...; state[k] = v`) is checked at the commit
-                if self._overlay.get(key) is not value:
-                    encode_value(value)
-            else:
-                value = freeze(value)
-        if self._undo is not None:
-            self._undo.append((key, self._overlay.get(key, ABSENT)))
-        self._overlay[key] = value
-
-    def __delitem__(self, key: Key) -> None:
-        if not self.contains(key):
-            raise KeyError(key)
-        self.delete(key)
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, bytes | str) and self.contains(key)
-
-    def __iter__(self) -> Iterator[Key]:
-        """Keys in encoded-key order; expired entries are skipped (not deleted: a read
-        of the store outside `process()`, such as a split's pruning, iterates too)."""
-        now = self._clock.now
-        for raw_key, raw in self._merged():
-            if raw[:1] != EXPIRING_TAG or not is_expired(raw, now):
-                yield decode_key(raw_key)
-
-    def __len__(self) -> int:
-        now = self._clock.now
-        return sum(1 for _, raw in self._merged()
-                   if raw[:1] != EXPIRING_TAG or not is_expired(raw, now))
-
-    def items(self) -> ItemsView[Key, Any]:
-        """Ordered (key, value) pairs in one pass (no lookup per key)."""
-        return _ItemsView(self)
-
-    def values(self) -> ValuesView[Any]:
-        """Values in key order, in one pass."""
-        return _ValuesView(self)
-
-    def put(self, key: Key, value: Any, *, ttl_ms: int | None = None) -> None:
-        """`store[key] = value`; with `ttl_ms`, expiring `ttl_ms` after `now`
-        (store/expiry.py).
-
-        Raises:
-            TypeError: a key or value the state cannot hold.
-            ValueError: a `ttl_ms` that is not a positive int, or no record time.
-        """
-        if ttl_ms is None:
-            self[key] = value
-            return
-        raw = encode_expiring(value, expires_at(self._clock.now, ttl_ms))
-        key = _normalise_key(key)
-        if self._undo is not None:
-            self._undo.append((key, self._overlay.get(key, ABSENT)))
-        self._overlay[key] = raw
-
-    def scan(self, prefix: Key) -> Iterator[tuple[Key, Any]]:
-        """The live (key, value) pairs under `prefix`, in key order (store/state.py):
-        the open transaction's entries merged over the committed range; an expired
-        entry met is deleted, as a read deletes it.
-
-        Raises:
-            TypeError: `prefix` is neither bytes nor str.
-            StoreError: the store is closed, or a damaged block was read.
-        """
-        start, end = prefix_bounds(prefix)
-        self._check_open()
-        pending = prefix_changes(self._overlay, decode_key(start))
-        return self._decoded(merge(pending, self._scan(start, end)), remove=True)
-
-    def delete(self, key: Key) -> None:
-        """Delete `key` in the overlay; no error if it does not exist."""
-        key = _normalise_key(key)
-        if self._undo is not None:
-            self._undo.append((key, self._overlay.get(key, ABSENT)))
-        self._overlay[key] = DELETED
-
-    def contains(self, key: Key) -> bool:
-        """Whether `key` has a value, counting uncommitted writes and deletes (and an
-        expired entry, deleted as a read finds it)."""
-        entry = self._overlay.get(key, ABSENT)
-        if entry is ABSENT:
-            raw = self._stored(key)
-            if raw is None:
-                return False
-        elif entry.__class__ is bytes:
-            raw = entry
-        else:
-            return entry is not DELETED
-        if raw[:1] == EXPIRING_TAG and is_expired(raw, self._clock.now):
-            self.delete(key)
-            return False
-        return True
-
-    def _stored(self, key: Key) -> bytes | None:
-        """The committed encoded value of `key`, or None."""
-        if key.__class__ is bytes:
-            raw_key = BYTES_TAG + key
-        elif key.__class__ is str:
-            raw_key = STR_TAG + key.encode()
-        else:
-            raw_key = encode_key(key)
-        try:
-            return cast("bytes | None", self._db.get(raw_key))
-        except _DbClosedError:
-            self._raise_closed()
-
-    def iter_items(self, remove: bool = True) -> Iterator[tuple[Key, Any]]:
-        """(key, value) in encoded-key order: all bytes keys, then all str keys.
+    def commit(self, offsets: Offsets, changes: Changes | None = None) -> None:
+        """Write the overlay and the applied `offsets` in one atomic WriteBatch.
 
         Args:
-            remove: delete the expired entries met, as a read does (False: a look at
-                the state from outside `process()`, which changes nothing).
+            offsets: "topic:N" -> next offset to apply; merged into the stored ones
+                (partitions not mentioned keep their value).
+            changes: `changes()` as taken since the last write to the overlay (the
+                changelog written in this transaction): written as they are, so each
+                changed value is encoded once, not once for the changelog and again here.
+
+        Raises:
+            ValueError: a malformed partition name or offset (nothing is written).
+            StoreError: the store is closed or RocksDB refused the write (the overlay
+                is kept, so the caller may retry or abort).
         """
-        return self._decoded(self._merged(), remove)
+        self.db.check_open()
+        overlay = self.overlay
+        overlay.settle()
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for raw_key, raw in encode_offsets(offsets):
+            batch.put(raw_key, raw)
+        if changes is None or len(changes) != len(overlay.entries):
+            add_to_batch(batch, overlay.entries)
+        else:
+            _put_changes(batch, changes)
+        if batch.len():
+            self.db.write(batch)
+        overlay.drop()
 
-    def _decoded(self, pairs: Iterator[tuple[bytes, bytes]], remove: bool
-                 ) -> Iterator[tuple[Key, Any]]:
-        """The live (key, value) pairs of the keys in `pairs` (merged encoded pairs,
-        taken when the iteration began), each value as it is when the iteration reaches
-        its key: lists and dicts become the state's own (as a read makes them), keys
-        deleted meanwhile or expired are skipped (store/state.py)."""
-        overlay, now = self._overlay, self._clock.now
-        for raw_key, raw in pairs:
-            key = decode_key(raw_key)
-            entry = overlay.get(key, ABSENT)
-            if entry is not ABSENT:         # its value now, not when the pairs were taken
-                cls = entry.__class__
-                if cls in _LIVE:
-                    if self._undo is not None:
-                        self._undo.append((key, freeze(entry)))
-                    yield key, entry
-                    continue
-                if entry is DELETED:
-                    continue
-                if cls is not bytes:
-                    yield key, entry
-                    continue
-                raw = entry
-            if raw[:1] == EXPIRING_TAG:
-                if not is_expired(raw, now):
-                    yield key, decode_expiring(raw)
-                elif remove:
-                    self.delete(key)
-                continue
-            value = decode_value(raw)
-            if value.__class__ in _LIVE:
-                self._adopt(key, value, raw, entry)
-            yield key, value
+    def abort(self) -> None:
+        """Drop every uncommitted write."""
+        self.overlay.drop()
+
+    def changes(self) -> Changes:
+        """The open transaction's writes, one per key: the last value written, encoded
+        as the store keeps it (None: deleted). A changelog batch: whatever a record
+        wrote and then overwrote or deleted inside the transaction is not in it.
+
+        In key order: RocksDB's memtable inserts keys in order cheaper than in a random
+        order (it keeps where its last insert went, so the next one searches little:
+        docs/performance.md, "Measurements behind the code"), for this store's
+        commit and for every replica applying the changelog."""
+        self.overlay.settle()
+        return overlay_changes(self.overlay.entries)
+
+    def sweep_expired(self, before: int, start: bytes, limit: int) -> bytes | None:
+        """Delete, in the open transaction, the committed entries whose expiry is at or
+        before `before` (store/expiry.py), looking at `limit` committed entries from
+        encoded key `start` on; entries the transaction holds are left to it.
+
+        Args:
+            before: stream time no later record can be behind (the caller's bound).
+            start: where this slice starts (b"": the first data key).
+            limit: how many committed entries to look at.
+
+        Returns:
+            Where the next slice starts, or None once the end was reached.
+
+        Raises:
+            StoreError: the store is closed, or a damaged block was read.
+        """
+        self.db.check_open()
+        entries, log = self.overlay.entries, self.overlay.undo
+        seen = 0
+        for raw_key, raw in self.db.scan(max(start, BYTES_TAG), DATA_END):
+            if seen >= limit:
+                return raw_key
+            seen += 1
+            if raw[:1] == EXPIRING_TAG and (expiry_of(raw) or 0) <= before:
+                key = decode_key(raw_key)
+                if key not in entries:
+                    if log is not None:
+                        log.append((key, ABSENT))
+                    entries[key] = DELETED
+        return None
+
+    # -- the changelog and bulk loads -----------------------------------------------
+
+    def snapshot(self) -> Iterator[Change]:
+        """The whole state (open transaction included) as changelog records, in key
+        order: what a changelog that never saw this store's history must start with."""
+        yield from merged(self.db, self.overlay.entries)
+
+    def apply_changes(self, changes: Iterable[Change], offsets: Offsets) -> None:
+        """`apply_records` of (encoded key, encoded value or None) pairs, as `changes()`
+        and `snapshot()` give them."""
+        changes = changes if isinstance(changes, list) else list(changes)
+        self.apply_records(list(map(_KEY_OF, changes)), list(map(_VALUE_OF, changes)),
+                           offsets)
+
+    def apply_records(self, keys: Sequence[bytes], values: Sequence[bytes | None],
+                      offsets: Offsets) -> None:
+        """Write changelog records and the applied `offsets` in one atomic WriteBatch.
+
+        Args:
+            keys, values: the records' encoded keys and values (None: a delete), as
+                two columns: a changelog apply is a per-record hot path, and columns
+                are put without a Python step per record. Applied in order, so a later
+                record of a key wins.
+            offsets: "topic:N" -> next offset, written after the records (for a
+                replica: the changelog position T2).
+
+        Raises:
+            ValueError: a record whose key is neither a state key nor an applied offset,
+                or an offset record without a valid offset (nothing is written).
+            StoreError: uncommitted writes are pending, the store is closed, or RocksDB
+                refused the write.
+        """
+        self.db.check_open()
+        self._check_no_writes("apply changelog records to")
+        if len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys but {len(values)} values")
+        for i in rare_keys(keys):
+            if check_changelog_key(keys[i]).startswith(OFFSET_PREFIX):
+                changelog_offset(keys[i], values[i])    # raises on a malformed offset
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        put, delete = batch.put, batch.delete
+        if None in values:                          # deletes: record by record, in order
+            for raw_key, raw in zip(keys, values, strict=True):
+                if raw is None:
+                    delete(raw_key)
+                else:
+                    put(raw_key, raw)
+        else:
+            deque(map(put, keys, values), maxlen=0)
+        for raw_key, raw in encode_offsets(offsets):
+            put(raw_key, raw)
+        if batch.len():
+            self.db.write(batch)
+
+    def clear(self) -> None:
+        """Delete every key and applied offset in one atomic write (uncommitted writes
+        too): the store is a cache, about to be rebuilt from a changelog.
+
+        Raises:
+            StoreError: the store is closed or RocksDB refused the write.
+        """
+        self.db.check_open()
+        self.overlay.drop()
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        batch.delete_range(META_PREFIX, DATA_END)
+        self.db.write(batch)
+
+    def ingest(self, sst_paths: Sequence[str | os.PathLike[str]], *,
+               move: bool = False) -> None:
+        """Ingest SST files from `write_sst`: their data and offsets land in one step.
+
+        Ingested values override older ones of the same keys; among the files, a later
+        one overrides an earlier one; later commits override ingested values.
+
+        Args:
+            sst_paths: files written by `write_sst`.
+            move: link (or move) the files into the store instead of copying them.
+
+        Raises:
+            StoreError: uncommitted writes are pending, or RocksDB refused the files.
+        """
+        self.db.check_open()
+        self._check_no_writes("ingest into")
+        if sst_paths:
+            self.db.ingest([str(p) for p in sst_paths], move)
+
+    def ingest_items(self, items: Iterable[tuple[Key, Any]], offsets: Offsets) -> None:
+        """Bulk-load `items` and `offsets` through a temporary SST (see `ingest`)."""
+        items = list(items)
+        if not items and not offsets:
+            return
+        with tempfile.TemporaryDirectory(prefix="baton-ingest-") as tmp:
+            sst = Path(tmp) / "items.sst"
+            write_sst(sst, items, offsets)
+            self.ingest([sst], move=True)
+
+    def _check_no_writes(self, what: str) -> None:
+        """Refuse a load while the open transaction holds writes (it would be lost or
+        would override what is loaded)."""
+        self.overlay.settle()
+        if self.overlay.entries:
+            raise StoreError(self.db.path, (
+                f"cannot {what} task store {self.db.path} with "
+                f"{len(self.overlay.entries)} uncommitted writes: commit or abort them "
+                "first"))
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def approximate_bytes(self) -> int:
+        """Size of the store's files on disk (0 once destroyed)."""
+        return self.db.approximate_bytes()
+
+    def close(self) -> None:
+        """Close the store, dropping uncommitted writes; idempotent."""
+        if not self.db.closed:
+            self.overlay.close()
+            self.db.close()
+
+    def destroy(self) -> None:
+        """Close the store and remove its directory."""
+        self.close()
+        self.db.destroy()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
 
 
-class _ItemsView(ItemsView[Key, Any]):
-    _mapping: TaskStore
-
-    def __iter__(self) -> Iterator[tuple[Key, Any]]:
-        return self._mapping.iter_items()
-
-
-class _ValuesView(ValuesView[Any]):
-    _mapping: TaskStore
-
-    def __iter__(self) -> Iterator[Any]:
-        return (value for _, value in self._mapping.iter_items())
-
-
-def _normalise_key(key: Any) -> Key:
-    """`key` as exactly bytes or str (subclasses, bytearray, memoryview converted)."""
-    if isinstance(key, str):
-        return str.__str__(key)
-    if isinstance(key, bytes | bytearray | memoryview):
-        return bytes(key)
-    raise TypeError(f"state keys must be bytes or str, got {type(key).__name__}: {key!r}")
+def _put_changes(batch: rocksdict.WriteBatch, changes: Changes) -> None:
+    """Encoded changes into `batch`, in order; without a Python step per change when
+    none is a delete."""
+    if None not in changes.raw_values:
+        deque(map(batch.put, changes.raw_keys, changes.raw_values), maxlen=0)
+        return
+    put, delete = batch.put, batch.delete
+    for raw_key, raw in changes:
+        if raw is None:
+            delete(raw_key)
+        else:
+            put(raw_key, raw)
 
 
 if TYPE_CHECKING:
     _conforms: type[Store] = TaskStore
-

@@ -1,8 +1,8 @@
 """The state a job's `process()` sees: a `MutableMapping`, plus entries that expire in
 stream time (store/expiry.py) and scans of the keys under a prefix, in key order.
 
-Two implementations hold it: the task store (store/rocksdb.py: RocksDB and the open
-transaction's overlay) and the Spark fold's single-range state
+Two implementations hold it: the task store's mapping (store/task_state.py: RocksDB
+and the open transaction's overlay) and the Spark fold's single-range state
 (processor/spark/fold.py). Both keep the same rules, so a job reads the same state on
 every path:
 

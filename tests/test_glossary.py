@@ -63,7 +63,7 @@ def test_the_rule_names_each_retired_word() -> None:
     here = Path("orchestrator/core/placement.py")
     assert retired("moving", here) and retired("ActiveMoves", here)
     assert retired("moving", Path("orchestrator/wire/protocol.py")) is None
-    assert retired("move_files", Path("store/ingest.py")) is None
+    assert retired("move_files", Path("store/db.py")) is None
     assert retired("catchup_rate", here) and retired("catch_up_rate", here) is None
     assert retired("_standby" + "_producers", here) and retired("standby_count", here) is None
     assert retired("_prepared_producers", here) is None

@@ -120,4 +120,4 @@ class SplitChildren:
                     log.info("task %r: keys of split child %r dropped", parent, child)
                 continue
             for key in batch:
-                task.store.delete(key)
+                task.store.state.pop(key, None)

@@ -97,7 +97,7 @@ class TaskStores:
                           wal=self._config.store.write_ahead_log)
         if self._config.store.verify_on_open and task not in self._verified:
             try:
-                store.verify()
+                store.db.verify()
             except BaseException:
                 store.close()
                 raise

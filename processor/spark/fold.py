@@ -94,7 +94,7 @@ class FoldState(State):
         return default
 
     def setdefault(self, key: Any, default: Any = None) -> Any:
-        """`dict.setdefault`, returning the stored value itself (see TaskStore's)."""
+        """`dict.setdefault`, returning the stored value itself (see TaskState's)."""
         value = self.get(key, _MISSING)
         if value is _MISSING:
             self[key] = default

@@ -160,7 +160,7 @@ def test_an_undeclared_topic_goes_through_on_error_with_no_output_produced(
     outcomes: list[str] = []
     task.on_process_error = lambda name, outcome: outcomes.append(outcome)
     task.process([Msg(0)])
-    assert task.store.get("seen") == 1      # its writes stand, as on replicas (no outputs)
+    assert task.store.state.get("seen") == 1      # its writes stand, as on replicas (no outputs)
     assert outcomes == [on_error]
     task.store.close()
     sent_to = [sent[0] for sent in producer.sent]

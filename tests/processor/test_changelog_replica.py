@@ -36,7 +36,7 @@ def test_applies_records_and_t2_in_one_write(store: Any) -> None:
     assert replica.apply(batch) == set()
     assert store.applied_offsets() == {}                # nothing written before commit
     replica.commit()
-    assert dict(store.items()) == {b"b": [1, 2]}
+    assert dict(store.state.items()) == {b"b": [1, 2]}
     assert store.applied_offsets() == {"in:0": 40, "in:9": 3, CL: 5}
     assert replica.reported_positions() == {"in:0": 40}    # the task's partitions only
     assert replica.lag() == 95 and replica.applied_total == 5
@@ -49,7 +49,7 @@ def test_records_the_store_has_are_skipped(store: Any) -> None:
     replica.apply(_records(0, encode_changelog("a", 1), encode_changelog("a", 2),
                            encode_changelog("a", 3), encode_changelog("a", 9)))
     replica.commit()
-    assert store["a"] == 9 and replica.applied_total == 1
+    assert store.state["a"] == 9 and replica.applied_total == 1
 
 
 def test_skipping_what_the_store_has_follows_offsets_with_gaps(store: Any) -> None:
@@ -64,7 +64,7 @@ def test_skipping_what_the_store_has_follows_offsets_with_gaps(store: Any) -> No
     assert replica.applied_total == 0 and replica.positions == {CL: 7}
     replica.apply(batch(5, 6, 7, 9))                     # 7 and 9 are new
     replica.commit()
-    assert replica.applied_total == 2 and store["a"] == 7 and replica.positions == {CL: 10}
+    assert replica.applied_total == 2 and store.state["a"] == 7 and replica.positions == {CL: 10}
 
 
 def test_settle_moves_t2_past_markers_not_back(store: Any) -> None:
@@ -87,26 +87,26 @@ def test_a_foreign_record_stops_the_replica(store: Any) -> None:
 
 
 def test_a_store_that_never_followed_the_partition_is_cleared_first(store: Any) -> None:
-    store["stale"] = 1                                   # built from the input, say
+    store.state["stale"] = 1                                   # built from the input, say
     store.commit({"in:0": 50})
     replica = _replica(store)
     assert replica.reported_positions() == {"in:0": 50}
     replica.apply(_records(0, encode_changelog("fresh", 2), changelog_offset_record("in:0", 60)))
     replica.commit()
-    assert dict(store.items()) == {"fresh": 2}
+    assert dict(store.state.items()) == {"fresh": 2}
     assert store.applied_offsets() == {"in:0": 60, CL: 2}
     replica.apply(_records(2, encode_changelog("more", 3)))
     replica.commit()                                     # cleared once, not again
-    assert dict(store.items()) == {"fresh": 2, "more": 3}
+    assert dict(store.state.items()) == {"fresh": 2, "more": 3}
 
 
 def test_an_empty_partition_leaves_the_store_alone(store: Any) -> None:
-    store["kept"] = 1
+    store.state["kept"] = 1
     store.commit({"in:0": 50})
     replica = _replica(store, end=0)
     replica.apply([])
     replica.commit()
-    assert replica.caught_up() and store["kept"] == 1 and CL not in store.applied_offsets()
+    assert replica.caught_up() and store.state["kept"] == 1 and CL not in store.applied_offsets()
 
 
 def test_a_consumer_error_in_a_run_is_logged_and_skipped(
@@ -117,7 +117,7 @@ def test_a_consumer_error_in_a_run_is_logged_and_skipped(
     batch = [Msg(0, *encode_changelog("a", 1)), error, Msg(1, *encode_changelog("b", 2))]
     assert replica.apply(batch) == set()
     replica.commit()
-    assert dict(store.items()) == {"a": 1, "b": 2}
+    assert dict(store.state.items()) == {"a": 1, "b": 2}
     assert replica.positions == {CL: 2}
     assert "consumer error on baton.j.changelog:0" in caplog.text
     assert replica.apply([error]) == set()                # an error alone applies nothing

@@ -62,10 +62,10 @@ def test_transaction_records_are_the_changes_then_the_offsets_in_order() -> None
 
 def test_one_record_per_changed_key_however_often_it_was_written(store: Any) -> None:
     for total in range(1, 101):           # 100 records of one transaction, 3 keys
-        store["hot"] = total
-        store[b"k%d" % (total % 2)] = total
-    store["gone"] = 1
-    del store["gone"]
+        store.state["hot"] = total
+        store.state[b"k%d" % (total % 2)] = total
+    store.state["gone"] = 1
+    del store.state["gone"]
     producer, writer = FakeProducer(), ChangelogWriter(TARGET, snapshot_due=False)
     assert writer.write(producer, store, {"in:0": 100}, {"in:0": 0}) == 5
     assert {(k, v) for _, v, k, _ in producer.sent} == {
@@ -79,16 +79,16 @@ def test_one_record_per_changed_key_however_often_it_was_written(store: Any) -> 
 
 def test_nothing_delivered_means_no_position(store: Any) -> None:
     writer = ChangelogWriter(TARGET, snapshot_due=False)
-    store["a"] = 1
+    store.state["a"] = 1
     writer.write(FakeProducer(), store, {"in:0": 1}, {})
     assert writer.committed() == {}          # aborted before delivery: no position
 
 
 def test_a_store_that_never_followed_the_partition_is_written_whole_once(store: Any) -> None:
-    store["old"] = 1
-    store["older"] = 2
+    store.state["old"] = 1
+    store.state["older"] = 2
     store.commit({"in:0": 10, "in:1": 4})
-    store["new"] = 3
+    store.state["new"] = 3
     producer, writer = FakeProducer(), ChangelogWriter(TARGET, snapshot_due=True)
     writer.write(producer, store, {"in:0": 11}, {"in:0": 10, "in:1": 4})
     keys = [k for _, _, k, _ in producer.sent]
@@ -100,7 +100,7 @@ def test_a_store_that_never_followed_the_partition_is_written_whole_once(store: 
     writer.committed()
     assert not writer.snapshot_due
     store.commit({"in:0": 11})
-    store["new"] = 4
+    store.state["new"] = 4
     again = FakeProducer()
     writer.write(again, store, {"in:0": 12}, {"in:0": 11, "in:1": 4})
     assert [k for _, _, k, _ in again.sent] == [b"\x02new",
@@ -108,7 +108,7 @@ def test_a_store_that_never_followed_the_partition_is_written_whole_once(store: 
 
 
 def test_a_full_local_queue_is_waited_out(store: Any) -> None:
-    store["a"] = 1
+    store.state["a"] = 1
     producer = FakeProducer(full_once=True)
     ChangelogWriter(TARGET, snapshot_due=False).write(producer, store, {"in:0": 1}, {})
     assert producer.polled == 1 and len(producer.sent) == 2

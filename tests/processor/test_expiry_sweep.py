@@ -26,9 +26,9 @@ def test_the_watermark_is_the_least_clock_once_every_partition_has_one() -> None
 def test_a_sweep_deletes_by_the_bound_once_an_interval_round_the_store(tmp_path: Path
                                                                         ) -> None:
     with TaskStore(tmp_path / "s") as store:
-        store.now = 0
+        store.state.now = 0
         for i in range(5):
-            store.put(f"k{i}", i, ttl_ms=10 + i)         # expire at 10..14
+            store.state.put(f"k{i}", i, ttl_ms=10 + i)         # expire at 10..14
         store.commit({"t:0": 1})
         sweep = ExpirySweep(grace_ms=100, slice_size=2)
         sweep.run(store, ["t:0"], 0.0)                  # no clock yet: nothing
@@ -45,5 +45,5 @@ def test_a_sweep_deletes_by_the_bound_once_an_interval_round_the_store(tmp_path:
         sweep.run(store, ["t:0"], 14.0)
         assert [k for k, _ in store.changes()] == [b"\x02k3", b"\x02k4"]
         store.commit({"t:0": 3})
-        store.now = None
-        assert list(store) == []
+        store.state.now = None
+        assert list(store.state) == []

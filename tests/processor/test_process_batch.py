@@ -50,7 +50,8 @@ def test_a_replica_redoes_a_failing_batch_record_by_record(store: Any) -> None:
                       {"in:0": 100})
     replica.apply(_messages(values))
     replica.commit()
-    assert (store[b"a"], store[b"b"], store[b"c"]) == (9, 8, 4)   # the bad record skipped
+    state = store.state
+    assert (state[b"a"], state[b"b"], state[b"c"]) == (9, 8, 4)   # the bad record skipped
     assert replica.positions == {"in:0": len(values)}
     assert replica.applied_total == len(values)
 
@@ -60,8 +61,8 @@ def test_a_batch_path_that_raises_leaves_no_write_behind(store: Any) -> None:
                       {"in:0": 0}, {"in:0": 100})
     replica.apply(_messages(_INPUT))
     replica.commit()
-    assert b"poison" not in store
-    assert (store[b"a"], store[b"b"], store[b"c"]) == (9, 8, 4)
+    assert b"poison" not in store.state
+    assert (store.state[b"a"], store.state[b"b"], store.state[b"c"]) == (9, 8, 4)
 
 
 def test_a_replica_stops_a_batch_at_its_cap(store: Any) -> None:
@@ -70,7 +71,8 @@ def test_a_replica_stops_a_batch_at_its_cap(store: Any) -> None:
     assert replica.apply(_messages(_INPUT)) == {"in:0"}
     replica.commit()
     assert replica.positions == {"in:0": 4}
-    assert (store[b"a"], store[b"b"], store[b"c"]) == (3, 2, 4)   # offsets 1..3 only
+    state = store.state
+    assert (state[b"a"], state[b"b"], state[b"c"]) == (3, 2, 4)   # offsets 1..3 only
 
 
 class _Recording:
@@ -116,7 +118,7 @@ def test_an_active_task_skips_what_its_transaction_already_holds(store: Any) -> 
                       "dlq", "fail", lambda: None, {"in:0": 2}, lambda partitions: {})
     task.process(_messages(_INPUT))
     assert [sent[2] for sent in producer.sent] == [b"a", b"c", b"a", b"b"]  # offsets 2..5
-    assert b"poison" not in store
+    assert b"poison" not in store.state
     assert task.pending == {"in:0": 6}
 
 
@@ -132,4 +134,4 @@ def test_a_batch_result_short_of_a_record_is_redone_by_process(store: Any) -> No
                       "fail", lambda: None, {"in:0": 0}, lambda partitions: {})
     task.process(_messages(_INPUT))
     assert [sent[1] for sent in producer.sent] == [b"1", b"2", b"4", b"4", b"9", b"8"]
-    assert (store[b"a"], store[b"b"], store[b"c"]) == (9, 8, 4)
+    assert (store.state[b"a"], store.state[b"b"], store.state[b"c"]) == (9, 8, 4)

@@ -21,7 +21,7 @@ def test_a_consumer_error_in_a_run_is_logged_and_skipped(
              Message(topic="in", partition=0, offset=1, key=b"k", value=b"3")]
     replica.apply(batch)
     replica.commit()
-    assert store[b"k"] == 5
+    assert store.state[b"k"] == 5
     assert replica.positions == {"in:0": 2}
     assert replica.applied_total == 2
     assert "consumer error on in:0" in caplog.text
@@ -52,7 +52,7 @@ def test_a_gated_partition_applies_nothing_more_of_a_batch_once_the_gate_opens(
              *_records(1, range(3, 5), b"k")]
     capped = replica.apply(batch)
     replica.commit()
-    assert store[b"k"] == 4                      # the parent's four, none of the child's
+    assert store.state[b"k"] == 4                      # the parent's four, none of the child's
     assert replica.positions == {"in:0": 4, "in:1": 0}
     assert "in:1" in capped                      # paused, to be read again from 0
     # a later batch of the same fetch (read past offset 0) is not the next either
@@ -61,7 +61,7 @@ def test_a_gated_partition_applies_nothing_more_of_a_batch_once_the_gate_opens(
     replica.rewound(["in:1"])                    # the consumer was sent back to 0
     replica.apply(_records(1, range(0, 7), b"k"))
     replica.commit()
-    assert store[b"k"] == 4 + 7
+    assert store.state[b"k"] == 4 + 7
     assert replica.positions == {"in:0": 4, "in:1": 7}
 
 
@@ -79,5 +79,5 @@ def test_records_past_a_cap_are_not_followed_by_later_ones_before_a_rewind(
     replica.rewound(["in:0"])
     replica.apply(_records(0, range(2, 6), b"k"))
     replica.commit()
-    assert store[b"k"] == 6
+    assert store.state[b"k"] == 6
     assert replica.positions == {"in:0": 6}

@@ -166,6 +166,6 @@ def describe_records(records: Sequence[Record]) -> list[tuple[bytes, bytes, int,
 def test_a_ttl_outside_process_needs_a_time() -> None:
     with JobHarness(Dedup) as harness:
         with pytest.raises(ValueError, match="record"):
-            harness.store.put("k", 1, ttl_ms=5)
+            harness.store.state.put("k", 1, ttl_ms=5)
         harness.send(Record(b"a", b"1", "input", 0, 0, 100))
-        assert harness.store.now == 100
+        assert harness.store.state.now == 100

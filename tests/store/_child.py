@@ -33,7 +33,7 @@ def commit_loop(path: str, nkeys: int, wal: bool = True) -> None:
     while True:
         batch += 1
         for key in keys:
-            store[key] = batch
+            store.state[key] = batch
         store.commit({"t:0": batch})
         print(batch, flush=True)
 

@@ -33,13 +33,13 @@ def test_old_layout_stores_move_under_the_first_processor(tmp_path: Path) -> Non
     old = task_store_path(tmp_path, "job", "Partition 0")
     with TaskStore(old) as store:
         store.begin_record()
-        store["k"] = 41
+        store.state["k"] = 41
         store.commit({"events:0": 7})
     assert (old / "CURRENT").exists()
     with ProcessorStateDir(tmp_path, "job", "p1", "exec-A"):
         moved = task_store_path(tmp_path, "job", "Partition 0", "p1")
         assert not old.exists() and (moved / "CURRENT").exists()
         with TaskStore(moved) as store:
-            assert store["k"] == 41 and store.applied_offsets() == {"events:0": 7}
+            assert store.state["k"] == 41 and store.applied_offsets() == {"events:0": 7}
     with ProcessorStateDir(tmp_path, "job", "p2", "exec-B"):
         assert not task_store_path(tmp_path, "job", "Partition 0", "p2").exists()

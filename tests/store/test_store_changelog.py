@@ -32,12 +32,12 @@ StoreFactory = Callable[..., TaskStore]
 
 
 def test_changes_hold_the_last_value_of_each_key_written(store: TaskStore) -> None:
-    store["a"] = 1
-    store["a"] = 2
-    store[b"b"] = {"n": [1, 2]}
-    store["c"] = "x"
-    del store["c"]
-    store.delete("never-there")
+    store.state["a"] = 1
+    store.state["a"] = 2
+    store.state[b"b"] = {"n": [1, 2]}
+    store.state["c"] = "x"
+    del store.state["c"]
+    store.state.delete("never-there")
     changes = dict(store.changes())
     assert changes == {b"\x02a": b"2", b"\x01b": b'{"n":[1,2]}', b"\x02c": None,
                        b"\x02never-there": None}
@@ -48,8 +48,8 @@ def test_changes_hold_the_last_value_of_each_key_written(store: TaskStore) -> No
 
 
 def test_changes_match_encode_changelog(store: TaskStore) -> None:
-    store["k"] = {"x": 1}
-    store[b"z"] = None
+    store.state["k"] = {"x": 1}
+    store.state[b"z"] = None
     assert sorted(store.changes()) == sorted([encode_changelog("k", {"x": 1}),
                                               (b"\x01z", b"null")])
 
@@ -57,8 +57,8 @@ def test_changes_match_encode_changelog(store: TaskStore) -> None:
 def test_changes_come_in_key_order(store: TaskStore) -> None:
     """In key order (RocksDB inserts them cheaper so, here and in every replica)."""
     for key in ["m", b"b", "a", "z", b"a"]:
-        store[key] = 1
-    del store["m"]
+        store.state[key] = 1
+    del store.state["m"]
     keys = [raw_key for raw_key, _ in store.changes()]
     assert keys == sorted(keys) and len(keys) == 5
 
@@ -88,55 +88,55 @@ def test_changes_are_the_plain_encoding_of_every_write_in_key_order(
         expected = {}
         for n, (key, value) in enumerate(writes.items()):
             if n in deleted:
-                store.delete(key)
+                store.state.delete(key)
                 expected[encode_key(key)] = None
             else:
-                store[key] = value
+                store.state[key] = value
                 expected[encode_key(key)] = encode_value(value)
         changes = store.changes()
         assert list(changes) == sorted(expected.items())
         for raw_key, raw in changes:
-            assert raw is None or decode_value(raw) == store[decode_key(raw_key)]
+            assert raw is None or decode_value(raw) == store.state[decode_key(raw_key)]
 
 
 def test_a_rolled_back_record_leaves_no_change(store: TaskStore) -> None:
-    store["kept"] = 1
+    store.state["kept"] = 1
     store.begin_record()
-    store["kept"] = 99
-    store["gone"] = 1
+    store.state["kept"] = 99
+    store.state["gone"] = 1
     store.rollback_record()
     assert dict(store.changes()) == {b"\x02kept": b"1"}
 
 
 def test_commit_and_abort_empty_the_changes(store: TaskStore) -> None:
-    store["a"] = 1
+    store.state["a"] = 1
     store.commit({"t:0": 1})
     assert list(store.changes()) == []
-    store["a"] = 2
+    store.state["a"] = 2
     store.abort()
     assert list(store.changes()) == []
 
 
 def test_apply_changes_rebuilds_another_store(store_factory: StoreFactory) -> None:
     owner, replica = store_factory("owner"), store_factory("replica")
-    owner["a"] = 1
-    owner[b"b"] = [1, 2]
-    owner["gone"] = True
+    owner.state["a"] = 1
+    owner.state[b"b"] = [1, 2]
+    owner.state["gone"] = True
     first = [*owner.changes(), changelog_offset_record("in:0", 3)]
     owner.commit({"in:0": 3})
-    del owner["gone"]
-    owner["a"] = 5
+    del owner.state["gone"]
+    owner.state["a"] = 5
     second = [*owner.changes(), changelog_offset_record("in:0", 7)]
     owner.commit({"in:0": 7})
     replica.apply_changes(first, {"baton.j.changelog:0": 4})
     replica.apply_changes(second, {"baton.j.changelog:0": 9})
-    assert dict(replica.items()) == dict(owner.items()) == {"a": 5, b"b": [1, 2]}
+    assert dict(replica.state.items()) == dict(owner.state.items()) == {"a": 5, b"b": [1, 2]}
     assert replica.applied_offsets() == {"in:0": 7, "baton.j.changelog:0": 9}
 
 
 def test_apply_changes_later_record_of_a_key_wins(store: TaskStore) -> None:
     store.apply_changes([(b"\x02k", b"1"), (b"\x02k", None), (b"\x02k", b"3")], {})
-    assert store["k"] == 3
+    assert store.state["k"] == 3
 
 
 def test_apply_changes_refuses_foreign_keys_and_writes_nothing(store: TaskStore) -> None:
@@ -146,11 +146,11 @@ def test_apply_changes_refuses_foreign_keys_and_writes_nothing(store: TaskStore)
         store.apply_changes([(changelog_offset_record("in:0", 1)[0], b"x")], {})
     with pytest.raises(ValueError, match="no key"):
         check_changelog_key(None)
-    assert "ok" not in store and store.applied_offsets() == {}
+    assert "ok" not in store.state and store.applied_offsets() == {}
 
 
 def test_apply_changes_refuses_an_open_transaction(store: TaskStore) -> None:
-    store["pending"] = 1
+    store.state["pending"] = 1
     with pytest.raises(StoreError, match="uncommitted"):
         store.apply_changes([(b"\x02k", b"1")], {})
 
@@ -176,46 +176,46 @@ def test_snapshot_is_the_stored_state_under_the_open_transaction(
     order, whichever side of the stored keys the open ones fall."""
     with TaskStore(tmp_path_factory.mktemp("s") / "s") as store:
         for key, value in committed.items():
-            store[key] = value
+            store.state[key] = value
         store.commit({})
         model = dict(committed)
         for key, value in written.items():
-            store[key] = value
+            store.state[key] = value
             model[key] = value
         for key in deleted:
-            store.delete(key)
+            store.state.delete(key)
             model.pop(key, None)
         expected = sorted((encode_key(k), encode_value(v)) for k, v in model.items())
         assert list(store.snapshot()) == expected
-        assert dict(store.items()) == model
+        assert dict(store.state.items()) == model
 
 
 def test_snapshot_is_the_whole_state_as_changelog_records(store_factory: StoreFactory) -> None:
     owner, replica = store_factory("owner"), store_factory("replica")
-    owner["a"] = 1
-    owner[b"b"] = {"x": [1]}
-    owner["c"] = 3
+    owner.state["a"] = 1
+    owner.state[b"b"] = {"x": [1]}
+    owner.state["c"] = 3
     owner.commit({"in:0": 5})
-    del owner["c"]
-    owner["d"] = "open"          # the open transaction counts
+    del owner.state["c"]
+    owner.state["d"] = "open"          # the open transaction counts
     replica.apply_changes(owner.snapshot(), {"cl:0": 1})
-    assert dict(replica.items()) == {"a": 1, b"b": {"x": [1]}, "d": "open"}
+    assert dict(replica.state.items()) == {"a": 1, b"b": {"x": [1]}, "d": "open"}
     assert replica.applied_offsets() == {"cl:0": 1}      # offsets are not state
 
 
 def test_clear_drops_state_and_offsets(store_factory: StoreFactory) -> None:
     store = store_factory()
-    store["a"] = 1
+    store.state["a"] = 1
     store.commit({"in:0": 3, "cl:0": 9})
-    store["b"] = 2
+    store.state["b"] = 2
     store.clear()
-    assert dict(store.items()) == {} and store.applied_offsets() == {}
+    assert dict(store.state.items()) == {} and store.applied_offsets() == {}
     store.close()
     reopened = store_factory()
-    assert dict(reopened.items()) == {} and reopened.applied_offsets() == {}
-    reopened["z"] = 1
+    assert dict(reopened.state.items()) == {} and reopened.applied_offsets() == {}
+    reopened.state["z"] = 1
     reopened.commit({"in:0": 1})
-    assert reopened["z"] == 1
+    assert reopened.state["z"] == 1
 
 
 def test_rare_keys_are_found_among_state_keys() -> None:
@@ -230,7 +230,7 @@ def test_apply_records_takes_columns(store: TaskStore) -> None:
     offset_key, offset_value = changelog_offset_record("in:0", 4)
     store.apply_records([b"\x02a", b"\x02b", offset_key, b"\x02a"],
                         [b"1", b"2", offset_value, None], {"cl:0": 4})
-    assert dict(store.items()) == {"b": 2}
+    assert dict(store.state.items()) == {"b": 2}
     assert store.applied_offsets() == {"in:0": 4, "cl:0": 4}
     with pytest.raises(ValueError, match="2 keys but 1 values"):
         store.apply_records([b"\x02a", b"\x02b"], [b"1"], {})
@@ -253,28 +253,29 @@ def test_apply_records_ends_as_the_records_applied_one_by_one(
         else:
             expected[key] = value
     store.apply_records([k for k, _ in records], [v for _, v in records], {"cl:0": 1})
-    assert dict(store.items()) == {decode_key(k): decode_value(v) for k, v in expected.items()}
+    assert dict(store.state.items()) == {decode_key(k): decode_value(v)
+                                         for k, v in expected.items()}
     assert store.applied_offsets() == {"cl:0": 1}
 
 
 def test_commit_takes_the_changes_already_encoded(store_factory: StoreFactory) -> None:
     plain, given = store_factory("plain"), store_factory("given")
     for s in (plain, given):
-        s["kept"] = 1
+        s.state["kept"] = 1
         s.commit({"in:0": 1})
-        s["a"] = {"x": [1, 2]}
-        s[b"b"] = 2
-        del s["kept"]
+        s.state["a"] = {"x": [1, 2]}
+        s.state[b"b"] = 2
+        del s.state["kept"]
     plain.commit({"in:0": 4})
     given.commit({"in:0": 4}, given.changes())
-    assert dict(given.items()) == dict(plain.items()) == {"a": {"x": [1, 2]}, b"b": 2}
+    assert dict(given.state.items()) == dict(plain.state.items()) == {"a": {"x": [1, 2]}, b"b": 2}
     assert given.applied_offsets() == plain.applied_offsets() == {"in:0": 4}
     for s in (plain, given):            # no delete among them: put without a loop
-        s["a"] = 3
-        s["c"] = 4
+        s.state["a"] = 3
+        s.state["c"] = 4
     plain.commit({"in:0": 6})
     given.commit({"in:0": 6}, given.changes())
-    assert dict(given.items()) == dict(plain.items()) == {"a": 3, b"b": 2, "c": 4}
+    assert dict(given.state.items()) == dict(plain.state.items()) == {"a": 3, b"b": 2, "c": 4}
 
 
 def test_changes_encode_every_kind_of_value_as_a_commit_does(
@@ -283,23 +284,23 @@ def test_changes_encode_every_kind_of_value_as_a_commit_does(
               "str": "s", "float": 1.5, "list": [1, {"a": 2**80}]}
     written, rebuilt = store_factory("written"), store_factory("rebuilt")
     for key, value in values.items():
-        written[key] = value
+        written.state[key] = value
     rebuilt.apply_changes(written.changes(), {"in:0": 1})
     written.commit({"in:0": 1})
-    assert dict(rebuilt.items()) == dict(written.items()) == values
+    assert dict(rebuilt.state.items()) == dict(written.state.items()) == values
 
 
 def test_a_store_opened_for_writes_only_turns_its_memtable_filter_on_for_reads(
         tmp_path: Path) -> None:
     store = TaskStore(tmp_path / "s", reads=False)
     store.apply_records([b"\x02a"], [b"1"], {"cl:0": 1})
-    assert memtable_bloom_ratio(tmp_path / "s") == 0 and store["a"] == 1
+    assert memtable_bloom_ratio(tmp_path / "s") == 0 and store.state["a"] == 1
     store.expect_reads()
     store.expect_reads()                        # once is enough
     assert memtable_bloom_ratio(tmp_path / "s") == MEMTABLE_BLOOM_RATIO
-    store["b"] = 2
+    store.state["b"] = 2
     store.commit({"in:0": 1})
-    assert dict(store.items()) == {"a": 1, "b": 2}
+    assert dict(store.state.items()) == {"a": 1, "b": 2}
     store.close()
     closed = TaskStore(tmp_path / "t", reads=False)
     closed.close()

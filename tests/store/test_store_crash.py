@@ -52,7 +52,7 @@ def test_sigkill_mid_commit_loop_leaves_a_consistent_store(
                                                 rng)
         with TaskStore(path) as store:
             applied = store.applied_offsets()["t:0"]
-            values = dict(store.items())
+            values = dict(store.state.items())
         assert applied >= acknowledged
         assert len(values) == KEYS
         assert set(values.values()) == {applied}, f"torn batch at offset {applied}"
@@ -66,7 +66,7 @@ def test_with_the_wal_off_a_sigkill_loses_commits_but_never_tears_one(
         child("commit-loop", str(path), str(KEYS), "nowal"), random.Random(seed))
     with TaskStore(path) as store:
         applied = store.applied_offsets().get("t:0", 0)
-        values = dict(store.items())
+        values = dict(store.state.items())
     # the memtable's commits died with the process (none was flushed: the data is small),
     # so the store is behind what was acknowledged, whole at an earlier commit
     assert applied < acknowledged

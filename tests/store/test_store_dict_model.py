@@ -47,9 +47,9 @@ def test_the_store_behaves_like_a_dict(tmp_path: Path, steps: list[Any]) -> None
                 store.begin_record()
                 record_start = copy.deepcopy(model)
             else:
-                assert apply_step(store, op, key, arg) == apply_step(model, op, key, arg)
+                assert apply_step(store.state, op, key, arg) == apply_step(model, op, key, arg)
             assert _whole(store) == model
-        assert dict(store.items()) == model
+        assert dict(store.state.items()) == model
         store.commit({"t:0": 1})
     with TaskStore(path) as reopened:
-        assert dict(reopened.items()) == model
+        assert dict(reopened.state.items()) == model

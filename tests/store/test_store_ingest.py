@@ -18,7 +18,7 @@ def test_write_sst_sorts_dedups_and_ingests_with_offsets(
     items = [("b", 2), (b"z", [1]), ("a", 1), (b"a", None), ("b", 3)]  # unsorted, "b" twice
     assert write_sst(sst, items, {"t:0": 100, "t:1": 50}) == 4
     store.ingest([sst])
-    assert list(store.items()) == [(b"a", None), (b"z", [1]), ("a", 1), ("b", 3)]
+    assert list(store.state.items()) == [(b"a", None), (b"z", [1]), ("a", 1), ("b", 3)]
     assert store.applied_offsets() == {"t:0": 100, "t:1": 50}
     assert sst.exists()  # copied, not moved, by default
 
@@ -26,39 +26,39 @@ def test_write_sst_sorts_dedups_and_ingests_with_offsets(
 def test_ingest_overrides_older_values_and_later_commits_override_it(
         store_factory: StoreFactory, tmp_path: Path) -> None:
     store = store_factory()
-    store["old"] = "committed"
-    store["both"] = "committed"
+    store.state["old"] = "committed"
+    store.state["both"] = "committed"
     store.commit({"t:0": 10, "u:0": 3})
     # in the memtable and, after flush + reopen, in an SST: ingest must win in both
     write_sst(tmp_path / "1.sst", [("both", "ingested"), ("new", "ingested")], {"t:0": 20})
     store.ingest([tmp_path / "1.sst"])
-    assert dict(store.items()) == {"old": "committed", "both": "ingested", "new": "ingested"}
+    assert dict(store.state.items()) == {"old": "committed", "both": "ingested", "new": "ingested"}
     assert store.applied_offsets() == {"t:0": 20, "u:0": 3}
-    store["new"] = "after"
+    store.state["new"] = "after"
     store.commit({"t:0": 21})
-    assert store["new"] == "after"
+    assert store.state["new"] == "after"
     store.close()
     reopened = store_factory()
-    assert dict(reopened.items()) == {"old": "committed", "both": "ingested", "new": "after"}
+    assert dict(reopened.state.items()) == {"old": "committed", "both": "ingested", "new": "after"}
     assert reopened.applied_offsets() == {"t:0": 21, "u:0": 3}
 
 
 def test_ingest_overrides_values_already_flushed_to_sst(
         store_factory: StoreFactory, tmp_path: Path) -> None:
     store = store_factory()
-    store["k"] = "committed"
+    store.state["k"] = "committed"
     store.commit({"t:0": 1})
-    store._db.flush()  # white box: the older value now lives in an SST of its own
+    store.db.raw.flush()  # white box: the older value now lives in an SST of its own
     write_sst(tmp_path / "x.sst", [("k", "ingested")], {"t:0": 2})
     store.ingest([tmp_path / "x.sst"])
-    assert store["k"] == "ingested" and store.applied_offsets() == {"t:0": 2}
+    assert store.state["k"] == "ingested" and store.applied_offsets() == {"t:0": 2}
 
 
 def test_later_files_of_one_ingest_win(store: TaskStore, tmp_path: Path) -> None:
     write_sst(tmp_path / "a.sst", [("k", "a"), ("only-a", 1)], {"t:0": 5})
     write_sst(tmp_path / "b.sst", [("k", "b")], {"t:0": 9})
     store.ingest([tmp_path / "a.sst", tmp_path / "b.sst"])
-    assert dict(store.items()) == {"k": "b", "only-a": 1}
+    assert dict(store.state.items()) == {"k": "b", "only-a": 1}
     assert store.applied_offsets() == {"t:0": 9}
 
 
@@ -66,17 +66,17 @@ def test_ingest_move_takes_the_file(store: TaskStore, tmp_path: Path) -> None:
     sst = tmp_path / "m.sst"
     write_sst(sst, [("k", 1)], {})
     store.ingest([str(sst)], move=True)
-    assert store["k"] == 1
+    assert store.state["k"] == 1
 
 
 def test_ingest_refuses_uncommitted_writes(store: TaskStore, tmp_path: Path) -> None:
     write_sst(tmp_path / "x.sst", [("k", 1)], {"t:0": 1})
-    store["pending"] = 1
+    store.state["pending"] = 1
     with pytest.raises(StoreError, match="uncommitted"):
         store.ingest([tmp_path / "x.sst"])
     store.abort()
     store.ingest([tmp_path / "x.sst"])
-    assert store["k"] == 1
+    assert store.state["k"] == 1
 
 
 def test_ingest_of_a_bad_file_names_it(store: TaskStore, tmp_path: Path) -> None:
@@ -99,15 +99,15 @@ def test_write_sst_refuses_nothing_and_bad_input(tmp_path: Path) -> None:
 def test_write_sst_of_offsets_only(store: TaskStore, tmp_path: Path) -> None:
     assert write_sst(tmp_path / "o.sst", [], {"t:3": 42}) == 0
     store.ingest([tmp_path / "o.sst"])
-    assert store.applied_offsets() == {"t:3": 42} and len(store) == 0
+    assert store.applied_offsets() == {"t:3": 42} and len(store.state) == 0
 
 
 def test_ingest_items(store: TaskStore) -> None:
-    store["k"] = "old"
+    store.state["k"] = "old"
     store.commit({"t:0": 1})
     store.ingest_items(((f"k{i}", i) for i in range(1000)), {"t:0": 1000})
     store.ingest_items([], {})
-    assert len(store) == 1001 and store["k999"] == 999 and store["k"] == "old"
+    assert len(store.state) == 1001 and store.state["k999"] == 999 and store.state["k"] == "old"
     assert store.applied_offsets() == {"t:0": 1000}
 
 
@@ -119,9 +119,9 @@ def test_write_sst_in_another_process_then_ingest(
     out, err = proc.communicate(timeout=60)  # type: ignore[attr-defined]
     assert proc.returncode == 0, err  # type: ignore[attr-defined]
     assert out.strip() == "500"
-    store["s00000"] = "stale"
+    store.state["s00000"] = "stale"
     store.commit({"t:0": 3})
     store.ingest([sst])
-    assert len(store) == 500
-    assert store["s00000"] == {"n": 0} and store["s00499"] == {"n": 499}
+    assert len(store.state) == 500
+    assert store.state["s00000"] == {"n": 0} and store.state["s00499"] == {"n": 499}
     assert store.applied_offsets() == {"t:0": 500}

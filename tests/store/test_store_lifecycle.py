@@ -17,7 +17,7 @@ ChildFactory = Callable[..., "subprocess.Popen[str]"]
 
 def _committed(path: Path) -> None:
     with TaskStore(path) as store:
-        store["k"] = "v"
+        store.state["k"] = "v"
         store.commit({"t:0": 1})
 
 
@@ -37,7 +37,7 @@ def test_store_held_by_another_process_is_locked_naming_path(
     assert info.value.path == path
     proc.communicate(input="", timeout=30)  # release it; now it opens
     with TaskStore(path) as store:
-        assert len(store) == 0
+        assert len(store.state) == 0
 
 
 def test_second_open_in_the_same_process_is_locked(store_factory: StoreFactory) -> None:
@@ -106,50 +106,51 @@ def test_unwritable_directory_names_it(tmp_path: Path) -> None:
 
 
 def test_closed_store_raises_store_error(store: TaskStore) -> None:
-    store["a"] = 1
+    store.state["a"] = 1
     store.commit({})
     store.close()
     store.close()  # idempotent
-    for action in (lambda: store["a"], lambda: store.get("a"), lambda: list(store),
-                   lambda: store.__setitem__("a", 2), lambda: store.commit({}),
-                   lambda: store.applied_offsets(), lambda: store.delete("a")):
+    for action in (lambda: store.state["a"], lambda: store.state.get("a"),
+                   lambda: list(store.state),
+                   lambda: store.state.__setitem__("a", 2), lambda: store.commit({}),
+                   lambda: store.applied_offsets(), lambda: store.state.delete("a")):
         with pytest.raises(StoreError, match="closed"):
             action()
 
 
 def test_destroy_removes_the_directory(store_factory: StoreFactory) -> None:
     store = store_factory()
-    store["a"] = 1
+    store.state["a"] = 1
     store.commit({"t:0": 1})
     store.destroy()
     assert not store.path.exists() and store.approximate_bytes() == 0
     store.destroy()  # idempotent
-    assert len(store_factory()) == 0
+    assert len(store_factory().state) == 0
 
 
 def test_approximate_bytes_grows_with_data(store: TaskStore) -> None:
     empty = store.approximate_bytes()
     assert empty > 0
     for i in range(5000):
-        store[f"key-{i}"] = "x" * 100
+        store.state[f"key-{i}"] = "x" * 100
     store.commit({"t:0": 5000})
     assert store.approximate_bytes() > empty + 5000 * 100
 
 
 def test_checkpoint_is_a_consistent_copy(store: TaskStore, tmp_path: Path) -> None:
-    store["a"] = 1
+    store.state["a"] = 1
     store.commit({"t:0": 1})
-    store["b"] = 2  # uncommitted: not in the checkpoint
-    store.checkpoint(tmp_path / "cp")
+    store.state["b"] = 2  # uncommitted: not in the checkpoint
+    store.db.checkpoint(tmp_path / "cp")
     with TaskStore(tmp_path / "cp") as copy:
-        assert dict(copy.items()) == {"a": 1} and copy.applied_offsets() == {"t:0": 1}
+        assert dict(copy.state.items()) == {"a": 1} and copy.applied_offsets() == {"t:0": 1}
 
 
 def test_sync_commits(store_factory: StoreFactory) -> None:
     store = store_factory(sync=True)
-    store["a"] = 1
+    store.state["a"] = 1
     store.commit({"t:0": 1})
-    assert store["a"] == 1
+    assert store.state["a"] == 1
 
 
 def test_repr_names_the_path(store: TaskStore) -> None:

@@ -154,7 +154,7 @@ def test_an_aborted_transactions_changelog_is_never_applied(broker, job_config,
             producer.produce(config.job.inputs[0], key=f"k{i % 5}".encode(), value=b"1")
         producer.flush(30)
         wait_for(lambda: _consumed([new], 400), 60, "the new owner", lambda: new.poll(0.05))
-        assert new.active["Partition 0"].store[b"k0"][1] == 80
+        assert new.active["Partition 0"].store.state[b"k0"][1] == 80
     finally:
         zombie.close(commit=False)
         new.close(commit=True)
@@ -206,7 +206,7 @@ def test_a_crashed_owner_whose_store_lags_applies_the_changelog(broker, job_conf
         feed(100)
         wait_for(lambda: _consumed([third], 600), 60, "the restarted owner",
                  lambda: third.poll(0.05))
-        state = dict(third.active["Partition 0"].store.items())
+        state = dict(third.active["Partition 0"].store.state.items())
     finally:
         third.close(commit=True)
     result = identified_check(broker, config)

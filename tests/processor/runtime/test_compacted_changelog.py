@@ -70,7 +70,7 @@ def _tombstones(broker: Broker, topic: str) -> int:
 
 def _state(runtime: TaskRuntime) -> dict[Any, Any]:
     holder = runtime.active.get(TASK) or runtime.replicas[TASK]
-    return dict(holder.store.iter_items())
+    return dict(holder.store.state.iter_items())
 
 
 def test_replicas_of_a_compacted_changelog_equal_the_owner(

@@ -62,7 +62,7 @@ def test_headers_outputs_params_and_hooks_through_a_handoff(broker, job_config,
         old.release(_TASK)
         new.apply(_reply(model, active=[_TASK]))
         wait_for(lambda: _TASK in new.active, 60, "activation", lambda: new.poll(0.05))
-        assert new.active[_TASK].store.get(b"k0") == {
+        assert new.active[_TASK].store.state.get(b"k0") == {
             "total": 30, "sources": [f"s{i}" for i in range(0, 30, 3)]}
     finally:
         old.close(commit=True)

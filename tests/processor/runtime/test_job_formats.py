@@ -62,15 +62,15 @@ def test_formats_outputs_and_a_poison_record_through_a_handoff(broker, job_confi
             f"{topic}:0") == 20, 60, "the owner to process", lambda: old.poll(0.05))
         wait_for(lambda: new.consumers.lookups.committed([f"{topic}:0"]) == {f"{topic}:0": 20}, 60,
                  "the owner's commit to be visible", lambda: old.poll(0.05))
-        owner_state = dict(old.active[_TASK].store.items())
+        owner_state = dict(old.active[_TASK].store.state.items())
         new.apply(_reply(model, warmup=[_TASK]))
         wait_for(lambda: _TASK in new.replicas and new.replicas[_TASK].caught_up()
-                 and dict(new.replicas[_TASK].store.items()) == owner_state, 60,
+                 and dict(new.replicas[_TASK].store.state.items()) == owner_state, 60,
                  "the warmup", lambda: new.poll(0.05))
         old.release(_TASK)
         new.apply(_reply(model, active=[_TASK]))
         wait_for(lambda: _TASK in new.active, 60, "activation", lambda: new.poll(0.05))
-        assert dict(new.active[_TASK].store.items()) == owner_state
+        assert dict(new.active[_TASK].store.state.items()) == owner_state
     finally:
         old.close(commit=True)
         new.close(commit=True)

@@ -67,7 +67,7 @@ def test_the_store_section_reaches_rocksdb(tmp_path: Path) -> None:
         assert options["paranoid_checks"] == "true"
         # one cache for every store of the processor: its capacity is the whole budget
         for store in (first, second):
-            assert store._db.property_int_value("rocksdb.block-cache-capacity") == 3 << 20
+            assert store.db.raw.property_int_value("rocksdb.block-cache-capacity") == 3 << 20
         first.close()
         second.close()
     finally:
@@ -96,7 +96,7 @@ def write(store: Store, first: int, keys: int) -> None:
 
 
 def memtables(store: Store) -> int:
-    return store._db.property_int_value("rocksdb.cur-size-all-mem-tables")
+    return store.db.raw.property_int_value("rocksdb.cur-size-all-mem-tables")
 
 
 def test_the_memtables_of_all_stores_together_are_bounded(tmp_path: Path) -> None:
@@ -111,7 +111,7 @@ def test_the_memtables_of_all_stores_together_are_bounded(tmp_path: Path) -> Non
         for start in range(0, 200_000, 50_000):
             write(first, start, 50_000)
             write(second, start, 50_000)
-        wait_for(lambda: not any(s._db.property_int_value("rocksdb.num-immutable-mem-table")
+        wait_for(lambda: not any(s.db.raw.property_int_value("rocksdb.num-immutable-mem-table")
                                  for s in (first, second)), 30, "the flushes to finish")
         assert list(first.path.glob("*.sst")) and list(second.path.glob("*.sst"))
         assert memtables(first) + memtables(second) < 8 << 20
@@ -172,7 +172,7 @@ def test_a_damaged_store_is_moved_aside_and_replaced_by_an_empty_one(
     stores = TaskStores(cfg, "p1")
     try:
         store = stores.open(TASK)
-        assert store.applied_offsets() == {} and len(store) == 0   # rebuilt by catch-up
+        assert store.applied_offsets() == {} and len(store.state) == 0   # rebuilt by catch-up
         aside = [p for p in path.parent.iterdir() if p.name != path.name]
         assert [p.name[:len(path.name) + 9] for p in aside] == [f"{path.name}+corrupt-"]
         assert (aside[0] / table.name).read_bytes() == damaged        # kept as it was
@@ -237,10 +237,10 @@ def test_blocks_of_table_files_compaction_replaced_leave_the_block_cache(
             store.apply_records(keys[first:first + 1000], [encode_value(v) for v in fresh],
                                 {"events:0": round_})
             values.update(zip(names[first:first + 1000], fresh, strict=True))
-            assert [store.get(name) for name in names] == [values.get(n) for n in names]
-        store._db.compact_range(None, None)
-        assert [store.get(name) for name in names] == [values.get(n) for n in names]
-        cached = store._db.property_int_value("rocksdb.block-cache-usage")
+            assert [store.state.get(name) for name in names] == [values.get(n) for n in names]
+        store.db.raw.compact_range(None, None)
+        assert [store.state.get(name) for name in names] == [values.get(n) for n in names]
+        cached = store.db.raw.property_int_value("rocksdb.block-cache-usage")
         assert cached < 2.5 * (1 << 20), f"{cached} bytes cached"
         store.close()
     finally:
@@ -256,9 +256,9 @@ def test_the_stores_memory_is_what_rocksdb_holds(tmp_path: Path) -> None:
         write(store, 0, 20_000)
         memory = stores.memory_usage()
         assert memory["memtables"] == memtables(store) > 0
-        store._db.flush()
-        assert all(store.get(f"k{i:07d}") == {"sum": i} for i in range(0, 20_000, 97))
-        assert stores.memory_usage()["block_cache"] == store._db.property_int_value(
+        store.db.raw.flush()
+        assert all(store.state.get(f"k{i:07d}") == {"sum": i} for i in range(0, 20_000, 97))
+        assert stores.memory_usage()["block_cache"] == store.db.raw.property_int_value(
             "rocksdb.block-cache-usage") > 0
         store.abort()
         store.close()

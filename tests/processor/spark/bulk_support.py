@@ -100,9 +100,9 @@ def _apply(job: Any, store: TaskStore, source: str, msg: Any) -> None:
     if source == "changelog":
         key, raw = decode_changelog(msg.key(), msg.value())
         if raw is None:
-            store.delete(key)
+            store.state.delete(key)
         else:
-            store[key] = decode_value(raw)
+            store.state[key] = decode_value(raw)
         return
     record = Record(msg.key(), msg.value(), msg.topic(), msg.partition(), msg.offset(),
                     msg.timestamp()[1])

@@ -146,14 +146,14 @@ def test_changelog_source_matches_consumer_path(spark, broker, unique, tmp_path,
     assert bulk == ref
     with TaskStore(tmp_path / "bulk") as store:
         assert store.applied_offsets() == {name: end for name, (_, end) in ranges.items()}
-        assert {type(k) for k in store} == {bytes, str}
+        assert {type(k) for k in store.state} == {bytes, str}
 
 
 def test_ingest_is_refused_into_a_store_with_state(spark, broker, unique, tmp_path) -> None:
     topic = broker.create_topic(unique("bulk-busy"), 1)
     result = bulk_catch_up(spark, SUM, broker.settings(), {f"{topic}:0": (0, 0)}, "input", "t")
     with TaskStore(tmp_path / "busy") as store:
-        store[b"k"] = 1
+        store.state[b"k"] = 1
         store.commit({f"{topic}:0": 5})
         with pytest.raises(BulkCatchUpError, match="already holds state"):
             ingest_bulk(store, result)

@@ -36,7 +36,7 @@ def test_the_fold_sees_params_headers_and_in_place_changes(spark, broker, unique
                            "Partition 0", plan=plan)    # type: ignore[arg-type]
     with TaskStore(tmp_path / "bulk") as store:
         ingest_bulk(store, result)
-        folded: dict[Any, Any] = dict(store.items())
+        folded: dict[Any, Any] = dict(store.state.items())
     expected = run_job(HookedSum, sent, params={"scale": 5}).state
     assert folded == expected
     assert folded[b"k1"] == {"total": 100, "sources": [f"s{i}" for i in range(1, 40, 4)]}

@@ -65,7 +65,7 @@ def test_a_job_outside_the_repository_runs_on_the_executors(spark, broker, uniqu
                            "Partition 0", plan=plan)    # type: ignore[arg-type]
     with TaskStore(tmp_path / "bulk") as store:
         ingest_bulk(store, result)
-        folded: dict[Any, Any] = dict(store.items())
+        folded: dict[Any, Any] = dict(store.state.items())
     assert {k: v["n"] for k, v in folded.items()} == {
         "k0": sum(range(0, 30, 3)), "k1": sum(range(1, 30, 3)), "k2": sum(range(2, 30, 3))}
     # loaded on the executors from the shipped zip, not from the directory
@@ -172,7 +172,7 @@ def test_a_job_outside_the_repository_runs_on_a_standalone_cluster(
     assert report["offsets"] == {f"{topic}:{p}": 30 for p in (0, 1)}
     with TaskStore(tmp_path / "bulk") as store:
         store.ingest([Path(p) for p in report["paths"]])
-        folded: dict[Any, Any] = dict(store.items())
+        folded: dict[Any, Any] = dict(store.state.items())
     # loaded by the workers' executors from the shipped zip
     assert folded and all(".zip" in v["from"] and "baton-job-code-" in v["from"]
                           for v in folded.values())

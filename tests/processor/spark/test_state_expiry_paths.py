@@ -148,7 +148,7 @@ def test_the_store_the_fold_and_the_model_agree(tmp_path: Path, steps: list[Any]
                 store.begin_record()
                 fold.begin()
                 model.begin(step[1])
-                store.now = fold.now = step[1]
+                store.state.now = fold.now = step[1]
                 continue
             if step[0] == "fail":
                 store.rollback_record()
@@ -176,5 +176,5 @@ def test_the_store_the_fold_and_the_model_agree(tmp_path: Path, steps: list[Any]
         for prefix in ("", b""):
             want = [(k, model.entries[k][0]) for k in model.keys_under(prefix)
                     if model.live(k)]
-            assert list(store.scan(prefix)) == want
+            assert list(store.state.scan(prefix)) == want
             assert list(fold.scan(prefix)) == want
