@@ -4,11 +4,13 @@ Theory of operation
 ===================
 
 The core is a plain object driven by three kinds of calls, all made by the daemon
-under one lock, each with the injected clock's reading:
+under one lock, each with the injected clock's reading. What it knows is its
+`picture` (orchestrator/core/picture.py), which it holds and changes; the queries
+(the pinned /containerHeartbeat probe's `picture.alive()`, lags, replies, the views)
+are the picture's.
 
 - messages from processors: `register()`, `heartbeat()` (both take a
-  `HeartbeatRequest` and return the `HeartbeatReply`), `alive()` for the pinned
-  /containerHeartbeat probe;
+  `HeartbeatRequest` and return the `HeartbeatReply`);
 - observations from the daemon's I/O edge: `observe_offsets()` (watermarks and the
   job group's committed offsets), `apply_expansion()` / `refuse_expansion()` from
   the partition monitor;
@@ -91,8 +93,8 @@ class DrainError(RuntimeError):
     """A drain that cannot be done (for example the processor is not alive)."""
 
 
-class Coordinator(CorePicture):
-    """Applies processors' messages, observations and ticks to the picture, one
+class Coordinator:
+    """Applies processors' messages, observations and ticks to its picture, one
     reconcile step per call; see the module docstring.
 
     Args:
@@ -104,10 +106,10 @@ class Coordinator(CorePicture):
 
     def __init__(self, config: CoreConfig, clock: Clock, model: JobModel,
                  metrics: CoordinatorMetrics | None = None) -> None:
-        super().__init__(config, clock, model, metrics,
-                         lambda pid, why: self._lose(pid, why, keep_roles=False),
-                         self._went_live)
-        self.follow_up = False
+        # what the core knows, and the queries placement, lag, replies and views ask of it
+        self.picture = CorePicture(config, clock, model, metrics,
+                                   lambda pid, why: self._lose(pid, why, keep_roles=False),
+                                   self._went_live)
         self.turn_wanted = False
         # what the last placement saw (see `_placement_due`)
         self._placement_news = True
@@ -115,7 +117,8 @@ class Coordinator(CorePicture):
         self._settle_by = clock.monotonic()
         if metrics is not None:
             metrics.set_generation(model.generation)
-            metrics.set_views(lag_view=self.lag_samples, handoff_view=self.handoff_samples)
+            metrics.set_views(lag_view=self.picture.lag_samples,
+                              handoff_view=self.picture.handoff_samples)
 
     # ---- restore --------------------------------------------------------
 
@@ -126,21 +129,23 @@ class Coordinator(CorePicture):
         if "model" not in records:
             return None
         core = cls(config, clock, JobModel.from_record(records["model"]), metrics)
+        picture = core.picture
         now = clock.monotonic()
         for key, value in records.items():
             if key.startswith("processor/"):
-                core.processors.add(Processor.from_record(key.partition("/")[2], value, now))
-        core.roles.load(dict(records.get("assignment", {})))
-        core.processors.forgotten = {str(k): str(v) for k, v in
-                                     dict(records.get("forgotten", {})).items()}
-        core.draining = set(dict(records.get("drain", {})).get("processors", ()))
-        core.errors = list(dict(records.get("errors", {})).get("errors", ()))
-        core.failures.load(dict(records.get("failures", {})), now)
-        core._stream.load(records)
+                picture.processors.add(Processor.from_record(key.partition("/")[2], value,
+                                                             now))
+        picture.roles.load(dict(records.get("assignment", {})))
+        picture.processors.forgotten = {str(k): str(v) for k, v in
+                                        dict(records.get("forgotten", {})).items()}
+        picture.draining = set(dict(records.get("drain", {})).get("processors", ()))
+        picture.errors = list(dict(records.get("errors", {})).get("errors", ()))
+        picture.failures.load(dict(records.get("failures", {})), now)
+        picture.stream.load(records)
         core._settle_by = now + config.processor_timeout_s
         for key, value in records.items():
             if key.startswith("handoff/"):
-                core.handoff_book.resume(hs.Handoff.from_dict(value))
+                picture.handoff_book.resume(hs.Handoff.from_dict(value))
         return core
 
     # ---- processors ---------------------------------------------------------------------
@@ -150,18 +155,19 @@ class Coordinator(CorePicture):
 
         With `decide` False the message is only taken in (the daemon decides on its own
         loop, woken by `turn_wanted`); the reply is the decision in force."""
-        if self.processors.was_forgotten(request):
-            return self._forgotten(request)
-        now = self.clock.monotonic()
-        old = self.processors.get(request.processor_id)
+        picture = self.picture
+        if picture.processors.was_forgotten(request):
+            return _forgotten(request, picture.model)
+        now = picture.clock.monotonic()
+        old = picture.processors.get(request.processor_id)
         if old is not None and old.execution_id != request.execution_id:
             log.warning("processor %s registered a new execution %s; execution %s is no "
                         "longer valid", old.id, request.execution_id, old.execution_id)
             self._lose(old.id, f"replaced by execution {request.execution_id}",
                        keep_roles=True)
         if old is None or old.execution_id != request.execution_id:
-            self.failures.forget_processor(request.processor_id)
-        processor = self.processors.register(request, now, self.clock.time())
+            picture.failures.forget_processor(request.processor_id)
+        processor = picture.processors.register(request, now, picture.clock.time())
         self.turn_wanted = self._placement_news = True
         return self._answer(processor, request, decide)
 
@@ -172,71 +178,70 @@ class Coordinator(CorePicture):
         new) is told so: it outlived an outage and registers again. `decide`: as in
         `register()`. `in_force`: the reply this processor last got, known by the caller
         to be the decision in force still (no decision since): answered again as is."""
-        processor = self.processors.valid(request)
+        picture = self.picture
+        processor = picture.processors.valid(request)
         if processor is None:
-            if self.metrics is not None:
-                self.metrics.record_invalid_heartbeat()
-            if self.processors.was_forgotten(request):
-                return self._forgotten(request)
-            unknown = self.processors.get(request.processor_id) is None
-            return HeartbeatReply(alive=False, generation=self.model.generation,
+            if picture.metrics is not None:
+                picture.metrics.record_invalid_heartbeat()
+            if picture.processors.was_forgotten(request):
+                return _forgotten(request, picture.model)
+            unknown = picture.processors.get(request.processor_id) is None
+            return HeartbeatReply(alive=False, generation=picture.model.generation,
                                   unknown=unknown)
         return self._answer(processor, request, decide, in_force)
 
-    def _forgotten(self, request: HeartbeatRequest) -> HeartbeatReply:
-        """The execution of a forgotten processor still runs: it is dead (it stops; a
-        new execution of its id registers as any other)."""
-        log.warning("execution %s of forgotten processor %s reported: told it is dead",
-                    request.execution_id, request.processor_id)
-        return HeartbeatReply(alive=False, generation=self.model.generation)
-
     def _answer(self, processor: Processor, request: HeartbeatRequest,
                 decide: bool, in_force: HeartbeatReply | None = None) -> HeartbeatReply:
+        picture = self.picture
         before = processor.reports
         first = not processor.reported
-        self.processors.seen(processor, request, self.clock.monotonic())
+        picture.processors.seen(processor, request, picture.clock.monotonic())
         if request.leaving:
             return self._leave(processor)
-        if request.drain and processor.id not in self.draining:
+        if request.drain and processor.id not in picture.draining:
             log.info("processor %s asks to be drained before it stops", processor.id)
-            self.draining.add(processor.id)
+            picture.draining.add(processor.id)
             self.turn_wanted = self._placement_news = True
         if decide:
             self._reconcile()
         elif first or _roles(before) != _roles(processor.reports) \
-                or self.handoff_book.involving(processor.id) or processor.id in self.draining:
+                or picture.handoff_book.involving(processor.id) \
+                or processor.id in picture.draining:
             self.turn_wanted = True     # news a decision waits for: decide soon
             self._placement_news = True
         elif any(r.role != "active" for r in processor.reports.values()):
             self._placement_news = True     # replicas' lags: the assignor weighs them
         if not processor.valid:  # declared dead by this very reconcile
-            return HeartbeatReply(alive=False, generation=self.model.generation)
+            return HeartbeatReply(alive=False, generation=picture.model.generation)
         if in_force is not None and not decide:
             return in_force
-        return self.reply(processor, request.generation)
+        return picture.reply(processor, request.generation)
 
     def _leave(self, processor: Processor) -> HeartbeatReply:
         """A graceful goodbye: take its released positions, then forget it."""
-        self._drive_handoffs()
+        picture = self.picture
+        picture.handoff_book.drive(picture)
         log.info("processor %s left", processor.id)
         self._lose(processor.id, "left", keep_roles=False)
-        self.processors.remove(processor.id)
-        self.draining.discard(processor.id)
+        picture.processors.remove(processor.id)
+        picture.draining.discard(processor.id)
         self._reconcile()
-        return HeartbeatReply(alive=True, generation=self.model.generation, stop=True)
+        return HeartbeatReply(alive=True, generation=picture.model.generation, stop=True)
 
     def _lose(self, pid: str, reason: str, *, keep_roles: bool) -> None:
         """Invalidate `pid`'s execution; its handoffs learn it; its roles go (or stay
         listed for the same id's new execution, whose activation fences the old one)."""
-        if self.processors.invalidate(pid, reason, self.clock.time()) is None:
+        picture = self.picture
+        if picture.processors.invalidate(pid, reason, picture.clock.time()) is None:
             return  # unknown, or already invalid
         self._placement_news = True
         if not keep_roles:
-            self.roles.drop(pid)
-        for task in [h.task for h in self.handoff_book.involving(pid)]:
-            current = self.handoff_book.handoffs.get(task)  # a nested loss may have ended it
+            picture.roles.drop(pid)
+        book = picture.handoff_book
+        for task in [h.task for h in book.involving(pid)]:
+            current = book.handoffs.get(task)  # a nested loss may have ended it
             if current is not None and pid in (current.source, current.target):
-                self.handoff_book.step(current, hs.ProcessorLost(pid))
+                book.step(current, hs.ProcessorLost(pid))
 
     def drain(self, pid: str) -> dict[str, Any]:
         """Scale in: move `pid`'s tasks away (with catch-up), then tell it to stop.
@@ -245,19 +250,20 @@ class Coordinator(CorePicture):
             UnknownProcessor: no such processor.
             DrainError: it is not alive.
         """
-        processor = self.processors.get(pid)
+        picture = self.picture
+        processor = picture.processors.get(pid)
         if processor is None:
             raise UnknownProcessor(f"no processor {pid!r}; known: "
-                                   f"{', '.join(p.id for p in self.processors) or 'none'}")
+                                   f"{', '.join(p.id for p in picture.processors) or 'none'}")
         if not processor.valid:
             raise DrainError(f"processor {pid!r} is not alive ({processor.reason}): its "
                              f"tasks are already being placed elsewhere; to remove it for "
                              f"good, run `baton forget --processor {pid}`")
-        self.draining.add(pid)
+        picture.draining.add(pid)
         self._placement_news = True
         self._reconcile()
         return {"processor": pid, "draining": True,
-                "tasks": sorted(self.roles.peek(pid).active)}
+                "tasks": sorted(picture.roles.peek(pid).active)}
 
     def forget(self, pid: str) -> dict[str, Any]:
         """Remove a dead processor for good (orchestrator/core/forgetting.py).
@@ -266,11 +272,12 @@ class Coordinator(CorePicture):
             UnknownProcessor: no such processor.
             ForgetError: it is alive, or a handoff in flight still names it.
         """
-        processor = self.processors.get(pid)
+        picture = self.picture
+        processor = picture.processors.get(pid)
         if processor is None:
             raise UnknownProcessor(f"no processor {pid!r}; known: "
-                                   f"{', '.join(p.id for p in self.processors) or 'none'}")
-        why = forgetting.refusal(processor, self._in_handoffs())
+                                   f"{', '.join(p.id for p in picture.processors) or 'none'}")
+        why = forgetting.refusal(processor, _in_handoffs(picture))
         if why is not None:
             raise ForgetError(why)
         self._forget(processor, "at an operator's request")
@@ -281,94 +288,89 @@ class Coordinator(CorePicture):
     def _forget(self, processor: Processor, why: str) -> None:
         log.info("processor %s (execution %s, dead: %s) forgotten %s", processor.id,
                  processor.execution_id, processor.reason, why)
-        self.processors.forget(processor.id)
-        self.roles.drop(processor.id)
-        self.draining.discard(processor.id)
-        self.failures.forget_processor(processor.id)
+        picture = self.picture
+        picture.processors.forget(processor.id)
+        picture.roles.drop(processor.id)
+        picture.draining.discard(processor.id)
+        picture.failures.forget_processor(processor.id)
         self._placement_news = True
-
-    def _in_handoffs(self) -> set[str]:
-        return {pid for h in self.handoffs.values() for pid in (h.source, h.target)
-                if pid is not None}
 
     def _forget_dead(self) -> None:
         """Forget every processor dead for `forget_dead_after_s` (0: never)."""
-        after = self.config.forget_dead_after_s
-        for pid in forgetting.due(self.processors, self._in_handoffs(), self.clock.time(),
-                                  after):
-            processor = self.processors.get(pid)
+        picture = self.picture
+        after = picture.config.forget_dead_after_s
+        for pid in forgetting.due(picture.processors, _in_handoffs(picture),
+                                  picture.clock.time(), after):
+            processor = picture.processors.get(pid)
             assert processor is not None
             self._forget(processor, f"after {after:g} s dead "
                                     f"(coordinator.forget_dead_after_ms)")
 
-    # ---- observations -------------------------------------------------------------------
+    # ---- observations and new models ------------------------------------------------
 
     def observe_offsets(self, low: Mapping[str, int], high: Mapping[str, int],
                         committed: Mapping[str, int]) -> None:
         """Watermarks and the job group's committed offsets, from the daemon's admin I/O."""
-        self.low.update(low)
-        self.high.update(high)
-        self.committed.update(committed)
+        self.picture.low.update(low)
+        self.picture.high.update(high)
+        self.picture.committed.update(committed)
 
     def apply_expansion(self, expansion: Expansion) -> None:
         """The monitor (or POST /expand) grew the model: new generation, barriers."""
-        self.model = expansion.model
+        picture = self.picture
+        self.adopt_model(expansion.model)
         for topic, (old, new) in expansion.grown.items():
             log.info("input %s grew from %d to %d partitions: generation %d, barriers %s",
-                     topic, old, new, self.model.generation,
-                     {c: self.model.barriers[c] for c in expansion.parents
+                     topic, old, new, picture.model.generation,
+                     {c: picture.model.barriers[c] for c in expansion.parents
                       if c.startswith(topic + ":")})
-            if self.metrics is not None:
-                self.metrics.record_expansion(topic)
-        self.errors = [e for e in self.errors if not e.startswith("expansion refused")]
-        if self.metrics is not None:
-            self.metrics.set_generation(self.model.generation)
+            if picture.metrics is not None:
+                picture.metrics.record_expansion(topic)
+        picture.errors = [e for e in picture.errors if not e.startswith("expansion refused")]
         self._reconcile()
 
     def apply_split(self, model: JobModel, splits: Sequence[Split]) -> None:
         """`baton split` recorded new child tasks: each stays with its parent's owner
         (inside the parent) until its own handoff moves it."""
-        self.model = model
+        self.adopt_model(model)
         for split in splits:
             log.info("task %s split: child %s takes %s (S2 %s), generation %d", split.parent,
                      split.child, ", ".join(split.partitions), ", ".join(split.s2),
                      model.generation)
-        if self.metrics is not None:
-            self.metrics.set_generation(self.model.generation)
         self._reconcile()
 
     def apply_settlement(self, model: JobModel, markers: Mapping[str, int]) -> None:
         """The daemon wrote barrier markers (child -> offset) with `model`: the
         children's barriers are settled (orchestrator/wire/barrier.py)."""
-        self.model = model
+        self.adopt_model(model)
         log.info("expansion barriers settled by markers: %s, generation %d",
                  {c: f"{model.barriers[c][0]}@{o}" for c, o in sorted(markers.items())},
                  model.generation)
-        if self.metrics is not None:
-            self.metrics.set_generation(self.model.generation)
         self._reconcile()
 
     def adopt_model(self, model: JobModel) -> None:
-        """A model the daemon derived at start (the changelog mapping): it is the one in
-        force now, sent to every processor whose generation is older."""
-        self.model = model
-        if self.metrics is not None:
-            self.metrics.set_generation(self.model.generation)
+        """`model` is the one in force now, sent to every processor whose generation is
+        older (called as it is for a model the daemon derived at start: the changelog
+        mapping)."""
+        self.picture.model = model
+        if self.picture.metrics is not None:
+            self.picture.metrics.set_generation(model.generation)
 
     def _went_live(self, child: str) -> None:
         """A split child's first activation was sent: from now on it is a task of its own."""
-        self.model = self.model.went_live(child)
-        log.info("split child %r goes live: generation %d", child, self.model.generation)
-        if self.metrics is not None:
-            self.metrics.set_generation(self.model.generation)
+        self.adopt_model(self.picture.model.went_live(child))
+        log.info("split child %r goes live: generation %d", child,
+                 self.picture.model.generation)
 
     def refuse_expansion(self, reason: str) -> None:
         """A growth the grouping refuses: keep the old model, surface the reason."""
+        picture = self.picture
         message = f"expansion refused: {reason}"
-        if message not in self.errors:
-            log.error("%s; the job keeps generation %d", message, self.model.generation)
-            self.errors = [e for e in self.errors if not e.startswith("expansion refused")]
-            self.errors.append(message)
+        if message not in picture.errors:
+            log.error("%s; the job keeps generation %d", message, picture.model.generation)
+            picture.errors = [e for e in picture.errors
+                              if not e.startswith("expansion refused")]
+            picture.errors.append(message)
 
     def tick(self) -> bool:
         """Time passed: timeouts, then one reconcile step. Returns whether it placed
@@ -379,30 +381,32 @@ class Coordinator(CorePicture):
     # ---- the reconcile step -------------------------------------------------------------
 
     def _reconcile(self) -> bool:
-        now = self.clock.monotonic()
-        for processor in self.processors.silent(now, self.config.processor_timeout_s):
+        picture = self.picture
+        now = picture.clock.monotonic()
+        timeout = picture.config.processor_timeout_s
+        for processor in picture.processors.silent(now, timeout):
             log.warning("processor %s (execution %s) silent for %.1f s: lost; its tasks are "
                         "placed again", processor.id, processor.execution_id,
                         now - processor.last_seen)
-            self._lose(processor.id, f"silent for more than {self.config.processor_timeout_s}"
+            self._lose(processor.id, f"silent for more than {timeout}"
                        " s (coordinator.processor_timeout_ms)", keep_roles=False)
-        self.failures.observe(self, now)
-        self._drive_handoffs()
+        picture.failures.observe(picture, now)
+        picture.handoff_book.drive(picture)
         self._forget_dead()
         placed = self._settled() and self._placement_due(now)
         if placed:
-            self._placement_news = bool(self.handoffs)  # a handoff may end any turn
-            self._placed = (now, self.model)
-            self.roles.keep_only({p.id for p in self.processors.live()})
-            self.follow_up = place(self)
-        self.handoff_book.count_pauses(self)
-        if self.metrics is not None:
-            live = self.processors.live()
-            self.metrics.set_processors({
-                "alive": sum(p.id not in self.draining for p in live),
-                "draining": sum(p.id in self.draining for p in live),
-                "dead": sum(not p.valid for p in self.processors)})
-            self.metrics.set_failed_tasks(len(self.failed_tasks()))
+            self._placement_news = bool(picture.handoffs)  # a handoff may end any turn
+            self._placed = (now, picture.model)
+            picture.roles.keep_only({p.id for p in picture.processors.live()})
+            picture.follow_up = place(picture)
+        picture.handoff_book.count_pauses(picture)
+        if picture.metrics is not None:
+            live = picture.processors.live()
+            picture.metrics.set_processors({
+                "alive": sum(p.id not in picture.draining for p in live),
+                "draining": sum(p.id in picture.draining for p in live),
+                "dead": sum(not p.valid for p in picture.processors)})
+            picture.metrics.set_failed_tasks(len(picture.failed_tasks()))
         return placed
 
     def _placement_due(self, now: float) -> bool:
@@ -413,16 +417,29 @@ class Coordinator(CorePicture):
         from a processor (a registration, a loss, changed roles, replicas' lags), a
         handoff in flight, a follow-up, a drain, a failure, a new model, or
         `PLACE_EVERY_S` since the last placement (time-based decisions)."""
-        if self._placement_news or self.follow_up or self.handoffs or self.draining:
+        picture = self.picture
+        if (self._placement_news or picture.follow_up or picture.handoffs
+                or picture.draining):
             return True
-        if self._placed is None or self._placed[1] is not self.model:
+        if self._placed is None or self._placed[1] is not picture.model:
             return True
-        return bool(self.failures.by_task) or now - self._placed[0] >= PLACE_EVERY_S
-
-    def _drive_handoffs(self) -> None:
-        self.handoff_book.drive(self)
+        return bool(picture.failures.by_task) or now - self._placed[0] >= PLACE_EVERY_S
 
     def _settled(self) -> bool:
         """After a restart, wait for every valid processor's first report."""
-        return (self.clock.monotonic() >= self._settle_by
-                or all(p.reported for p in self.processors.live()))
+        return (self.picture.clock.monotonic() >= self._settle_by
+                or all(p.reported for p in self.picture.processors.live()))
+
+
+def _forgotten(request: HeartbeatRequest, model: JobModel) -> HeartbeatReply:
+    """The execution of a forgotten processor still runs: it is dead (it stops; a new
+    execution of its id registers as any other)."""
+    log.warning("execution %s of forgotten processor %s reported: told it is dead",
+                request.execution_id, request.processor_id)
+    return HeartbeatReply(alive=False, generation=model.generation)
+
+
+def _in_handoffs(picture: CorePicture) -> set[str]:
+    """The processors a handoff in flight names."""
+    return {pid for h in picture.handoffs.values() for pid in (h.source, h.target)
+            if pid is not None}

@@ -198,7 +198,7 @@ class HandoffBook:
                     self._declare_dead(pid, f"declared dead by the handoff of "
                                             f"{handoff.task!r}: {handoff.reason}")
                 case hs.ResumeOwner(task, pid) if self._is_pending(task):
-                    pass    # a split child goes back inside its parent (see embedded())
+                    pass    # a split child goes back inside its parent (see replies.embedded())
                 case hs.SendActivate(task, pid, _) | hs.ResumeOwner(task, pid):
                     if self._is_pending(task):
                         self._went_live(task)

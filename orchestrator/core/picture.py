@@ -2,7 +2,9 @@
 
 `CorePicture` holds the state (job model, processors, roles, handoffs, drains,
 failures, observed offsets) and answers queries; it changes nothing. The calls that
-change it and the reconcile step are `Coordinator`'s (orchestrator/core/coordinator.py).
+change it and the reconcile step are those of the `Coordinator` that holds it
+(orchestrator/core/coordinator.py); placement, lag, replies and views are handed the
+picture, never the coordinator.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from orchestrator.core.roles import RoleBook
 from orchestrator.core.settings import CoreConfig
 from orchestrator.core.stream_records import StreamRecords
 from orchestrator.wire.clock import Clock
-from orchestrator.wire.lineage import AncestorRange
 from orchestrator.wire.protocol import HeartbeatReply, TaskReport
 
 __all__ = ["CorePicture"]
@@ -59,8 +60,10 @@ class CorePicture:
         self.low: dict[str, int] = {}
         self.high: dict[str, int] = {}
         self.committed: dict[str, int] = {}
+        # the last placement left moves for later (warm-ups pending): decide again soon
+        self.follow_up = False
         self._task_infos: tuple[JobModel | None, list[TaskInfo]] = (None, [])
-        self._stream = StreamRecords()
+        self.stream = StreamRecords()
 
     def alive(self, execution_id: str) -> bool:
         """The pinned /containerHeartbeat answer."""
@@ -82,11 +85,6 @@ class CorePicture:
         """The handoffs in flight, by task."""
         return self.handoff_book.handoffs
 
-    @property
-    def history(self) -> list[hs.Handoff]:
-        """Recently finished handoffs, newest last."""
-        return self.handoff_book.history
-
     def owner(self, task: str) -> str | None:
         """The live processor listed with `task` active, if any."""
         return self.roles.owner(task)
@@ -97,15 +95,13 @@ class CorePicture:
         parent = self.model.pending.get(task)
         return self.owner(task) if parent is None else self.owner(parent)
 
-    def embedded(self) -> dict[str, str]:
-        """Pending split children whose partitions their parent's owner still consumes:
-        all of them but those whose own handoff has reached the release."""
-        return replies.embedded(self.model, self.handoffs)
-
     def consumed(self, task: str) -> list[str]:
-        """The partitions `task`'s owner consumes: its own and its embedded children's."""
+        """The partitions `task`'s owner consumes: its own and those of its embedded
+        children (pending split children whose own handoff has not reached the
+        release, orchestrator/core/replies.py)."""
         own = self.model.tasks.get(task, [])
-        return own + [p for c, parent in self.embedded().items() if parent == task
+        embedded = replies.embedded(self.model, self.handoffs)
+        return own + [p for c, parent in embedded.items() if parent == task
                       for p in self.model.tasks.get(c, [])]
 
     def task_infos(self) -> list[TaskInfo]:
@@ -132,10 +128,6 @@ class CorePicture:
         """How far the task consuming `partition` has got."""
         return lags.consumed_position(self, partition)
 
-    def ancestry_of(self, task: str) -> list[AncestorRange]:
-        """The ancestor ranges a split child's S2 reads (empty for other tasks)."""
-        return lags.ancestry_of(self.model, task)
-
     def lag(self, task: str, pid: str) -> int | None:
         """Records `pid`'s replica of `task` is behind T1; None without a replica report."""
         return lags.lag(self, task, pid)
@@ -153,14 +145,10 @@ class CorePicture:
         """Scrape-time view for metrics: the handoffs in flight."""
         return self.handoff_book.samples()
 
-    def records(self) -> dict[str, Any]:
-        """The whole state as coordinator-stream records (key -> JSON value)."""
-        return self._stream.records(self)
-
     def pending_changes(self) -> dict[str, Any | None]:
         """Records changed since the last `confirm()`; None values are deletions."""
-        return self._stream.pending_changes(self)
+        return self.stream.pending_changes(self)
 
     def confirm(self, changes: Mapping[str, Any | None]) -> None:
         """The daemon wrote `changes`: they are the persisted state now."""
-        self._stream.confirm(changes)
+        self.stream.confirm(changes)

@@ -1,8 +1,8 @@
 """Read-only views of the coordinator core: the pinned status JSON, what is pending
 before the job is balanced, and the dry-run plan of a scale-out or scale-in.
 
-Pure functions over a `Coordinator`; the API serves them as JSON and the CLI renders
-them. They never change the core.
+Pure functions over a `CorePicture` (a coordinator's `picture`); the API serves them as
+JSON and the CLI renders them. They never change the core.
 """
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from orchestrator.core import lag as lags
 from orchestrator.core.assignment import AssignmentError, ProcessorSnapshot, TaskInfo, assign
 from orchestrator.core.autoscale import Load, Recommendation, Sample
-from orchestrator.core.coordinator import Coordinator
 from orchestrator.core.liveness import Processor
+from orchestrator.core.picture import CorePicture
 from orchestrator.wire.changelog import changelog_partition
 
 __all__ = ["DEFAULT_CATCH_UP_RATE", "PlanError", "autoscale_sample", "pending", "plan",
@@ -29,7 +30,7 @@ class PlanError(ValueError):
     """A plan request naming processors that cannot be added or removed."""
 
 
-def status(core: Coordinator) -> dict[str, Any]:
+def status(core: CorePicture) -> dict[str, Any]:
     """The pinned `baton status --json` document, plus balance and error details."""
     now = core.clock.monotonic()
     waiting = pending(core)
@@ -56,7 +57,7 @@ def status(core: Coordinator) -> dict[str, Any]:
                      for h in core.handoffs.values()],
         "recent_handoffs": [{"task": h.task, "from": h.source, "to": h.target,
                              "phase": h.phase.value, "reason": h.reason}
-                            for h in core.history[-10:]],
+                            for h in core.handoff_book.history[-10:]],
         "draining": sorted(core.draining),
         "errors": list(core.errors) + [_stuck(core, t) for t in core.failed_tasks()
                                         if _exhausted(core, t)],
@@ -65,7 +66,7 @@ def status(core: Coordinator) -> dict[str, Any]:
     }
 
 
-def _stalled(core: Coordinator, task: str) -> list[dict[str, Any]]:
+def _stalled(core: CorePicture, task: str) -> list[dict[str, Any]]:
     """The reads of `task` its processors report stalled (processor/runtime/stalls.py):
     who, in which role, which partitions."""
     return [{"processor": p.id, "role": report.role, "partitions": list(report.stalled)}
@@ -73,7 +74,7 @@ def _stalled(core: Coordinator, task: str) -> list[dict[str, Any]]:
             if (report := p.reports.get(task)) is not None and report.stalled]
 
 
-def _barrier(core: Coordinator, child: str) -> dict[str, Any]:
+def _barrier(core: CorePicture, child: str) -> dict[str, Any]:
     """A child partition's expansion barrier: `settled` once its marker is written (the
     offset is the marker's; before, the floor it will not fall below, and `due` says
     when it is settled), `reached` once the task consuming the parent has passed it."""
@@ -87,7 +88,7 @@ def _barrier(core: Coordinator, child: str) -> dict[str, Any]:
     return out
 
 
-def _processor(core: Coordinator, pid: str) -> dict[str, Any]:
+def _processor(core: CorePicture, pid: str) -> dict[str, Any]:
     processor = core.processors.get(pid)
     assert processor is not None
     roles = core.roles.peek(pid)
@@ -106,7 +107,7 @@ def _processor(core: Coordinator, pid: str) -> dict[str, Any]:
                 max(0.0, core.clock.monotonic() - processor.last_seen), 3)}
 
 
-def _input_lag(core: Coordinator, task: str) -> int | None:
+def _input_lag(core: CorePicture, task: str) -> int | None:
     """How far the task's consumption is behind its inputs' ends (None: unknown)."""
     total = 0
     consumed = set(core.consumed(task))
@@ -119,15 +120,15 @@ def _input_lag(core: Coordinator, task: str) -> int | None:
     return total
 
 
-def _candidates(core: Coordinator) -> list[str]:
+def _candidates(core: CorePicture) -> list[str]:
     return [p.id for p in core.processors.live() if p.id not in core.draining]
 
 
-def _exhausted(core: Coordinator, task: str) -> bool:
+def _exhausted(core: CorePicture, task: str) -> bool:
     return core.failures.exhausted(task, _candidates(core))
 
 
-def _stuck(core: Coordinator, task: str) -> str:
+def _stuck(core: CorePicture, task: str) -> str:
     """Why a failed task runs nowhere, with each processor's last error."""
     now = core.clock.monotonic()
     seen = "; ".join(f"{f['processor']} after {f['attempts']} attempt(s): {f['error']}"
@@ -138,7 +139,7 @@ def _stuck(core: Coordinator, task: str) -> str:
     return f"task {task!r}: failed, retried after a backoff ({seen})"
 
 
-def pending(core: Coordinator) -> list[str]:
+def pending(core: CorePicture) -> list[str]:
     """Why the job is not balanced yet; empty when it is.
 
     Balanced: every task active on a live processor that reports it active and
@@ -182,7 +183,7 @@ def pending(core: Coordinator) -> list[str]:
     return out
 
 
-def _newcomers_without_tasks(core: Coordinator, live: Sequence[Processor]) -> list[str]:
+def _newcomers_without_tasks(core: CorePicture, live: Sequence[Processor]) -> list[str]:
     """A processor that just joined and holds nothing while there are tasks enough for
     everyone: the target assignment has not reached it yet (its first reply, or the
     reconcile after it, is still to come)."""
@@ -194,7 +195,7 @@ def _newcomers_without_tasks(core: Coordinator, live: Sequence[Processor]) -> li
             and core.roles.peek(p.id).empty()]
 
 
-def plan(core: Coordinator, add: Sequence[str], remove: Sequence[str]) -> dict[str, Any]:
+def plan(core: CorePicture, add: Sequence[str], remove: Sequence[str]) -> dict[str, Any]:
     """Dry run: the balanced end state with `add` joined and `remove` gone.
 
     Returns:
@@ -242,14 +243,14 @@ def plan(core: Coordinator, add: Sequence[str], remove: Sequence[str]) -> dict[s
     }
 
 
-def _current_owners(core: Coordinator) -> dict[str, str]:
+def _current_owners(core: CorePicture) -> dict[str, str]:
     """Owners now, with moves in flight counted where they are going."""
     owners = {t: o for t in core.model.tasks if (o := core.holder(t)) is not None}
     owners.update({t: h.target for t, h in core.handoffs.items()})
     return owners
 
 
-def _replay_size(core: Coordinator, task: str, target: str) -> int:
+def _replay_size(core: CorePicture, task: str, target: str) -> int:
     """S2 in records: the target's replica lag; else, with catch_up.source = "changelog",
     the task's changelog partition as retained; else the whole retained input (for a
     split child: its ancestors up to their barriers, then its own partitions)."""
@@ -262,7 +263,7 @@ def _replay_size(core: Coordinator, task: str, target: str) -> int:
         if partition in core.high:
             return max(0, core.high[partition] - core.low.get(partition, 0))
     total = 0
-    barrier = {a.partition: a.end for a in core.ancestry_of(task)}   # split children
+    barrier = {a.partition: a.end for a in lags.ancestry_of(core.model, task)}   # split children
     for partition, t1 in core.t1(task).items():
         end = t1 if t1 is not None else core.high.get(partition, 0)
         end = min(end, barrier.get(partition, end))
@@ -270,7 +271,7 @@ def _replay_size(core: Coordinator, task: str, target: str) -> int:
     return total
 
 
-def _catch_up_rate(core: Coordinator) -> tuple[float, str]:
+def _catch_up_rate(core: CorePicture) -> tuple[float, str]:
     """The mean replay rate warmups reported, or the stated default."""
     rates = [r.rate for p in core.processors.live() for r in p.reports.values()
              if r.role in ("warmup", "standby") and r.rate > 0]
@@ -279,7 +280,7 @@ def _catch_up_rate(core: Coordinator) -> tuple[float, str]:
     return DEFAULT_CATCH_UP_RATE, "default"
 
 
-def autoscale_sample(core: Coordinator) -> Sample:
+def autoscale_sample(core: CorePicture) -> Sample:
     """What the autoscaling recommendation reads of the core now
     (orchestrator/core/autoscale.py): each live, non-draining processor's records/s on
     its active tasks and busy share, the inputs' end offsets, the job's lag, and how

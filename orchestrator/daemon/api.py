@@ -227,7 +227,7 @@ def create_app(service: CoordinatorService, credentials: Credentials,
         live processor, so scrape configs follow scale-out and in without editing."""
         with service.guard.lock:
             core = service.guard.core
-            return discovery.sd_targets(core.processors, core.config.job)
+            return discovery.sd_targets(core.picture.processors, core.picture.config.job)
 
     @app.get("/openapi.json", dependencies=auth, include_in_schema=False)
     def openapi() -> dict[str, Any]:

@@ -63,13 +63,13 @@ class Decisions:
         if lease is None:
             return
         if not lease():
-            until = core.clock.monotonic()
+            until = core.picture.clock.monotonic()
         elif lease.lapsed_at > self._excused_to:
             until = lease.lapsed_at
         else:
             return
-        core.processors.excuse(until)
-        core.handoff_book.excuse(until)        # nor does a release or activation wait on it
+        core.picture.processors.excuse(until)
+        core.picture.handoff_book.excuse(until)        # nor does a release or activation wait on it
         self._excused_to = lease.lapsed_at
 
 
@@ -84,9 +84,9 @@ class MetricViews:
         self._guard = guard
         self._views: tuple[list[Any], list[Any]] = ([], [])
         # the autoscaling recommendation, fed a sample per refresh (about a second)
-        self._recommender = Recommender(guard.core.config.autoscale)
+        self._recommender = Recommender(guard.core.picture.config.autoscale)
         self.recommendation: Recommendation | None = None
-        metrics = guard.core.metrics
+        metrics = guard.core.picture.metrics
         if metrics is not None:
             metrics.set_views(lag_view=lambda: self._views[0],
                               handoff_view=lambda: self._views[1])
@@ -96,20 +96,20 @@ class MetricViews:
         job's samples taken at once would hold it long enough to delay every heartbeat."""
         guard = self._guard
         with guard.lock:
-            live = list(guard.core.processors.live())
-            handoffs = guard.core.handoff_samples()
+            live = list(guard.core.picture.processors.live())
+            handoffs = guard.core.picture.handoff_samples()
         lags: list[Any] = []
         for start in range(0, len(live), _VIEW_CHUNK):
             time.sleep(0)   # hand the GIL over: the event loop answering heartbeats waits
             with guard.lock:
-                lags += guard.core.lag_samples(p for p in live[start:start + _VIEW_CHUNK]
+                lags += guard.core.picture.lag_samples(p for p in live[start:start + _VIEW_CHUNK]
                                                if p.valid)
         self._views = (lags, handoffs)
         with guard.lock:
-            sample = views.autoscale_sample(guard.core)
+            sample = views.autoscale_sample(guard.core.picture)
         self._recommender.observe(sample)
         found = self.recommendation = self._recommender.recommend()
-        metrics = guard.core.metrics
+        metrics = guard.core.picture.metrics
         if found is not None and metrics is not None:
             metrics.set_recommendation(found.processors, found.capacity_per_processor,
                                        found.demand, found.input_rate)

@@ -77,10 +77,10 @@ class InputGrowth:
         with self._expand_lock:
             if topic not in self._inputs:
                 raise ExpansionError(f"{topic!r} is not an input of job "
-                                     f"{guard.core.config.job!r} (inputs: "
+                                     f"{guard.core.picture.config.job!r} (inputs: "
                                      f"{', '.join(self._inputs)})")
             with guard.lock:
-                model = guard.core.model
+                model = guard.core.picture.model
             counts = model.counts()
             try:
                 model.plan_expansion([(t, partitions if t == topic else counts.get(t, n))
@@ -91,9 +91,9 @@ class InputGrowth:
             self._sync_locked(self._admin.partition_counts(self._inputs))
             with guard.lock:
                 return {"topic": topic, "partitions": partitions,
-                        "generation": guard.core.model.generation,
+                        "generation": guard.core.picture.model.generation,
                         "barriers": {c: {"parent": p, "offset": o}
-                                     for c, (p, o) in guard.core.model.barriers.items()
+                                     for c, (p, o) in guard.core.picture.model.barriers.items()
                                      if c.startswith(topic + ":")}}
 
     def sync_partitions(self, counts: Mapping[str, int]) -> None:
@@ -112,7 +112,7 @@ class InputGrowth:
     def _sync_locked(self, counts: Mapping[str, int]) -> None:
         guard = self._guard
         with guard.lock:
-            model = guard.core.model
+            model = guard.core.picture.model
         if any(t not in counts for t in self._inputs):
             return  # a partial answer must never look like a removed input
         inputs = [(t, counts[t]) for t in self._inputs]
@@ -128,8 +128,8 @@ class InputGrowth:
         marks = self._admin.watermarks(sorted(set(parents.values())))
         ends = {p: m.high for p, m in marks.items()}
         with guard.deciding():
-            if guard.core.model is model:
-                due = guard.core.clock.time() + guard.core.config.expansion_grace_s
+            if guard.core.picture.model is model:
+                due = guard.core.picture.clock.time() + guard.core.picture.config.expansion_grace_s
                 guard.core.apply_expansion(model.expanded(grouping, parents, ends, due))
                 guard.commit()
 
@@ -144,11 +144,12 @@ class InputGrowth:
                 of an aborted transaction are invisible), the next turn tries again.
         """
         core = self._guard.core
-        if not core.model.unsettled or not core.model.due(core.clock.time()):
+        picture = core.picture
+        if not picture.model.unsettled or not picture.model.due(picture.clock.time()):
             return False        # the common case: no lock taken, no reply cache dropped
         with self._guard.deciding():
-            model = core.model
-            due = model.due(core.clock.time())
+            model = core.picture.model
+            due = model.due(core.picture.clock.time())
             if not due:
                 return False
             written: dict[str, Any] = {}
@@ -157,7 +158,7 @@ class InputGrowth:
                 markers = {c: offsets[p] for p, kids in due.items() for c in kids}
                 written["model"] = model.settled(markers)
                 written["markers"] = markers
-                changes: dict[str, Any | None] = {**core.pending_changes(),
+                changes: dict[str, Any | None] = {**core.picture.pending_changes(),
                                                   "model": written["model"].to_record()}
                 written["changes"] = changes
                 return changes
@@ -167,7 +168,7 @@ class InputGrowth:
                           for kids in due.values() for c in kids}
                 write(due, model.counts(), changes_for, floors)
             core.apply_settlement(written["model"], written["markers"])
-            core.confirm(written["changes"])
+            core.picture.confirm(written["changes"])
             return True
 
     def refresh_offsets(self) -> None:
@@ -176,9 +177,9 @@ class InputGrowth:
         changelog catch-up with them)."""
         guard = self._guard
         with guard.lock:
-            partitions = guard.core.model.partitions
-            changelog = sorted({changelog_partition(guard.core.config.job, n)
-                                for n in guard.core.model.changelog.values()})
+            partitions = guard.core.picture.model.partitions
+            changelog = sorted({changelog_partition(guard.core.picture.config.job, n)
+                                for n in guard.core.picture.model.changelog.values()})
         marks = self._admin.watermarks([*partitions, *changelog])
         committed = self._admin.committed(partitions)
         with guard.lock:

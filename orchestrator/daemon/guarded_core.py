@@ -41,7 +41,7 @@ class GuardedCore:
         self._unpersisted = False
         self._decisions = 0                 # the loop's decisions: a registration waits for one
         self.wake = threading.Event()       # a decision is wanted (or this one is fenced)
-        self.writer = StreamWriter(persist, core.clock, self.wake)
+        self.writer = StreamWriter(persist, core.picture.clock, self.wake)
         # published as a lock holder that may change a decision lets go
         self.replies = RepliesInForce()
 
@@ -52,11 +52,11 @@ class GuardedCore:
             FencedError: another coordinator took over (also recorded in `fenced`).
             StreamError: the write failed; the changes stay pending for the next try.
         """
-        changes = self.core.pending_changes()
+        changes = self.core.picture.pending_changes()
         if changes:
             self._unpersisted = True
             self.writer.write(changes)
-            self.core.confirm(changes)
+            self.core.picture.confirm(changes)
         self._unpersisted = False
         self.notify()                       # waiting heartbeats look at the new decision
 

@@ -48,7 +48,7 @@ class Heartbeats:
 
     def alive(self, execution_id: str) -> bool:
         with self._guard.lock:
-            return self._guard.core.alive(execution_id)
+            return self._guard.core.picture.alive(execution_id)
 
     def check_reports(self, request: HeartbeatRequest) -> None:
         """Refuse reports of tasks the job does not have (no lock: models are immutable
@@ -57,7 +57,7 @@ class Heartbeats:
         Raises:
             InvalidReport: naming the task.
         """
-        problem = self._guard.core.model.report_problem(
+        problem = self._guard.core.picture.model.report_problem(
             (t.task, t.offsets().keys()) for t in request.tasks)
         if problem is not None:
             raise InvalidReport(f"processor {request.processor_id}: {problem}")
@@ -81,10 +81,10 @@ class Heartbeats:
                 guard.wait(left)
             if guard.unpersisted:
                 guard.commit()      # the loop's write failed: nothing unpersisted goes out
-            processor = core.processors.valid(request)
+            processor = core.picture.processors.valid(request)
             if processor is None:
-                return HeartbeatReply(alive=False, generation=core.model.generation)
-            return core.reply(processor, request.generation)
+                return HeartbeatReply(alive=False, generation=core.picture.model.generation)
+            return core.picture.reply(processor, request.generation)
 
     def try_heartbeat(self, request: HeartbeatRequest) -> HeartbeatReply | None:
         """A plain heartbeat (no wait, not leaving) answered without blocking: under
@@ -137,7 +137,7 @@ class Heartbeats:
             guard.want_turn()
             if wait_s <= 0 or not reply.alive or reply.stop \
                     or request.generation != reply.generation \
-                    or not core.in_line(request.processor_id):
+                    or not core.picture.in_line(request.processor_id):
                 return reply
             return self._await_change(request, reply, wait_s)
 
@@ -148,10 +148,10 @@ class Heartbeats:
         deadline = Deadline.after(self._waits, wait_s)
         while (left := deadline.remaining()) > 0:
             self._guard.wait(left)
-            processor = core.processors.valid(request)
+            processor = core.picture.processors.valid(request)
             if processor is None:
-                return HeartbeatReply(alive=False, generation=core.model.generation)
-            now = core.reply(processor, request.generation)
-            if now != reply or not core.in_line(processor.id):
+                return HeartbeatReply(alive=False, generation=core.picture.model.generation)
+            now = core.picture.reply(processor, request.generation)
+            if now != reply or not core.picture.in_line(processor.id):
                 return now
         return reply

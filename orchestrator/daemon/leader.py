@@ -84,8 +84,8 @@ class Leadership:
             core = self._core(admin, metrics)
             if config.catch_up.source == "changelog":
                 _changelog(config, admin, core)
-            elif core.model.changelog:
-                core.adopt_model(core.model.without_changelog())
+            elif core.picture.model.changelog:
+                core.adopt_model(core.picture.model.without_changelog())
                 log.warning("catch_up.source = \"input\": the changelog mapping is retired; "
                             "back on the changelog source the tasks get fresh partitions")
             self.service = CoordinatorService(
@@ -137,8 +137,8 @@ class Leadership:
         core = Coordinator.restore(core_config, self.clock, records, metrics)
         if core is not None:
             log.info("resumed job %s at generation %d: %d processor(s), %d handoff(s) in "
-                     "flight", self.config.job.name, core.model.generation,
-                     len(list(core.processors)), len(core.handoffs))
+                     "flight", self.config.job.name, core.picture.model.generation,
+                     len(list(core.picture.processors)), len(core.picture.handoffs))
             return core
         counts = admin.partition_counts(self.config.job.inputs)
         model = JobModel.first([(t, counts[t]) for t in self.config.job.inputs],
@@ -204,11 +204,11 @@ def _changelog(config: Config, admin: TopicAdmin, core: Coordinator) -> None:
         TopicsError: the broker refused to describe, create or grow it.
     """
     topic = changelog_topic(config.job.name)
-    model = core.model.with_changelog()
+    model = core.picture.model.with_changelog()
     shape = admin.describe(topic, ["cleanup.policy"])
     plan = plan_changelog_topic(topic, None if shape is None else shape.partitions,
                                 None if shape is None else shape.config.get("cleanup.policy"),
-                                model.changelog, core.model.changelog_written())
+                                model.changelog, core.picture.model.changelog_written())
     if plan.problem is not None:
         raise ChangelogTopicError(f"{plan.problem} (catch_up.source = \"changelog\" in "
                                   f"{config.path})")
@@ -217,7 +217,7 @@ def _changelog(config: Config, admin: TopicAdmin, core: Coordinator) -> None:
                            what="the changelog")
     if plan.grow_to:
         admin.create_partitions(topic, plan.grow_to)
-    if model is not core.model:
+    if model is not core.picture.model:
         core.adopt_model(model)
         log.info("changelog %s: task -> partition %s (generation %d)", topic,
                  model.changelog, model.generation)

@@ -44,7 +44,7 @@ class Operations:
 
     def status(self) -> dict[str, Any]:
         with self._guard.lock:
-            return {**views.status(self._guard.core),
+            return {**views.status(self._guard.core.picture),
                     **views.recommendation(self._recommended()),
                     "autoscale_decisions": list(self._decisions), **self._info}
 
@@ -59,14 +59,14 @@ class Operations:
                  entry.get("reason", ""), entry.get("inputs", {}))
         with self._guard.lock:
             self._decisions.append(entry)
-            metrics = self._guard.core.metrics
+            metrics = self._guard.core.picture.metrics
             if metrics is not None:
                 metrics.record_autoscale_decision(entry["direction"], entry["outcome"])
         return {"recorded": True, "kept": len(self._decisions)}
 
     def plan(self, add: Sequence[str], remove: Sequence[str]) -> dict[str, Any]:
         with self._guard.lock:
-            return views.plan(self._guard.core, add, remove)
+            return views.plan(self._guard.core.picture, add, remove)
 
     def drain(self, processor: str) -> dict[str, Any]:
         with self._guard.deciding():
@@ -94,16 +94,16 @@ class Operations:
             SplitError: the grouping cannot split (``single``).
         """
         core = self._guard.core
-        if core.config.catch_up_source != "input":
+        if core.picture.config.catch_up_source != "input":
             raise SplitError(
-                f"catch_up.source = {core.config.catch_up_source!r}: a split child's "
+                f"catch_up.source = {core.picture.config.catch_up_source!r}: a split child's "
                 "state is in its parent's changelog partition, mixed with the keys the "
                 "parent keeps, and Baton does not rebuild a child from it (yet); split "
                 "with catch_up.source = \"input\" (the default: the child replays its "
                 "parent's input through process()), then switch back: the children get "
                 "changelog partitions of their own at the next coordinator start")
         with self._guard.lock:
-            model, splits = core.model.plan_split()
+            model, splits = core.picture.model.plan_split()
             if splits and not dry_run:
                 self._guard.replies.publish()
                 core.apply_split(model, splits)

@@ -156,7 +156,11 @@ def test_the_example_runs_under_baton_dev(tmp_path: Path) -> None:
     try:
         lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=read_lines, args=(dev.stdout, lines), daemon=True).start()
-        shown = [(o["key"], json.loads(o["value"])) for o in json_outputs(lines, 3)]
+        try:
+            shown = [(o["key"], json.loads(o["value"])) for o in json_outputs(lines, 3)]
+        except AssertionError as exc:   # what `baton dev` said is where the cause is
+            raise AssertionError(f"{exc}; baton dev's stderr ends:\n"
+                                 f"{err.read_text()[-6000:]}") from None
     finally:
         dev.send_signal(signal.SIGINT)
         code = dev.wait(90)

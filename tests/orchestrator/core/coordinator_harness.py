@@ -51,13 +51,13 @@ class Harness:
         self.sync()
 
     def sync(self) -> None:
-        changes = self.core.pending_changes()
+        changes = self.core.picture.pending_changes()
         for key, value in changes.items():
             if value is None:
                 self.stream.pop(key, None)
             else:
                 self.stream[key] = value
-        self.core.confirm(changes)
+        self.core.picture.confirm(changes)
         check_one_active_owner(self.core)
 
     def restart(self, wall_goes_on: bool = False) -> None:
@@ -86,10 +86,10 @@ class Harness:
 
 def check_one_active_owner(core: Coordinator) -> None:
     """The safety invariant: no task listed active on two live processors."""
-    for task in core.model.tasks:
-        owners = [pid for pid, roles in core.roles
-                  if task in roles.active and core.processors.get(pid) is not None
-                  and core.processors.get(pid).valid]  # type: ignore[union-attr]
+    for task in core.picture.model.tasks:
+        owners = [pid for pid, roles in core.picture.roles
+                  if task in roles.active and core.picture.processors.get(pid) is not None
+                  and core.picture.processors.get(pid).valid]  # type: ignore[union-attr]
         assert len(owners) <= 1, f"{task} active on {owners}"
 
 
@@ -178,7 +178,7 @@ ALL = ["Partition 0", "Partition 1", "Partition 2", "Partition 3"]
 
 
 def owners(h: Harness) -> dict[str, str | None]:
-    return {t: h.core.owner(t) for t in ALL}
+    return {t: h.core.picture.owner(t) for t in ALL}
 
 
 def start_two(h: Harness) -> tuple[FakeProcessor, FakeProcessor]:
@@ -195,9 +195,9 @@ def start_two(h: Harness) -> tuple[FakeProcessor, FakeProcessor]:
 
 def catch_up_and_release(h: Harness, p1: FakeProcessor, p2: FakeProcessor) -> list[str]:
     """Drive both handoffs of `start_two` to releasing."""
-    moving = sorted(h.core.handoffs)
+    moving = sorted(h.core.picture.handoffs)
     p2.beat()
     p2.positions = at(1000, *moving)
     p2.beat()
-    assert {x.phase.value for x in h.core.handoffs.values()} == {"releasing"}
+    assert {x.phase.value for x in h.core.picture.handoffs.values()} == {"releasing"}
     return moving

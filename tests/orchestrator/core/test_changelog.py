@@ -132,7 +132,7 @@ def test_the_first_changelog_start_after_a_split_maps_the_children_too() -> None
 
 def _changelog_harness() -> Harness:
     h = Harness(catch_up_source="changelog")
-    h.core.model = h.core.model.with_changelog()
+    h.core.picture.model = h.core.picture.model.with_changelog()
     h.sync()
     return h
 
@@ -151,32 +151,32 @@ def test_changelog_lag_is_the_replicas_reported_lag() -> None:
     """Input positions do not decide a changelog replica's lag: what it reports does."""
     h = _changelog_harness()
     p1, p2 = start_two(h)
-    moving = sorted(h.core.handoffs)
+    moving = sorted(h.core.picture.handoffs)
     p2.beat()
     p2.positions = at(1000, *moving)     # input offsets the changelog carried: all there
     p2.lags = {t: 5000 for t in moving}
     p2.beat()
-    assert {x.phase.value for x in h.core.handoffs.values()} == {"catching_up"}
-    assert {x["lag"] for x in status(h.core)["handoffs"]} == {5000}
+    assert {x.phase.value for x in h.core.picture.handoffs.values()} == {"catching_up"}
+    assert {x["lag"] for x in status(h.core.picture)["handoffs"]} == {5000}
     p2.lags = {t: 3 for t in moving}
     p2.beat()
-    assert {x.phase.value for x in h.core.handoffs.values()} == {"releasing"}
+    assert {x.phase.value for x in h.core.picture.handoffs.values()} == {"releasing"}
     p1.beat()
     p1.beat()
     p2.beat()
     p2.beat()
-    assert not h.core.handoffs and {owners(h)[t] for t in moving} == {"p2"}
+    assert not h.core.picture.handoffs and {owners(h)[t] for t in moving} == {"p2"}
 
 
 def test_a_changelog_replica_without_a_lag_is_never_caught_up() -> None:
     h = _changelog_harness()
     p1, p2 = start_two(h)
-    moving = sorted(h.core.handoffs)
+    moving = sorted(h.core.picture.handoffs)
     p2.beat()
     p2.positions = at(1000, *moving)
     p2.beat()
-    assert {x.phase.value for x in h.core.handoffs.values()} <= {"planned", "catching_up"}
-    assert h.core.lag(moving[0], "p2") is None
+    assert {x.phase.value for x in h.core.picture.handoffs.values()} <= {"planned", "catching_up"}
+    assert h.core.picture.lag(moving[0], "p2") is None
 
 
 def test_a_retired_mapping_is_never_reused() -> None:
@@ -194,7 +194,7 @@ def test_a_retired_mapping_is_never_reused() -> None:
 
 def test_status_names_the_source_and_each_tasks_partition() -> None:
     h = _changelog_harness()
-    shown = status(h.core)
+    shown = status(h.core.picture)
     assert shown["catch_up_source"] == "changelog"
     assert [t["changelog_partition"] for t in shown["tasks"]] == [0, 1, 2, 3]
-    assert "changelog_partition" not in status(Harness().core)["tasks"][0]
+    assert "changelog_partition" not in status(Harness().core.picture)["tasks"][0]

@@ -22,7 +22,7 @@ from tests.orchestrator.core.test_coordinator import (
 
 
 def _failed(h: Harness, task: str) -> list[dict[str, object]]:
-    entry = next(t for t in status(h.core)["tasks"] if t["name"] == task)
+    entry = next(t for t in status(h.core.picture)["tasks"] if t["name"] == task)
     failed: list[dict[str, object]] = entry["failed"]
     return failed
 
@@ -30,12 +30,12 @@ def _failed(h: Harness, task: str) -> list[dict[str, object]]:
 def test_a_failed_warmup_cancels_the_handoff_and_is_retried_after_the_backoff() -> None:
     h = Harness()
     p1, p2 = start_two(h)
-    task = sorted(h.core.handoffs)[0]
+    task = sorted(h.core.picture.handoffs)[0]
     p2.failing[task] = "cannot open store: lock held"
     p2.beat()   # the warmups are listed; this one fails at once
     p2.beat()   # reports it failed
-    assert task not in h.core.handoffs
-    cancelled = h.core.history[-1]
+    assert task not in h.core.picture.handoffs
+    cancelled = h.core.picture.handoff_book.history[-1]
     assert (cancelled.task, cancelled.phase.value) == (task, "cancelled")
     assert "lock held" in cancelled.reason
     assert owners(h)[task] == "p1" and task in p1.listed()   # kept where it is
@@ -49,10 +49,10 @@ def test_a_failed_warmup_cancels_the_handoff_and_is_retried_after_the_backoff() 
         p1.beat()
         p2.beat()
         assert task not in p2.listed() and task not in set(p2.reply.assignment.warmup)  # type: ignore[union-attr]
-        assert task not in h.core.handoffs
+        assert task not in h.core.picture.handoffs
     # re-placed: p2 warms up another task of p1's instead, so the scale-out goes on
-    assert {x.target for x in h.core.handoffs.values()} == {"p2"}
-    assert len(h.core.handoffs) == 2
+    assert {x.target for x in h.core.picture.handoffs.values()} == {"p2"}
+    assert len(h.core.picture.handoffs) == 2
     p2.failing.clear()
     p2.positions = at(1000, *ALL)
     for _ in range(8):
@@ -73,10 +73,10 @@ def test_a_failed_activation_returns_the_task_to_its_source(
     p2.failing[moving[0]] = "init_transactions timed out"
     p2.beat()          # listed active; the activation fails
     p2.beat()          # reports it failed
-    assert moving[0] not in h.core.handoffs
-    ended = next(x for x in h.core.history if x.task == moving[0])
+    assert moving[0] not in h.core.picture.handoffs
+    ended = next(x for x in h.core.picture.handoff_book.history if x.task == moving[0])
     assert ended.phase.value == "cancelled" and "init_transactions timed out" in ended.reason
-    assert h.core.alive("p2-exec-1")         # only the task failed, not the processor
+    assert h.core.picture.alive("p2-exec-1")         # only the task failed, not the processor
     assert owners(h)[moving[0]] == "p1"
     p1.beat()
     assert moving[0] in p1.active()
@@ -106,9 +106,9 @@ def test_a_failed_active_task_is_re_placed_up_to_the_bound_then_stays_failed() -
     p2.beat()          # activates, fails
     p2.beat()          # reports it failed: both excluded for the backoff
     assert owners(h)[task] is None
-    assert h.core.failed_tasks() == [task]
+    assert h.core.picture.failed_tasks() == [task]
     assert h.metric("baton_tasks_failed") == 1
-    assert any("poison" in reason and task in reason for reason in pending(h.core))
+    assert any("poison" in reason and task in reason for reason in pending(h.core.picture))
     for _ in range(15):   # backoffs run out, each pair is retried once more, then no more
         h.clock.advance(4.0)
         p1.beat()
@@ -116,7 +116,7 @@ def test_a_failed_active_task_is_re_placed_up_to_the_bound_then_stays_failed() -
     assert owners(h)[task] is None
     assert [(f["processor"], f["attempts"], f["exhausted"]) for f in _failed(h, task)] == [
         ("p1", 2, True), ("p2", 2, True)]
-    doc = status(h.core)
+    doc = status(h.core.picture)
     assert any("failed on every processor" in e and "poison" in e for e in doc["errors"])
     assert not doc["balanced"]
     assert h.metric("baton_tasks_failed") == 1
@@ -126,7 +126,7 @@ def test_a_failed_active_task_is_re_placed_up_to_the_bound_then_stays_failed() -
         p2.beat()
     assert owners(h)[task] is None and task not in p1.listed() | p2.listed()
     h.restart()           # the bound survives a coordinator restart
-    assert h.core.failures.exhausted(task, ["p1", "p2"])
+    assert h.core.picture.failures.exhausted(task, ["p1", "p2"])
     fixed = FakeProcessor(h, "p1", execution="p1-exec-2")   # a new execution retries
     fixed.positions = at(0, *ALL)
     fixed.register()

@@ -77,10 +77,10 @@ def _p1_dead(h: Harness) -> tuple[FakeProcessor, FakeProcessor]:
         h.clock.advance(1)
         p2.positions = at(1000, *ALL)
         p2.beat()
-    assert not h.core.processors.get("p1").valid   # type: ignore[union-attr]
+    assert not h.core.picture.processors.get("p1").valid   # type: ignore[union-attr]
     assert set(owners(h).values()) == {"p2"}
     assert h.metric("baton_processors", state="dead") == 1
-    [dead] = [p for p in status(h.core)["processors"] if p["id"] == "p1"]
+    [dead] = [p for p in status(h.core.picture)["processors"] if p["id"] == "p1"]
     assert not dead["alive"] and 0 < dead["dead_for_s"] <= 2
     return p1, p2
 
@@ -95,7 +95,7 @@ def test_an_operator_forgets_a_dead_processor() -> None:
                       "reason": result["reason"]} and "silent" in result["reason"]
     assert "processor/p1" not in h.stream
     assert h.stream["forgotten"] == {"p1": "p1-exec-1"}
-    assert [p["id"] for p in status(h.core)["processors"]] == ["p2"]
+    assert [p["id"] for p in status(h.core.picture)["processors"]] == ["p2"]
     assert h.metric("baton_processors", state="dead") == 0
     assert h.metric("baton_processors", state="alive") == 1
 
@@ -107,7 +107,7 @@ def test_forget_refuses_a_live_processor_and_an_unknown_one() -> None:
         h.core.forget("p2")
     with pytest.raises(UnknownProcessor, match="no processor 'p7'; known: p1, p2"):
         h.core.forget("p7")
-    assert h.core.processors.get("p2") is not None
+    assert h.core.picture.processors.get("p2") is not None
 
 
 def _beating(h: Harness, p2: FakeProcessor, seconds: int) -> None:
@@ -132,8 +132,8 @@ def test_a_dead_processor_is_forgotten_on_its_own_and_stays_forgotten_after_a_re
     assert h.metric("baton_processors", state="dead") == 0
     assert h.metric("baton_processors", state="alive") == 1
     h.restart(wall_goes_on=True)
-    assert h.core.processors.get("p1") is None
-    assert h.core.processors.forgotten == {"p1": "p1-exec-1"}
+    assert h.core.picture.processors.get("p1") is None
+    assert h.core.picture.processors.forgotten == {"p1": "p1-exec-1"}
 
 
 def test_a_forgotten_execution_that_still_runs_is_told_it_is_dead() -> None:
@@ -144,7 +144,7 @@ def test_a_forgotten_execution_that_still_runs_is_told_it_is_dead() -> None:
     reply = p1.beat()
     assert not reply.alive and not reply.unknown, "not invited to register again"
     assert not p1.register().alive
-    assert h.core.processors.get("p1") is None
+    assert h.core.picture.processors.get("p1") is None
     again = FakeProcessor(h, "p1", execution="p1-exec-2")      # restarted: a new execution
     assert again.register().alive
     h.sync()

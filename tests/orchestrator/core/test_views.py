@@ -26,23 +26,23 @@ def one_owner_at_1000_of_1200(h: Harness) -> None:
 def test_plan_lists_moves_with_sizes() -> None:
     h = Harness()
     one_owner_at_1000_of_1200(h)
-    result = plan(h.core, ["p2"], [])
+    result = plan(h.core.picture, ["p2"], [])
     assert len(result["moves"]) == 2
     assert {m["records"] for m in result["moves"]} == {1000}
     assert result["rate"]["source"] == "default"
     assert result["eta_seconds"] > 0
-    assert status(h.core)["tasks"][0]["lag"] == 200
+    assert status(h.core.picture)["tasks"][0]["lag"] == 200
 
 
 def test_plan_sizes_a_changelog_catch_up_by_the_changelog_partition() -> None:
     h = Harness(catch_up_source="changelog")
-    h.core.adopt_model(h.core.model.with_changelog())
+    h.core.adopt_model(h.core.picture.model.with_changelog())
     one_owner_at_1000_of_1200(h)
-    changelog = h.core.model.changelog
+    changelog = h.core.picture.model.changelog
     h.core.observe_offsets({f"baton.j.changelog:{n}": 10 for n in changelog.values()},
                            {f"baton.j.changelog:{n}": 10 + 50 * (n + 1)
                             for n in changelog.values()}, {})
-    moves = plan(h.core, ["p2"], [])["moves"]
+    moves = plan(h.core.picture, ["p2"], [])["moves"]
     assert len(moves) == 2
     assert {m["records"] for m in moves} == {50 * (changelog[m["task"]] + 1) for m in moves}
     assert all(m["records"] < 1000 for m in moves), "the changelog, not the input, is copied"
@@ -55,8 +55,8 @@ def test_a_newcomer_without_tasks_keeps_the_job_unbalanced() -> None:
     p1, p2 = start_two(h)
     p3 = FakeProcessor(h, "p3")
     p3.register()
-    assert "processor p3 joined and holds no task yet" in pending(h.core)
-    assert not status(h.core)["balanced"]
+    assert "processor p3 joined and holds no task yet" in pending(h.core.picture)
+    assert not status(h.core.picture)["balanced"]
 
 
 def test_a_stalled_read_is_shown_and_keeps_the_job_unbalanced() -> None:
@@ -67,12 +67,12 @@ def test_a_stalled_read_is_shown_and_keeps_the_job_unbalanced() -> None:
     p1.register()
     p1.positions = at(1000, *ALL)
     p1.beat()
-    assert not pending(h.core)
+    assert not pending(h.core.picture)
     task = sorted(p1.roles)[0]
-    partition = h.core.model.tasks[task][0]
+    partition = h.core.picture.model.tasks[task][0]
     p1.stalled = {task: [partition]}
     p1.beat()
-    shown = status(h.core)
+    shown = status(h.core.picture)
     row = next(t for t in shown["tasks"] if t["name"] == task)
     assert row["stalled"] == [{"processor": "p1", "role": "active", "partitions": [partition]}]
     assert not shown["balanced"]
@@ -80,5 +80,5 @@ def test_a_stalled_read_is_shown_and_keeps_the_job_unbalanced() -> None:
         in shown["pending"]
     p1.stalled = {}
     p1.beat()
-    assert status(h.core)["balanced"]
-    assert all(t["stalled"] == [] for t in status(h.core)["tasks"])
+    assert status(h.core.picture)["balanced"]
+    assert all(t["stalled"] == [] for t in status(h.core.picture)["tasks"])

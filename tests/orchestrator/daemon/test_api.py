@@ -246,7 +246,7 @@ def test_forget_of_a_dead_processor_is_persisted_before_the_answer() -> None:
     client.post("/processors/register", json=beat(metrics_url="http://10.0.0.1:9101/metrics"),
                 headers=AUTH)
     client.post("/processors/register", json=beat("e2", "p2"), headers=AUTH)
-    service.guard.core.clock.advance(11)     # past the processor timeout: p1 silent
+    service.guard.core.picture.clock.advance(11)     # past the processor timeout: p1 silent
     client.post("/processors/heartbeat", json=beat("e2", "p2"), headers=AUTH)
     service.decisions.tick()
     assert written["processor/p1"]["valid"] is False

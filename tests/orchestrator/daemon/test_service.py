@@ -35,12 +35,13 @@ def test_a_heartbeat_does_not_decide_the_loop_does() -> None:
     reply = service.heartbeats.heartbeat(request(**active(["Partition 0", "Partition 1"])))
     moving = set(first.assignment.active) - set(reply.assignment.active)
     assert reply.assignment.active == first.assignment.active or moving
-    before = service.guard.core.pending_changes()
+    picture = service.guard.core.picture
+    before = picture.pending_changes()
     service.heartbeats.heartbeat(request("p2", "e2", generation=1))
     assert service.guard.wake.is_set(), "p2's first report is news a decision waits for"
-    assert service.guard.core.pending_changes() == before, "a heartbeat changed the decision"
+    assert picture.pending_changes() == before, "a heartbeat changed the decision"
     service.decisions.tick()
-    assert service.guard.core.handoffs or service.guard.core.roles.peek("p2").active
+    assert picture.handoffs or picture.roles.peek("p2").active
 
 
 def test_quiet_heartbeats_do_not_wake_the_loop() -> None:
@@ -215,10 +216,11 @@ def test_a_plain_heartbeat_during_a_decision_gets_the_decision_in_force() -> Non
     finally:
         release.set()
         holder.join()
-    assert service.guard.core.processors.get("p1").reports["Partition 0"].committed == {"in:0": 100}
+    processors = service.guard.core.picture.processors
+    assert processors.get("p1").reports["Partition 0"].committed == {"in:0": 100}
     service.decisions.tick()      # the next holder of the lock takes the waiting report in
-    assert service.guard.core.processors.get("p1").reports["Partition 0"].committed == {"in:0": 250}
-    assert "Partition 1" not in service.guard.core.processors.get("p1").reports
+    assert processors.get("p1").reports["Partition 0"].committed == {"in:0": 250}
+    assert "Partition 1" not in processors.get("p1").reports
 
 
 def test_a_reply_cached_before_a_decision_is_never_repeated_after_it() -> None:
@@ -253,7 +255,7 @@ def test_a_reply_still_in_force_is_not_built_again_and_a_decision_renews_it() ->
 def test_barriers_are_settled_after_the_grace_with_their_markers_in_one_write() -> None:
     service, _, written = make_service()     # CoreConfig's default grace: 300 s
     service.operations.expand("in", 4)
-    due = service.guard.core.clock.time() + 300.0
+    due = service.guard.core.picture.clock.time() + 300.0
     assert written["model"]["unsettled"] == {"in:2": due, "in:3": due}
     calls: list[Any] = []
 
@@ -264,12 +266,12 @@ def test_barriers_are_settled_after_the_grace_with_their_markers_in_one_write() 
         return offsets
 
     assert not service.growth.settle_barriers(write)                  # within the grace
-    lag_before = service.guard.core.model.waits_for_settlement(["in:2"])
-    service.guard.core.clock.advance(300.0)
+    lag_before = service.guard.core.picture.model.waits_for_settlement(["in:2"])
+    service.guard.core.picture.clock.advance(300.0)
     assert service.growth.settle_barriers(write)
     assert calls == [({"in:0": ["in:2"], "in:1": ["in:3"]}, {"in": 4},
                       {"in:0": 100, "in:1": 101})]      # the parents' ends at expansion
-    assert lag_before and not service.guard.core.model.waits_for_settlement(["in:2"])
+    assert lag_before and not service.guard.core.picture.model.waits_for_settlement(["in:2"])
     assert written["model"]["barriers"] == {"in:2": {"parent": "in:0", "offset": 140},
                                             "in:3": {"parent": "in:1", "offset": 141}}
     assert "unsettled" not in written["model"]
@@ -283,21 +285,21 @@ def test_heartbeats_refused_while_the_loop_waited_on_the_late_write_are_excused(
     heartbeats meanwhile, and the loop, waiting on that write, never sees the lapse."""
     service, _, _ = make_service()
     core = service.guard.core
-    clock = core.clock
+    clock = core.picture.clock
     written = [clock.monotonic()]
     lease = Lease(clock, lambda: written[0], 3.0)
     service.decisions.lease = lease
     service.heartbeats.register(request())
     service.heartbeats.heartbeat(request(**active(["Partition 0", "Partition 1"])))
     service.decisions.tick()
-    timeout = core.config.processor_timeout_s
+    timeout = core.picture.config.processor_timeout_s
     clock.advance(timeout - 1)              # the write waits; the last heartbeat was then
     assert not lease(), "the gate refuses p1's heartbeat"
     clock.advance(2)
     written[0] = clock.monotonic()          # the write is through, the lease holds again
     service.decisions.tick()
-    assert core.processors.get("p1").valid, "p1 was refused, not silent"
+    assert core.picture.processors.get("p1").valid, "p1 was refused, not silent"
     clock.advance(timeout)                  # and now it is silent, the lease held
     written[0] = clock.monotonic()
     service.decisions.tick()
-    assert not core.processors.get("p1").valid
+    assert not core.picture.processors.get("p1").valid
