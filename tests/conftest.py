@@ -160,8 +160,27 @@ def coordinated(job_config: Callable[..., dict[str, Any]], tmp_path: Path
     return make
 
 
+# seconds spent per test file (setup, call and teardown): ./run test's lanes are balanced
+# by file, so a session lists where its time went, file by file
+_FILE_SECONDS: dict[str, float] = {}
+_FILES_LISTED = 12
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The fault suite's table (tests/test_faults.py): one row a case, when any ran."""
+    """The session's slowest files, and the fault suite's table (tests/test_faults.py):
+    one row a case, when any ran."""
+    if len(_FILE_SECONDS) > 1:
+        slowest = sorted(_FILE_SECONDS.items(), key=lambda item: -item[1])[:_FILES_LISTED]
+        terminalreporter.write_line("")
+        terminalreporter.write_line(f"slowest files ({len(_FILE_SECONDS)} ran, "
+                                    f"{sum(_FILE_SECONDS.values()):.0f} s in all):")
+        for path, seconds in slowest:
+            terminalreporter.write_line(f"{seconds:8.1f}s {path}")
     faults = sys.modules.get("tests.faults_support")
     results = faults.FAULT_RESULTS if faults is not None else []
     if not results:

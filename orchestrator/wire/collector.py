@@ -84,6 +84,12 @@ class Collector:
         self.full_collections = 0
         gc.freeze()
 
+    @property
+    def full_at(self) -> float:
+        """When the last full collection ran (the clock's monotonic reading): a full
+        collection is due `full_s` after it, or `WANTED_GAP_S` after it once wanted."""
+        return self._full_at
+
     def turn(self, now: float | None = None) -> None:
         now = self._clock.monotonic() if now is None else now
         since = now - self._full_at

@@ -48,7 +48,7 @@ def test_survivors_are_frozen_and_cycles_freed_at_the_full_collection() -> None:
         cycle = _frozen_garbage_cycle(collector)
         gc.collect()
         assert cycle() is not None                          # frozen: collections skip it
-        collector.turn(now=collector._full_at + 10.0)
+        collector.turn(now=collector.full_at + 10.0)
         assert collector.full_collections == 1
         assert cycle() is None
         assert _frozen(*kept) == len(kept)                  # frozen again after it
@@ -63,13 +63,13 @@ def test_a_full_collection_asked_for_comes_at_the_next_turn_past_the_gap() -> No
     try:
         cycle = _frozen_garbage_cycle(collector)                 # waits for a full one
         want_full_collection()
-        collector.turn(now=collector._full_at + WANTED_GAP_S / 2)
+        collector.turn(now=collector.full_at + WANTED_GAP_S / 2)
         assert collector.full_collections == 0                  # too soon after the last
         assert cycle() is not None
-        collector.turn(now=collector._full_at + WANTED_GAP_S)
+        collector.turn(now=collector.full_at + WANTED_GAP_S)
         assert collector.full_collections == 1
         assert cycle() is None
-        collector.turn(now=collector._full_at + WANTED_GAP_S)
+        collector.turn(now=collector.full_at + WANTED_GAP_S)
         assert collector.full_collections == 1                  # asked once, answered once
     finally:
         collector.close()
@@ -90,7 +90,7 @@ def test_a_full_collection_gives_the_freed_heap_back() -> None:
         before = _rss_mb()
         del blocks
         assert _rss_mb() > before - 50, "glibc keeps what was freed below a live block"
-        collector.turn(now=collector._full_at + 600.0)
+        collector.turn(now=collector.full_at + 600.0)
         assert _rss_mb() < before - 100
         assert live
     finally:

@@ -121,7 +121,7 @@ def test_a_close_never_outlives_its_bound(
         # collector frees the cycle that still holds it at its next turn
         # (destroying a client waits on no broker)
         assert dropped() is not None
-        collector.turn(now=collector._full_at + WANTED_GAP_S)
+        collector.turn(now=collector.full_at + WANTED_GAP_S)
         assert collector.full_collections == 1, "the close asked for a full collection"
         closing.join(10)
         assert not closing.is_alive(), "the closing thread ends once it holds the last reference"
