@@ -257,8 +257,10 @@ class ActiveConsumer:
         if not barrier.settled:
             return True         # its marker is not written yet: where it starts is open
         if barrier.parent not in active.committed:
-            parent = self._lookups.committed([barrier.parent])[barrier.parent]
-            return bool(parent < barrier.offset)
+            # another task's partition: its committed offset is looked up beside the loop
+            # (processor/runtime/lookups.py), and the child waits until it answers
+            found = self._lookups.committed_soon([barrier.parent])
+            return found is None or found[barrier.parent] < barrier.offset
         committed = active.committed[barrier.parent]
         if committed >= barrier.offset:
             return False

@@ -7,10 +7,10 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from orchestrator.wire.config import CatchUpSource
 from processor.spark.session import SparkError
+from store import Store
 
 __all__ = ["BulkCatchUpError", "BulkResult", "Source", "ingest_bulk"]
 
@@ -44,7 +44,7 @@ class BulkResult:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def ingest_bulk(store: Any, result: BulkResult) -> None:
+def ingest_bulk(store: Store, result: BulkResult) -> None:
     """Ingest every file of `result` into `store` in one atomic step, then remove them.
 
     Args:
@@ -58,7 +58,7 @@ def ingest_bulk(store: Any, result: BulkResult) -> None:
     began = time.monotonic()
     try:
         applied = store.applied_offsets()
-        if applied or next(iter(store), None) is not None:
+        if applied or next(iter(store.state), None) is not None:
             raise BulkCatchUpError(
                 f"task store {store.path} already holds state (applied offsets {applied}); "
                 f"bulk catch-up of task {result.task} builds state from scratch: catch up "

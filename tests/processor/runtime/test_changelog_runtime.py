@@ -188,7 +188,7 @@ def test_a_crashed_owner_whose_store_lags_applies_the_changelog(broker, job_conf
         first.close(commit=True)
         saved = tmp_path / "saved-store"
         with TaskStore(path) as store:
-            store.checkpoint(saved)         # the store as it was 200 records in
+            store.db.checkpoint(saved)         # the store as it was 200 records in
         second = _runtime(raw, tmp_path, "p1")
         second.apply(_reply(model, active=["Partition 0"]))
         feed(300)

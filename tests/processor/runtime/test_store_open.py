@@ -115,7 +115,7 @@ def test_the_memtables_of_all_stores_together_are_bounded(tmp_path: Path) -> Non
                                  for s in (first, second)), 30, "the flushes to finish")
         assert list(first.path.glob("*.sst")) and list(second.path.glob("*.sst"))
         assert memtables(first) + memtables(second) < 8 << 20
-        assert len(first) == len(second) == 200_000
+        assert len(first.state) == len(second.state) == 200_000
         first.close()
         second.close()
     finally:
@@ -144,11 +144,11 @@ def test_a_bad_store_key_is_an_error_naming_it(tmp_path: Path, section: str, key
 def test_verify_reads_every_key_and_names_the_damaged_file(tmp_path: Path) -> None:
     fill(TaskStore(tmp_path / "db"), 40_000)
     with TaskStore(tmp_path / "db") as store:
-        assert store.verify() == 40_001            # the keys and the applied offset
+        assert store.db.verify() == 40_001            # the keys and the applied offset
     table = damage(tmp_path / "db")
     with TaskStore(tmp_path / "db") as store:  # RocksDB itself opens it without a word
         with pytest.raises(StoreCorruptError, match=table.name) as caught:
-            store.verify()
+            store.db.verify()
     assert caught.value.path == tmp_path / "db"
 
 
@@ -159,7 +159,7 @@ def test_a_scan_that_meets_a_damaged_block_raises_instead_of_ending_early(
     table = damage(tmp_path / "db")
     with TaskStore(tmp_path / "db") as store, \
             pytest.raises(StoreCorruptError, match=table.name):
-        scan(store)
+        scan(store.state)
 
 
 def test_a_damaged_store_is_moved_aside_and_replaced_by_an_empty_one(
@@ -194,7 +194,7 @@ def test_without_verify_on_open_the_damage_is_found_only_when_read(tmp_path: Pat
         assert store.applied_offsets() == {"events:0": 40_000}   # served as it is
         assert [p.name for p in path.parent.iterdir()] == [path.name]
         with pytest.raises(StoreCorruptError):
-            store.verify()
+            store.db.verify()
         store.close()
     finally:
         stores.close()

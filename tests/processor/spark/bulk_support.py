@@ -108,7 +108,7 @@ def _apply(job: Any, store: TaskStore, source: str, msg: Any) -> None:
                     msg.timestamp()[1])
     store.begin_record()
     try:
-        for _ in job.process(record, store):
+        for _ in job.process(record, store.state):
             pass
     except ValueError:  # a poison record is skipped, its writes undone
         store.rollback_record()

@@ -167,11 +167,11 @@ def test_the_store_the_fold_and_the_model_agree(tmp_path: Path, steps: list[Any]
                 began = model.keys_under(step[1])
                 write = step[0] == "scan_write"
                 want = _scan(None, model, step[1], write, began)
-                assert _scan(store, None, step[1], write, began) == want, step
+                assert _scan(store.state, None, step[1], write, began) == want, step
                 assert _scan(fold, None, step[1], write, list(began)) == want, step
                 continue
             want = _step(None, model, step)
-            assert _step(store, None, step) == want, step
+            assert _step(store.state, None, step) == want, step
             assert _step(fold, None, step) == want, step
         for prefix in ("", b""):
             want = [(k, model.entries[k][0]) for k in model.keys_under(prefix)
