@@ -83,12 +83,14 @@ class Cluster:
             time.sleep(0.1)
 
 
-def create_topics(settings: Mapping[str, Any], partitions: Mapping[str, int]) -> None:
-    """Create each topic with its partition count, replicated as Baton replicates its own
-    topics (3 on a cluster of three brokers or more); existing ones stay."""
+def create_topics(settings: Mapping[str, Any], partitions: Mapping[str, int],
+                  config: Mapping[str, str] | None = None) -> None:
+    """Create each topic with its partition count and `config` (topic settings),
+    replicated as Baton replicates its own topics (3 on a cluster of three brokers or
+    more); existing ones stay."""
     admin = AdminClient(dict(settings))
     replicas = replication_for(len(admin.list_topics(timeout=30).brokers))
-    futures = admin.create_topics([NewTopic(name, count, replicas)
+    futures = admin.create_topics([NewTopic(name, count, replicas, config=dict(config or {}))
                                    for name, count in partitions.items()])
     for name, future in futures.items():
         try:

@@ -174,7 +174,10 @@ def _run(config: Config, workdir: Path, processors: int, partitions: int,
     try:
         bootstrap = broker.bootstrap
         topics = {t: partitions for t in (*config.job.inputs, *config.job.output_topics)}
-        create_topics(broker.client_settings(), topics)
+        # kept whatever their records' timestamps: a file of past events (and the
+        # outputs, which carry their time) would otherwise be deleted by the broker's
+        # time-based retention (7 days) as soon as it is written
+        create_topics(broker.client_settings(), topics, {"retention.ms": "-1"})
         effective = effective_config(config.path, bootstrap, workdir / "state")
         say(f"job {config.job.name} ({config.job.class_}) on the embedded broker "
             f"{bootstrap} (pid {broker.pid}); topics {', '.join(topics)} "
