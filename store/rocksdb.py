@@ -66,18 +66,8 @@ _VALUE_OF = operator.itemgetter(1)
 class TaskStore:
     """One task's store: its database, its open transaction and its state mapping.
 
-    Args:
-        path: the store's own directory (see `task_store_path`).
-        sync: fsync the WAL on every commit (survives host crashes, much slower).
-        reads: False for a store that is only written until `expect_reads` (a
-            changelog replica): its memtable then keeps no Bloom filter.
-        memory: the memory and open-file budget (default: `StoreMemory()`'s).
-        wal: write commits through the write-ahead log (store/options.py).
-
-    Raises:
-        StoreLockedError: another process holds the store.
-        StoreCorruptError: the store's files are damaged (they are left untouched).
-        StoreError: `path` is a file, not creatable, not writable, or other failures.
+    The arguments, and what opening raises, are those of its database (`StoreDb`,
+    store/db.py), which takes them as they are.
     """
 
     __slots__ = ("db", "overlay", "state", "begin_record", "rollback_record", "__weakref__")
