@@ -1,11 +1,11 @@
 """A task's lifecycle on one processor, as data: every (state, event) pair decided in one
-table, and a pure `step()` that returns the commands the runtime carries out.
+table, and a pure `step()` that returns the commands the driver carries out.
 
 The coordinator decides where a task goes (orchestrator/core/handoff/); this table
 decides what one processor does with a task it is told about or that something happened
 to: a reply that lists it in another role, a fence that finished, a replay that reached
 T1, a transaction that aborted, a producer that another owner fenced, a full disk. The
-runtime (processor/runtime/task_runtime.py) turns what happened into an `Event`, steps,
+driver (processor/runtime/driver.py) turns what happened into an `Event`, steps,
 and carries out the `Command`s in order; it decides nothing itself.
 
 Two properties hold by construction and are tested by walking the table

@@ -73,7 +73,7 @@ def releasing_task(j: Job) -> str:
 
 def input_leader(j: Job, cluster: KafkaCluster, task: str) -> KafkaBroker:
     """The node leading the input partition of `task` (`Partition N` holds events:N)."""
-    return cluster.leader_of(j.config.job.inputs[0], int(task.rsplit(" ", 1)[1]))
+    return cluster.leaders.leader_of(j.config.job.inputs[0], int(task.rsplit(" ", 1)[1]))
 
 
 def leads_none(j: Job, cluster: KafkaCluster, node: KafkaBroker) -> bool:
@@ -81,7 +81,7 @@ def leads_none(j: Job, cluster: KafkaCluster, node: KafkaBroker) -> bool:
     metadata does not answer: a request may go to the frozen node and time out)."""
     topic = j.config.job.inputs[0]
     try:
-        return all(cluster.leader_of(topic, p) is not node for p in range(PARTITIONS))
+        return all(cluster.leaders.leader_of(topic, p) is not node for p in range(PARTITIONS))
     except Exception:  # noqa: BLE001 - no leader yet, or no answer: not yet
         return False
 
@@ -136,7 +136,7 @@ def test_every_topic_has_three_replicas_and_two_in_sync(broker) -> None:
 
 
 def test_the_transaction_coordinator_found_is_the_clients(broker, unique) -> None:
-    """KafkaCluster.transaction_coordinator names the node a producer's client finds
+    """Leadership.transaction_coordinator names the node a producer's client finds
     (librdkafka logs its FindCoordinator answer: "Transaction coordinator changed from
     ... -> host:port/<node id>")."""
     cluster = cluster_of(broker)
@@ -159,7 +159,7 @@ def test_the_transaction_coordinator_found_is_the_clients(broker, unique) -> Non
                  if (m := re.search(r"Transaction coordinator changed from .* -> \S+/(\d+)",
                                     line))]
         assert found, lines[-20:]
-        assert int(found[-1]) == cluster.transaction_coordinator(transactional_id).node_id
+        assert int(found[-1]) == cluster.leaders.transaction_coordinator(transactional_id).node_id
         lines.clear()
 
 
@@ -185,7 +185,7 @@ def test_transaction_coordinator_killed_mid_commit(job, broker) -> None:
     j = job(**PATIENT)
     feeder = hold_releasing(j, broker)
     task = releasing_task(j)
-    victim = cluster.transaction_coordinator(f"baton.{j.config.job.name}.{task}")
+    victim = cluster.leaders.transaction_coordinator(f"baton.{j.config.job.name}.{task}")
     strike_during_release(j, feeder, victim.kill)
     cluster.start_node(victim)
     verify(f"transaction coordinator (node {victim.node_id}) SIGKILL mid-commit", j, feeder,
@@ -199,9 +199,9 @@ def test_active_controller_killed_during_release(job, broker) -> None:
     cluster = cluster_of(broker)
     j = job(**PATIENT)
     feeder = hold_releasing(j, broker)
-    victim = cluster.active_controller()
+    victim = cluster.leaders.active_controller()
     strike_during_release(j, feeder, victim.kill)
-    wait_for(lambda: cluster.active_controller() is not victim, 60, "a new controller")
+    wait_for(lambda: cluster.leaders.active_controller() is not victim, 60, "a new controller")
     cluster.start_node(victim)
     verify(f"active controller (node {victim.node_id}) SIGKILL in releasing", j, feeder,
            broker, ("p1", "p2", "p3"))

@@ -230,7 +230,7 @@ def test_processor_layers_point_down(importer: str) -> None:
 def test_processor_layers_are_real() -> None:
     """The layers' edges exist, so the rule above is not checked against nothing."""
     assert "processor.runtime" in GRAPH["processor.daemon.main"]
-    assert "processor.active" in GRAPH["processor.runtime.task_runtime"]
+    assert "processor.active" in GRAPH["processor.runtime.driver"]
     assert "processor.job" in GRAPH["processor.spark.bulk"]
     assert _processor_layer("processor.active") == 0
     assert _processor_layer("processor.daemon.heartbeat") == 3

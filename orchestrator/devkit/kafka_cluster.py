@@ -12,7 +12,8 @@ cluster at three JVMs at `-Xmx512m`, which a 2-core machine holds beside the dae
 separate controllers would double that.
 
 What a fault test needs is here too: which node leads a partition, which node is the
-transaction coordinator of a transactional id, which node is the active controller,
+transaction coordinator of a transactional id, which node is the active controller
+(`leaders`),
 and a rolling restart that waits for every replica to be back in sync before it takes
 the next node down (as an operator's does).
 """
@@ -24,6 +25,7 @@ import json
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -37,7 +39,7 @@ from orchestrator.devkit.kafka import (
     new_cluster_id,
 )
 
-__all__ = ["KAFKA_CLUSTER_SETTINGS", "KafkaCluster", "transaction_partition"]
+__all__ = ["KAFKA_CLUSTER_SETTINGS", "KafkaCluster", "Leadership", "transaction_partition"]
 
 # What three nodes change from one node's settings (KAFKA_BROKER_SETTINGS): Kafka's own
 # defaults for the internal topics (replication 3, the transaction log's min.isr 2)
@@ -102,6 +104,7 @@ class KafkaCluster:
                           for node in self.nodes)
         for node in self.nodes:
             node.cluster_id, node.quorum_voters = cluster_id, voters
+        self.leaders = Leadership(self.nodes, self._admin)
 
     @property
     def bootstrap(self) -> str:
@@ -115,18 +118,6 @@ class KafkaCluster:
 
     def client_settings(self) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap}
-
-    def node(self, node_id: int) -> KafkaBroker:
-        """The node of a broker id (1, 2 or 3).
-
-        Raises:
-            KafkaBrokerError: no such node (a partition without a leader has -1).
-        """
-        for node in self.nodes:
-            if node.node_id == node_id:
-                return node
-        raise KafkaBrokerError(f"no Kafka node {node_id} in this cluster (nodes "
-                               f"{[n.node_id for n in self.nodes]}); -1 is no leader")
 
     def start(self) -> str:
         """Start every node that is not running and wait until all of them answer and
@@ -181,47 +172,6 @@ class KafkaCluster:
         meta = self._admin().list_topics(timeout=10)
         return [f"{name}:{p.id}" for name, topic in meta.topics.items()
                 for p in topic.partitions.values() if set(p.isrs) != set(p.replicas)]
-
-    def leader_of(self, topic: str, partition: int) -> KafkaBroker:
-        """The node leading `topic:partition` now.
-
-        Raises:
-            KafkaBrokerError: the partition has no leader (or does not exist).
-        """
-        meta = self._admin().list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None or partition not in meta.partitions:
-            raise KafkaBrokerError(f"{topic}:{partition} is not in the cluster's metadata "
-                                   f"({meta.error if meta is not None else 'no topic'})")
-        return self.node(meta.partitions[partition].leader)
-
-    def transaction_coordinator(self, transactional_id: str) -> KafkaBroker:
-        """The node that coordinates `transactional_id`'s transactions: the leader of its
-        `__transaction_state` partition (which exists once a producer initialised one)."""
-        meta = self._admin().list_topics(_TRANSACTION_LOG, timeout=10).topics[_TRANSACTION_LOG]
-        return self.leader_of(_TRANSACTION_LOG,
-                              transaction_partition(transactional_id, len(meta.partitions)))
-
-    def active_controller(self) -> KafkaBroker:
-        """The quorum's leader, from the election state each running node keeps
-        (`__cluster_metadata-0/quorum-state`): the leader of the highest epoch known.
-
-        Raises:
-            KafkaBrokerError: no running node knows a leader.
-        """
-        best: tuple[int, int] | None = None
-        for node in self.nodes:
-            if node.pid is None:
-                continue
-            try:
-                state = json.loads((node.logs / "__cluster_metadata-0/quorum-state").read_text())
-            except (OSError, ValueError):
-                continue
-            epoch, leader = int(state.get("leaderEpoch", -1)), int(state.get("leaderId", -1))
-            if leader >= 0 and (best is None or epoch > best[0]):
-                best = (epoch, leader)
-        if best is None:
-            raise KafkaBrokerError("no running Kafka node knows the quorum's leader")
-        return self.node(best[1])
 
     def stop(self) -> None:
         """Stop every node, SIGTERM to all at once: one at a time, the last ones would
@@ -278,3 +228,70 @@ class KafkaCluster:
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+class Leadership:
+    """Which node of a cluster leads what now: a partition, a transactional id's
+    transactions, the controller quorum (what a fault test kills or freezes).
+
+    Args:
+        nodes: the cluster's nodes.
+        admin: a new admin client of the cluster.
+    """
+
+    def __init__(self, nodes: list[KafkaBroker], admin: Callable[[], AdminClient]) -> None:
+        self._nodes = nodes
+        self._admin = admin
+
+    def node(self, node_id: int) -> KafkaBroker:
+        """The node of a broker id (1, 2 or 3).
+
+        Raises:
+            KafkaBrokerError: no such node (a partition without a leader has -1).
+        """
+        for node in self._nodes:
+            if node.node_id == node_id:
+                return node
+        raise KafkaBrokerError(f"no Kafka node {node_id} in this cluster (nodes "
+                               f"{[n.node_id for n in self._nodes]}); -1 is no leader")
+
+    def leader_of(self, topic: str, partition: int) -> KafkaBroker:
+        """The node leading `topic:partition` now.
+
+        Raises:
+            KafkaBrokerError: the partition has no leader (or does not exist).
+        """
+        meta = self._admin().list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None or partition not in meta.partitions:
+            raise KafkaBrokerError(f"{topic}:{partition} is not in the cluster's metadata "
+                                   f"({meta.error if meta is not None else 'no topic'})")
+        return self.node(meta.partitions[partition].leader)
+
+    def transaction_coordinator(self, transactional_id: str) -> KafkaBroker:
+        """The node that coordinates `transactional_id`'s transactions: the leader of its
+        `__transaction_state` partition (which exists once a producer initialised one)."""
+        meta = self._admin().list_topics(_TRANSACTION_LOG, timeout=10).topics[_TRANSACTION_LOG]
+        return self.leader_of(_TRANSACTION_LOG,
+                              transaction_partition(transactional_id, len(meta.partitions)))
+
+    def active_controller(self) -> KafkaBroker:
+        """The quorum's leader, from the election state each running node keeps
+        (`__cluster_metadata-0/quorum-state`): the leader of the highest epoch known.
+
+        Raises:
+            KafkaBrokerError: no running node knows a leader.
+        """
+        best: tuple[int, int] | None = None
+        for node in self._nodes:
+            if node.pid is None:
+                continue
+            try:
+                state = json.loads((node.logs / "__cluster_metadata-0/quorum-state").read_text())
+            except (OSError, ValueError):
+                continue
+            epoch, leader = int(state.get("leaderEpoch", -1)), int(state.get("leaderId", -1))
+            if leader >= 0 and (best is None or epoch > best[0]):
+                best = (epoch, leader)
+        if best is None:
+            raise KafkaBrokerError("no running Kafka node knows the quorum's leader")
+        return self.node(best[1])

@@ -5,7 +5,7 @@ for the test's administration: its principal, User:ANONYMOUS, is the super user)
 listens with SASL_SSL on a second free port, with a certificate for 127.0.0.1 signed
 by a CA made at start (`ca_file` is what clients trust). KRaft's StandardAuthorizer
 enforces ACLs there: a user may do only what `allow` granted, and nothing is allowed
-where no ACL says so. `add_user` creates SCRAM-SHA-512 credentials (AlterUserScram
+where no ACL says so. `users.add` creates SCRAM-SHA-512 credentials (AlterUserScram
 Credentials, through the metadata log).
 """
 
@@ -32,7 +32,7 @@ from confluent_kafka.admin import (
 from orchestrator.devkit.embedded import free_port
 from orchestrator.devkit.kafka import KafkaBroker, KafkaBrokerError
 
-__all__ = ["SecureKafkaBroker"]
+__all__ = ["BrokerUsers", "SecureKafkaBroker"]
 
 _TIMEOUT_S = 30.0
 _SCRAM_ITERATIONS = 4096
@@ -78,13 +78,16 @@ def _certificates(directory: Path) -> tuple[Path, Path]:
 
 
 class SecureKafkaBroker(KafkaBroker):
-    """`KafkaBroker` plus a SASL_SSL/SCRAM-SHA-512 listener and the StandardAuthorizer."""
+    """`KafkaBroker` plus a SASL_SSL/SCRAM-SHA-512 listener and the StandardAuthorizer;
+    its `users` are the credentials and ACLs of that listener."""
 
     def __init__(self, data_dir: Path | None = None,
                  settings: dict[str, str] | None = None) -> None:
         super().__init__(data_dir, settings=settings)
         self.secure_port = free_port()
+        self.secure_bootstrap = f"127.0.0.1:{self.secure_port}"
         self.ca_file, keystore = _certificates(self.data_dir)
+        self.users = BrokerUsers(self.bootstrap, self.secure_bootstrap, self.ca_file)
         self.settings.update({
             "sasl.enabled.mechanisms": "SCRAM-SHA-512",
             "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config":
@@ -98,10 +101,6 @@ class SecureKafkaBroker(KafkaBroker):
             "super.users": "User:ANONYMOUS",
         })
 
-    @property
-    def secure_bootstrap(self) -> str:
-        return f"127.0.0.1:{self.secure_port}"
-
     def listener_properties(self) -> dict[str, str]:
         return {
             "listeners": (f"PLAINTEXT://127.0.0.1:{self.port},"
@@ -113,23 +112,37 @@ class SecureKafkaBroker(KafkaBroker):
                 "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
         }
 
-    def client_settings_for(self, user: str, password: str) -> dict[str, Any]:
+
+class BrokerUsers:
+    """The SASL_SSL listener's users and what the authorizer lets them do, administered
+    over the PLAINTEXT listener (its principal is the super user).
+
+    Args:
+        admin_bootstrap: the PLAINTEXT listener.
+        secure_bootstrap: the SASL_SSL listener.
+        ca_file: the CA the listener's certificate is signed by.
+    """
+
+    def __init__(self, admin_bootstrap: str, secure_bootstrap: str, ca_file: Path) -> None:
+        self._admin_bootstrap = admin_bootstrap
+        self._secure_bootstrap = secure_bootstrap
+        self._ca_file = ca_file
+
+    def client_settings(self, user: str, password: str) -> dict[str, Any]:
         """librdkafka settings of `user` on the SASL_SSL listener."""
-        return {"bootstrap.servers": self.secure_bootstrap, "security.protocol": "SASL_SSL",
+        return {"bootstrap.servers": self._secure_bootstrap, "security.protocol": "SASL_SSL",
                 "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": user,
-                "sasl.password": password, "ssl.ca.location": str(self.ca_file)}
+                "sasl.password": password, "ssl.ca.location": str(self._ca_file)}
 
-    def _admin(self) -> AdminClient:
-        return AdminClient({"bootstrap.servers": self.bootstrap})
-
-    def add_user(self, user: str, password: str) -> None:
+    def add(self, user: str, password: str) -> None:
         """SCRAM-SHA-512 credentials for `user`; returns once they authenticate."""
         info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, _SCRAM_ITERATIONS)
-        admin = self._admin()       # kept until the futures are done: its end fails them
+        admin = AdminClient({"bootstrap.servers": self._admin_bootstrap})
+        # the admin client is kept until the futures are done: its end fails them
         for future in admin.alter_user_scram_credentials(
                 [UserScramCredentialUpsertion(user, info, password.encode())]).values():
             future.result(_TIMEOUT_S)
-        client = AdminClient({**self.client_settings_for(user, password), "log_level": 0})
+        client = AdminClient({**self.client_settings(user, password), "log_level": 0})
         deadline = time.monotonic() + _TIMEOUT_S
         while time.monotonic() < deadline:
             try:
@@ -137,7 +150,7 @@ class SecureKafkaBroker(KafkaBroker):
                 return
             except Exception:  # noqa: BLE001 - not known to the listener yet
                 time.sleep(0.1)
-        raise KafkaBrokerError(f"user {user} cannot authenticate on {self.secure_bootstrap}")
+        raise KafkaBrokerError(f"user {user} cannot authenticate on {self._secure_bootstrap}")
 
     def acl(self, user: str, resource: ResourceType, name: str, operation: AclOperation,
             prefixed: bool = False, allow: bool = True) -> None:
@@ -148,6 +161,6 @@ class SecureKafkaBroker(KafkaBroker):
                              else ResourcePatternType.LITERAL,
                              f"User:{user}", "*", operation,
                              AclPermissionType.ALLOW if allow else AclPermissionType.DENY)
-        admin = self._admin()
+        admin = AdminClient({"bootstrap.servers": self._admin_bootstrap})
         for future in admin.create_acls([binding]).values():
             future.result(_TIMEOUT_S)

@@ -2,11 +2,14 @@
 
 One module per concept, behind this surface:
 
-- `task_runtime`: `TaskRuntime`, the book of tasks, the coordinator's API and the loop;
+- `task_runtime`: `TaskRuntime`, the coordinator's API and the loop;
+- `driver`: `TaskDriver`, the book of tasks, carrying out what the lifecycle table
+  (processor/lifecycle.py) decides;
 - `reconciliation`: a heartbeat reply -> what to release, drop, start, activate;
 - `catch_up`: the catch-up source (input replay or changelog apply) and what differs;
   `tombstones`: whether a store away too long may have missed a changelog's deletes;
-- `activation`: fence the previous owner, run the silent replays, go active;
+- `activation`: fence the previous owner, run the silent replays, go active; `fence`:
+  the fence and T1 read beside the loop, and the producers prepared for it;
 - `active_round`, `replay_round`: a round's active batch and replay batch;
 - `commits`: when and how the active tasks commit, side by side;
 - `consumers`: the four consumers; `active_consumer` (assignment, expansion barriers,

@@ -1,12 +1,9 @@
 """Activation: a task on its way to active.
 
-Three steps, each started by the runtime's loop:
+Three steps, each started by the driver from the loop:
 
-1. *fence* (`begin`): `init_transactions` on the task's transactional id fences the
-   previous owner's producer. It runs on a worker thread: it can take a broker round
-   trip or a librdkafka retry timer, and other tasks must not wait for it. A future
-   owner's producer is connected ahead of time (`prepare_producer`), so that wait for
-   the coordinator connection is not part of the handoff pause.
+1. *fence* (`begin`): the task's producer takes its transactional id, which fences the
+   previous owner's, and T1 is read, beside the loop (processor/runtime/fence.py);
 2. *check and replay* (`verify_fenced`, `replay`, `next_replay`): the store must not
    lead the committed offsets (T1); the task then replays silently, as a replica in
    the `activating` role, the steps its catch-up source gives
@@ -18,7 +15,7 @@ Three steps, each started by the runtime's loop:
 *Void commits.* Once the fence is up, no transaction of the task can still be ending,
 so T1 is stable at once, unless the brokers completed an earlier transaction without
 writing its markers (processor/transaction.py, `resettle`): its offset commit then
-stays pending and a stable lookup never answers. After `_STABLE_T1_WAIT_S` the task
+stays pending and a stable lookup never answers. After `STABLE_T1_WAIT_S` the task
 takes the settled offsets as T1, aborts that transaction's open records and commits T1
 in its place; a store that had applied the void transaction is moved aside and rebuilt.
 """
@@ -28,18 +25,15 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Container, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
 from metrics import ProcessorMetrics
-from orchestrator.kafka.logs import client_logging
 from orchestrator.kafka.retry import kafka_error
-from orchestrator.kafka.settings import producer_settings
 from orchestrator.kafka.watched_producer import WatchedProducer
-from orchestrator.wire.clock import Clock, Deadline
+from orchestrator.wire.clock import Clock
 from orchestrator.wire.config import Config
 from processor.active import ActiveTask
 from processor.changelog import ChangelogTarget, ChangelogWriter
@@ -47,44 +41,16 @@ from processor.effects import AfterCommit
 from processor.replica import Replay, ReplicaRole
 from processor.runtime.consumers import Consumers
 from processor.runtime.dead_letters import dlq_topic
+from processor.runtime.fence import STABLE_T1_WAIT_S, Fenced, Fencer, close_when_done
 from processor.runtime.jobs import TaskJobs
-from processor.runtime.preflight import DEFAULT_TRANSACTION_TIMEOUT_MS, fence_refused
-from processor.runtime.producer_close import close_producer
+from processor.runtime.preflight import fence_refused
 from processor.runtime.stores import TaskStores
 from processor.transaction import resettle, written_topics
 from store import Store
 
-__all__ = ["Activation", "Activations", "Fenced", "ReplayStep", "StoreAheadError"]
+__all__ = ["Activation", "Activations", "ReplayStep", "StoreAheadError"]
 
 log = logging.getLogger("baton.processor.runtime")
-
-_INIT_TXN_TIMEOUT_S = 30.0
-# init_transactions answers that ask for the same call again a little later
-_FENCE_AGAIN = {KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.CONCURRENT_TRANSACTIONS,
-                KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE}
-# how long a stable T1 lookup may wait after the fence before the task takes its
-# pending offset commit for one the brokers ended without markers (see the module doc)
-_STABLE_T1_WAIT_S = 10.0
-# A new owner's init_transactions often meets the old owner's just-finished transaction
-# (CONCURRENT_TRANSACTIONS) and retries; librdkafka's default back-off (100 ms, doubling)
-# would put most of a retry's wait inside the pause, where the markers take a few ms. A
-# transaction left open by an owner that died holds back, on Apache Kafka, its
-# partitions' last stable offset (read_committed readers of the output and changelog)
-# and the group's offsets (an OffsetFetch answers UNSTABLE_OFFSET_COMMIT, so a warmup or
-# the coordinator asking for T1 waits) until the broker aborts it after
-# `transaction.timeout.ms`: librdkafka's 60 s would stall such a warmup for a minute;
-# 10 s is Kafka Streams' exactly-once default (transactions here commit every
-# `commit_interval_ms`). librdkafka's re-bootstrap can strand a pending TxnOffsetCommit,
-# and send_offsets_to_transaction then blocks past its own timeout (librdkafka issue
-# 5511, across a broker restart): a task's producer never re-bootstraps. One that lost
-# every broker fails its next commit and the task restarts with a new producer. Any
-# [kafka] setting overrides these.
-_PRODUCER_DEFAULTS: dict[str, Any] = {"retry.backoff.ms": 10, "retry.backoff.max.ms": 100,
-                                      "queue.buffering.max.messages": 500_000,
-                                      "linger.ms": 5,
-                                      "transaction.timeout.ms": DEFAULT_TRANSACTION_TIMEOUT_MS,
-                                      "metadata.recovery.strategy": "none"}
-
 
 class StoreAheadError(Exception):
     """A store claims to have applied records the owner never committed: refuse it."""
@@ -101,24 +67,13 @@ class Activation:
     replaying: bool = False
     # T1 as read once the fence was up: final, nobody else can commit the task's offsets
     committed: dict[str, int] = field(default_factory=dict)
+    others: dict[str, int] = field(default_factory=dict)    # T1 of the replay's other sources
     steps: deque[ReplayStep] = field(default_factory=deque)   # the replays still to run
     last: Replay | None = None          # the latest replay: caught up, it goes active
     resettled: bool = False             # T1 was settled past a void commit (module doc)
     voided: bool = False                # the task's store applied a commit now void
     # the ends of its steps so far (processor/handoff_steps.py)
     stamps: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Fenced:
-    """What the fence's thread found: when init_transactions returned, and T1 read right
-    after it (stable: nobody else can commit the task's offsets now), or the error of
-    that lookup (a timeout: the loop takes the void-commit path, `_stable_t1`)."""
-
-    at: float
-    committed: dict[str, int] | None
-    error: KafkaException | None
-    t1_at: float
 
 
 @dataclass(frozen=True)
@@ -131,7 +86,7 @@ class ReplayStep:
 
 
 class Activations:
-    """The activations in progress, and the producers connected for future ones.
+    """The activations in progress; `fencer` holds the producers of future ones.
 
     Args:
         config: the job's configuration (producer settings, output and error policy).
@@ -146,19 +101,14 @@ class Activations:
     def __init__(self, config: Config, group: str, jobs: TaskJobs, consumers: Consumers,
                  stores: TaskStores, metrics: ProcessorMetrics, clock: Clock) -> None:
         self._config = config
-        self._group = group
         self._jobs = jobs
         self._consumers = consumers
         self._stores = stores
         self._metrics = metrics
         self._clock = clock
-        self._producer_settings = {k: v for k, v in producer_settings(config.kafka_settings())
-                                   .items() if not k.startswith("receive.message")}
+        self.fencer = Fencer(config, group, consumers.lookups, clock)
         self.pending: dict[str, Activation] = {}
         self._voided: set[str] = set()      # tasks whose next activation settles (`voided`)
-        # connected, not yet fencing: each with its connection attempt on the fencer
-        self._prepared_producers: dict[str, tuple[WatchedProducer, Future[Any]]] = {}
-        self._fencer = ThreadPoolExecutor(max_workers=4, thread_name_prefix="baton-fence")
 
     def __contains__(self, task: object) -> bool:
         return task in self.pending
@@ -169,73 +119,19 @@ class Activations:
         task's partitions as after a void commit, and rebuilds a store ahead of them."""
         self._voided.add(task)
 
-    def begin(self, task: str, store: Store, partitions: Sequence[str]) -> None:
+    def begin(self, task: str, store: Store, partitions: Sequence[str],
+              sources: Sequence[str] = ()) -> None:
         """Start fencing the previous owner of `task`, then reading T1 of `partitions`
-        (on a worker thread: both are broker round trips other tasks must not wait for,
-        and T1 read there is not delayed by the loop's round)."""
-        standby = self._prepared_producers.pop(task, None)
-        producer = standby[0] if standby else self._producer(task)
+        and of the other `sources` its replay reads (a split child's ancestors, an
+        expansion child's parent), beside the loop: a source another owner's open
+        transaction holds answers only once that transaction ends."""
         started = self._clock.monotonic()
-        fenced = self._fencer.submit(self._fence, producer, list(partitions))
+        others = [p for p in sources if p not in partitions]
+        producer, fenced = self.fencer.start(task, partitions, others)
         self.pending[task] = Activation(store, producer, started, fenced,
                                         voided=task in self._voided,
                                         stamps={"began": started})
         self._voided.discard(task)
-
-    def _fence(self, producer: WatchedProducer, partitions: list[str]) -> Fenced:
-        """init_transactions, again while the brokers answer that they cannot yet (a
-        transaction coordinator loading its log after a restart, or still completing
-        the previous owner's transaction), within `_INIT_TXN_TIMEOUT_S` in all; then one
-        stable lookup of T1."""
-        deadline = Deadline.after(self._clock, _INIT_TXN_TIMEOUT_S)
-        while True:
-            try:
-                producer.init_transactions(max(1.0, deadline.remaining()))
-                at = self._clock.monotonic()
-                try:
-                    committed = self._t1_after_fence(partitions)
-                except KafkaException as exc:
-                    return Fenced(at, None, exc, self._clock.monotonic())
-                return Fenced(at, committed, None, self._clock.monotonic())
-            except KafkaException as exc:
-                err = kafka_error(exc)
-                if err is None or err.code() not in _FENCE_AGAIN or deadline.expired():
-                    raise
-            self._clock.sleep(0.1)
-
-    def _t1_after_fence(self, partitions: list[str]) -> dict[str, int]:
-        """One stable lookup of T1; after any failure but its timeout (the group's
-        coordinator moving: a broker killed or restarting), the lookup retried as any
-        lookup is, here on the fence's thread: on the loop it would hold every other
-        task and the heartbeats' replies for as long (up to a minute and a half)."""
-        lookups = self._consumers.lookups
-        try:
-            return lookups.committed_once(partitions, _STABLE_T1_WAIT_S)
-        except KafkaException as exc:
-            err = kafka_error(exc)
-            if err is not None and err.code() == KafkaError._TIMED_OUT:
-                raise           # pending past the wait: a void commit (the module doc)
-        return lookups.committed(partitions)
-
-    def _producer(self, task: str) -> WatchedProducer:
-        return WatchedProducer({**_PRODUCER_DEFAULTS, **self._producer_settings,
-                                **client_logging("processor.producer"),
-                         "transactional.id": f"{self._group}.{task}"})
-
-    def prepare_producer(self, task: str) -> None:
-        """Connect a future owner's producer ahead of time (without fencing anyone):
-        init_transactions on a cold producer can wait on librdkafka's 500 ms PID timer
-        for the coordinator connection, and that wait would sit inside the pause."""
-        if task not in self._prepared_producers:
-            producer = self._producer(task)
-            self._prepared_producers[task] = (
-                producer, self._fencer.submit(producer.list_topics, None, 10))
-
-    def forget_producer(self, task: str) -> None:
-        """The task will not come here after all: close its prepared producer."""
-        standby = self._prepared_producers.pop(task, None)
-        if standby is not None:
-            _close_when_done(*standby)
 
     def fenced(self) -> Iterator[str]:
         """The tasks whose fencing finished and whose replay has not started (checked
@@ -284,6 +180,7 @@ class Activations:
                 f"ones (partition: (store, committed)) {ahead}; was the input topic recreated? "
                 f"Move the store away to rebuild it from the input")
         activation.committed = dict(committed)
+        activation.others = fenced.others
         return committed, applied
 
     def _stable_t1(self, task: str, activation: Activation, partitions: Sequence[str],
@@ -302,7 +199,7 @@ class Activations:
         log.error("task %r: the group's offsets stayed pending %.0f s after the fence: the "
                   "brokers ended a transaction of this task without writing its markers; "
                   "aborting its records and committing the settled offsets %s",
-                  task, _STABLE_T1_WAIT_S, settled)
+                  task, STABLE_T1_WAIT_S, settled)
         self._resettle(activation, changelog, settled)
         return settled
 
@@ -325,13 +222,15 @@ class Activations:
     def _stable_t1_once(self, partitions: list[str]) -> dict[str, int]:
         """One stable lookup of T1, as an active task checks a commit after a broker loss:
         it waits for a commit's markers; one that never settles raises (a void commit)."""
-        return self._consumers.lookups.committed_once(partitions, _STABLE_T1_WAIT_S)
+        return self._consumers.lookups.committed_once(partitions, STABLE_T1_WAIT_S)
 
     def committed(self, task: str, partitions: Sequence[str]) -> dict[str, int]:
-        """T1 of `partitions` for `task`'s activation: what `verify_fenced` read (final:
-        the previous owner is fenced), the others (a split child's ancestors) looked up.
-        Each lookup is a broker round trip inside the handoff pause."""
-        known = self.pending[task].committed
+        """T1 of `partitions` for `task`'s activation, as the fence's thread read it:
+        the task's own (final: the previous owner is fenced) and its replay's other
+        sources (a split child's ancestors, an expansion child's parent). One the model
+        added since is looked up here, on the loop, inside the handoff pause."""
+        activation = self.pending[task]
+        known = {**activation.others, **activation.committed}
         missing = [p for p in partitions if p not in known]
         found = self._consumers.lookups.committed(missing) if missing else {}
         return {p: known[p] if p in known else found[p] for p in partitions}
@@ -391,22 +290,13 @@ class Activations:
         if activation is not None:
             if close_store:
                 activation.store.close()
-            _close_when_done(activation.producer, activation.fenced)
+            close_when_done(activation.producer, activation.fenced)
 
     def close(self, replicas: Container[str]) -> None:
         """Abandon every activation: close the stores no replica holds, stop fencing."""
         for task, activation in list(self.pending.items()):
             if task not in replicas:
                 activation.store.close()
-            _close_when_done(activation.producer, activation.fenced)
+            close_when_done(activation.producer, activation.fenced)
         self.pending.clear()
-        for standby in self._prepared_producers.values():
-            _close_when_done(*standby)
-        self._prepared_producers.clear()
-        self._fencer.shutdown(wait=False, cancel_futures=True)
-
-
-def _close_when_done(producer: WatchedProducer, call: Future[Any]) -> None:
-    """Close `producer` once `call`, a call on it on the fencer, has returned (or at
-    once if it never started): closing a client while a call runs on it is not safe."""
-    call.add_done_callback(lambda _: close_producer(producer))
+        self.fencer.close()

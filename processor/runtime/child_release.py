@@ -25,7 +25,7 @@ log = logging.getLogger("baton.processor.runtime")
 
 
 class Parents(Protocol):
-    """The task runtime as a split child's release sees it."""
+    """The task driver as a split child's release sees it."""
 
     @property
     def active(self) -> Mapping[str, ActiveTask]: ...
@@ -40,19 +40,19 @@ class Parents(Protocol):
 
     def activating(self, task: str) -> bool: ...
     def guard(self, task: str, change: Callable[[str], object]) -> None: ...
-    @property
-    def active_round(self) -> ActiveRound: ...
 
 
 class ChildReleases:
     """The split children leaving their parents on this processor.
 
     Args:
-        parents: the task runtime.
+        parents: the task driver.
+        active_round: runs the parent's commit as any step of an active task.
     """
 
-    def __init__(self, parents: Parents) -> None:
+    def __init__(self, parents: Parents, active_round: ActiveRound) -> None:
         self._parents = parents
+        self._active_round = active_round
         self._awaiting: dict[str, str] = {}   # split child -> its parent, still activating
 
     def left(self, child: str, parent: str) -> None:
@@ -76,7 +76,7 @@ class ChildReleases:
     def _release(self, child: str, parent: str) -> None:
         """Commit the parent, stop consuming the child, report the child released."""
         parents = self._parents
-        parents.active_round.run(parent, parents.commits.commit)   # an abort rewinds to T1
+        self._active_round.run(parent, parents.commits.commit)   # an abort rewinds to T1
         active = parents.active.get(parent)
         lookups = parents.consumers.lookups
         model = parents.tasks.model

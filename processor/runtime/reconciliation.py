@@ -17,7 +17,7 @@ nothing). `reconcile` turns it into changes, in an order that matters:
 5. activate the listed active tasks this processor does not run yet;
 6. start the new partitions of active tasks (expansion).
 
-Each change runs through the runtime's `guard`: a task whose change fails (store
+Each change runs through the driver's `guard`: a task whose change fails (store
 locked, broker error) is reported `failed` with the reason; the other tasks carry on.
 A task that failed is not started again until the coordinator stops listing it.
 """
@@ -42,7 +42,7 @@ log = logging.getLogger("baton.processor.runtime")
 
 
 class Reconcilable(Protocol):
-    """The task runtime as reconciliation sees it: what it holds, and its changes."""
+    """The task driver as reconciliation sees it: what it holds, and its changes."""
 
     @property
     def model(self) -> Mapping[str, list[str]]: ...

@@ -37,7 +37,7 @@ _REPLAY_BATCH_BEFORE_ACTIVATION = 1000   # see replay_bite
 # an activating replay of at least this many records asks for a full collection
 LARGE_REPLAY = 10_000
 
-# runs a change of one task, marking the task failed if it raises (the runtime's guard)
+# runs a change of one task, marking the task failed if it raises (the driver's guard)
 Guard = Callable[[str, Callable[[str], object]], None]
 
 

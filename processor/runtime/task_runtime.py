@@ -1,28 +1,24 @@
 """The task runtime: every task this processor holds, in its role, driven by one loop.
 
 The role changes come from the coordinator's level-triggered replies (see
-orchestrator/wire/protocol.py) through `apply()`, or from a test harness calling
-`activate()`, `release()`, `start_replica()` and `drop()` directly. Everything runs
-on the caller's thread: the daemon's main loop is the only owner of the consumers,
-producers and stores; the heartbeat thread only exchanges snapshots with it.
+orchestrator/wire/protocol.py) through `apply()`. Everything runs on the caller's
+thread: the daemon's main loop is the only owner of the consumers, producers and
+stores; the heartbeat thread only exchanges snapshots with it.
 
-What happens to a task is decided by its lifecycle table (processor/lifecycle.py): the
-runtime turns a reply (through `reconcile`) or what a step raised or finished (a fence
-done, a replay at T1, an aborted transaction) into an event, steps, and carries out the
-commands (`happened`). It holds the tasks' objects (active, replicas, released, failed),
-from which `state_of` reads where each task is, and the loop (`poll()`). Its
-collaborators each own one concept: `Consumers` (who reads what), `CatchUp` (where
-replicas rebuild state from: the input or the changelog), `Activations` (fence, replay,
-go active), `BulkPath` (Spark catch-up), `Commits`, `TaskStores`, `TaskPartitions`,
-`SplitChildren`, `reconcile` (a reply -> changes), `task_reports`, `StoreSizes` and
-`close_producer`.
+What happens to a task is decided by its lifecycle table (processor/lifecycle.py) and
+carried out by the `TaskDriver` (processor/runtime/driver.py), which holds the book of
+tasks. The runtime builds the collaborators, each owning one concept (`Consumers`: who
+reads what; `CatchUp`: where replicas rebuild state from; `Activations`: fence, replay,
+go active; `BulkPath`: Spark catch-up; `Commits`; `TaskStores`; `TaskPartitions`;
+`SplitChildren`), hands a reply to reconciliation, and runs the loop (`poll()`): the
+active batch, the replay batch, the commits, what finished beside the loop.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 
 from confluent_kafka import Consumer
 
@@ -31,12 +27,9 @@ from orchestrator.wire.catchup import is_caught_up
 from orchestrator.wire.clock import Clock, SystemClock
 from orchestrator.wire.config import Config
 from orchestrator.wire.protocol import HeartbeatReply, TaskReport
-from processor.active import ActiveTask
 from processor.job import Job
-from processor.lifecycle import Command, Event, State, step
-from processor.replica import Replay, ReplicaRole
+from processor.lifecycle import Event
 from processor.runtime.activation import Activations
-from processor.runtime.active_consumer import GROW_LOOKUP_S
 from processor.runtime.active_round import ActiveRound
 from processor.runtime.barriers import BarrierBook, BarrierHolder
 from processor.runtime.bulk_path import BulkPath
@@ -46,11 +39,10 @@ from processor.runtime.children import SplitChildren
 from processor.runtime.commits import Commits
 from processor.runtime.consumers import Consumers
 from processor.runtime.dead_letters import ensure_dead_letter_topic
+from processor.runtime.driver import DriverParts, TaskDriver
 from processor.runtime.jobs import TaskJobs
 from processor.runtime.load import LoadMeter
-from processor.runtime.outcomes import TASK_ERRORS, event_of
-from processor.runtime.producer_close import close_producer
-from processor.runtime.reconciliation import held_state, reconcile
+from processor.runtime.reconciliation import reconcile
 from processor.runtime.replay_round import ReplayRound, replay_bite
 from processor.runtime.reports import StoreSizes, task_reports
 from processor.runtime.stall_watch import StallWatch
@@ -69,6 +61,9 @@ _IDLE_WHILE_ACTIVATING_S = 0.01
 
 class TaskRuntime:
     """All tasks of one processor; call `poll()` in a loop.
+
+    `active`, `replicas`, `released` and `failed` are the driver's book of tasks, read
+    only here (the driver changes them); a test harness changes tasks through `driver`.
 
     Args:
         config: the job's configuration.
@@ -99,10 +94,6 @@ class TaskRuntime:
         self._slept_s = 0.0
         self.barrier_book = BarrierBook(config.job.name, config.job.partitioner,
                                         self.consumers.active.barriers, self._barrier_holders)
-        self.active: dict[str, ActiveTask] = {}
-        self.replicas: dict[str, Replay] = {}
-        self.released: dict[str, dict[str, int]] = {}
-        self.failed: dict[str, str] = {}
         self.generation: int | None = None     # of the model held (sent with heartbeats)
         self.releasing_soon: set[str] = set()          # active tasks whose release is near
         self.children = SplitChildren(config.job.partitioner)
@@ -117,14 +108,20 @@ class TaskRuntime:
                                       self.barrier_book, self.activations, self.clock)
         self.commits = Commits(config.processor.commit_interval_ms / 1000, self.metrics,
                                self.clock, config.processor.commit_timeout_ms / 1000)
+        self.driver = TaskDriver(DriverParts(
+            self.consumers, self.stores, self.activations, self.source, self.tasks,
+            self.children, self.jobs, self.commits, self.bulk, self.barrier_book,
+            self._sizes, self.metrics, self.clock))
+        driver = self.driver
+        self.active, self.replicas = driver.active, driver.replicas
+        self.released, self.failed = driver.released, driver.failed
         self.active_round = ActiveRound(self.active, self.consumers.active, self.children,
-                                        self.commits, self.happened, self.clock)
-        self.child_releases = ChildReleases(self)
+                                        self.commits, driver.happened, self.clock)
+        self.child_releases = ChildReleases(driver, self.active_round)
         self.replay_round = ReplayRound(self.consumers.replays, self.source, self.metrics,
-                                        self.guard, self._replay_done)
+                                        driver.guard, driver.replay_done)
         self.stalls = StallWatch(config.processor.stall_timeout_ms / 1000, self.consumers,
                                  self.consumers.make_end_lookup, self.metrics, self.clock)
-        self._commands = self._command_table()
 
     @property
     def active_consumer(self) -> Consumer:
@@ -157,215 +154,8 @@ class TaskRuntime:
             self.released.pop(child, None)
         self.children.update(reply.embedded, pending, self.active, self.tasks.model,
                              self.child_releases.left, self.released)
-        reconcile(self, reply.assignment, seen_failures)
+        reconcile(self.driver, reply.assignment, seen_failures)
         self.releasing_soon = set(reply.moving)
-
-    def activating(self, task: str) -> bool:
-        """`task` is fencing or replaying on its way to active."""
-        return task in self.activations
-
-    def replay_partitions(self, task: str) -> list[str]:
-        """The partitions a replica of `task` reads, in order (its catch-up source's)."""
-        return self.source.partitions(task)
-
-    # ---- the lifecycle: processor/lifecycle.py decides, the runtime carries out ----
-
-    def state_of(self, task: str) -> State:
-        """Where `task` is on this processor, read from what holds it."""
-        if task in self.activations:
-            return State.REPLAYING if self.activations.pending[task].replaying \
-                else State.FENCING
-        state = held_state(self, task)
-        return State.RELEASED if state is State.IDLE and task in self.released else state
-
-    def happened(self, task: str, event: Event, reason: str = "") -> None:
-        """Step `task` through the lifecycle table and carry out its commands."""
-        for command in step(self.state_of(task), event).commands:
-            self._commands[command](task, reason)
-
-    def guard(self, task: str, change: Callable[[str], object]) -> None:
-        """Run `change(task)`; what it raises is an event of the task's lifecycle (for
-        a change of a task not active: free what it held and mark it failed)."""
-        try:
-            change(task)
-        except TASK_ERRORS as exc:
-            log.error("task %r: %s", task, exc)
-            self.happened(task, event_of(exc), str(exc))
-
-    def _command_table(self) -> dict[Command, Callable[[str, str], object]]:
-        """How the runtime carries out each command the lifecycle gives (reconciliation
-        carries out the reply's own: processor/runtime/reconciliation.py)."""
-        return {
-            Command.REPLAY_FIRST: lambda task, _: self._replay_first(task),
-            Command.REPLAY_NEXT: lambda task, _: self._replay_or_go_active(
-                task, self.activations.next_replay(task)),
-            Command.GO_ACTIVE: lambda task, _: self._go_active(task),
-            Command.REWIND: lambda task, _: self._rewind(task),
-            Command.STOP_ACTIVE: lambda task, _: self._stop_active(task),
-            Command.ACTIVATE: lambda task, _: self.guard(task, self.activate),
-            Command.FREE: lambda task, _: self._free(task),
-            Command.MARK_FAILED: self.failed.__setitem__,
-            Command.COUNT_ABORTED: lambda task, _: self.metrics.record_transaction(
-                task, "aborted"),
-            Command.COUNT_FENCED: lambda task, _: self.metrics.record_transaction(
-                task, "fenced"),
-            Command.COUNT_TRIMMED: lambda task, _: self.metrics.record_input_trimmed(task),
-        }
-
-    # ---- the commands, in a task's order: replica, activation, active, release -----
-
-    def start_replica(self, task: str, role: ReplicaRole) -> None:
-        """Start a warmup or standby of `task`: on Spark first when its store is fresh
-        and its backlog large (processor/runtime/bulk_path.py), then on the consumer."""
-        store = self.stores.open(task, reads=self.source.reads_store)
-        try:
-            replica = self.source.replica(task, store, role)
-        except BaseException:
-            store.close()
-            raise
-        self.replicas[task] = replica
-        self.activations.prepare_producer(task)
-        # the clients an activation of it will use, told its topics now (a cold
-        # consumer's metadata request would sit inside the handoff pause)
-        self.consumers.active.warm(self.tasks.of(task))
-        self.consumers.replays.warm(self.replay_partitions(task))
-        plan = self.source.bulk_plan(replica) if not store.applied_offsets() else None
-        if plan is not None:
-            self.bulk.start(task, plan)
-            return          # the consumer takes the tail once the bulk result is ingested
-        self.consumers.replays.assign(replica)
-
-    def drop(self, task: str) -> None:
-        """Forget a replica (its store stays on disk for a later return)."""
-        self.activations.forget_producer(task)
-        replica = self.replicas.pop(task, None)
-        if replica is None:
-            return
-        self.consumers.replays.unassign(replica)
-        replica.commit()
-        replica.store.close()
-        self.jobs.close(task)
-        self.metrics.forget_task(task)
-
-    def activate(self, task: str) -> None:
-        """Fence the previous owner, replay silently, then process with output (see
-        processor/runtime/activation.py)."""
-        replica = self.replicas.pop(task, None)
-        if replica is not None:
-            self.consumers.replays.unassign(replica)
-        store = replica.store if replica else self.stores.open(task)
-        store.expect_reads()        # a changelog replica's store was only written so far
-        self.activations.begin(task, store, self.tasks.of(task))
-
-    def _replay_first(self, task: str) -> None:
-        """The fence is done: check it held, then the activation's first replay."""
-        self.activations.verify_fenced(task, self.tasks.of(task),
-                                       self.source.changelog_of(task))
-        self.released.pop(task, None)
-        self._replay_or_go_active(
-            task, self.activations.replay(task, self.source.activation_steps(task)))
-
-    def _replay_or_go_active(self, task: str, replay: Replay | None) -> None:
-        """Run the activation's next replay (None: every replay reached T1)."""
-        if replay is None:
-            self.happened(task, Event.ALL_REPLAYED)
-            return
-        self.replicas[task] = replay
-        self.consumers.replays.assign(replay)
-
-    def _replay_done(self, replay: Replay) -> None:
-        """An activating replay caught up: the activation's next replay, or active."""
-        self.happened(replay.name, Event.REPLAY_DONE)
-
-    def _go_active(self, task: str) -> None:
-        writer = self.source.writer(task, self.activations.pending[task].store)
-        active = self.activations.go_active(task, self.tasks.of(task), writer)
-        self.barrier_book.attach(active)
-        active.on_misrouted = self.metrics.record_misrouted
-        self.active[task] = active
-        self.consumers.active.add(active)
-        log.info("task %r: active from %s", task, active.committed)
-
-    def grow(self, task: str) -> None:
-        """A task gained partitions (expansion, or a split child embedded again): start
-        them from their committed offsets. A child's partitions whose history the store
-        lacks (another processor consumed them meanwhile) need the silent replay first:
-        the task activates again."""
-        active = self.active[task]
-        new = [p for p in self.tasks.of(task) if p not in active.partitions]
-        children = {p for c, parent in self.children.embedded.items() if parent == task
-                    for p in self.tasks.model.get(c, ())}
-        rejoining = [p for p in new if p in children]
-        if rejoining:
-            applied = active.store.applied_offsets()
-            committed = self.consumers.lookups.committed_once(rejoining, GROW_LOOKUP_S)
-            if any(applied.get(p, -1) < committed[p] for p in rejoining):
-                log.info("task %r: split child partitions %s come back with history this "
-                         "store lacks: activating again to replay it", task, rejoining)
-                self.happened(task, Event.HISTORY_MISSING)
-                return
-        self.consumers.active.grow(active, self.tasks.of(task))
-        self.barrier_book.attach(active)        # its new partitions may be parents too
-
-    def _rewind(self, task: str) -> None:
-        active = self.active[task]
-        log.warning("task %r: rewinding to %s", task, active.committed)
-        self.consumers.active.rewind(active)
-
-    def _stop_active(self, task: str) -> None:
-        """Stop a task without committing anything more."""
-        active = self.active.pop(task)
-        self.consumers.active.unassign(task)
-        active.abort()
-        active.store.close()
-        close_producer(active.producer)
-        self.jobs.close(task)
-        self._sizes.forget(task)
-        self.metrics.forget_task(task)      # fenced or failed: its series are not ours now
-
-    def _free(self, task: str) -> None:
-        """A change of `task` failed: free whatever it held (active, replica, activation)."""
-        if task in self.active:
-            self.consumers.active.unassign(task)
-            active = self.active.pop(task)
-            active.store.close()
-            close_producer(active.producer)
-        replica = self.replicas.pop(task, None)
-        if replica is not None:
-            self.consumers.replays.unassign(replica)
-            replica.store.close()
-        self.activations.abandon(task, close_store=replica is None)
-
-    def release(self, task: str) -> dict[str, int]:
-        """Stop fetching, commit the open transaction, return final T1; idempotent."""
-        active = self.active.pop(task, None)
-        if active is None:
-            return dict(self.released.get(task, {}))
-        started = self.clock.monotonic()
-        try:
-            last = self.commits.final(active)   # counted like any other transaction
-            if last.committed:
-                active.run_effects()
-                if last.records:
-                    self.metrics.record_processed(task, last.records)
-                    self.metrics.record_transaction(task, "committed")
-            else:
-                # the open transaction is void: final T1 is the last committed offsets
-                log.warning("task %r: release without its last transaction: %s", task,
-                            last.error)
-        finally:
-            self.consumers.active.unassign(task)
-            close_producer(active.producer)
-            self.jobs.close(task)
-            self.stores.close_later(active.store)   # once the release is reported: stores.py
-        self.released[task] = dict(active.committed)
-        self._sizes.forget(task)
-        took = self.clock.monotonic() - started
-        self.metrics.record_handoff_step("releasing", took)
-        self.metrics.forget_task(task)      # its series now belong to the new owner
-        log.info("task %r: released at %s (release %.0f ms)", task, active.committed,
-                 took * 1000)
-        return dict(active.committed)
 
     # ---- the loop ------------------------------------------------------------------
 
@@ -377,8 +167,9 @@ class TaskRuntime:
         records are processed and replies taken within a few milliseconds."""
         handled = 0
         self.stores.close_released(wait=False)
+        driver = self.driver
         for task in self.activations.fenced():
-            self.guard(task, functools.partial(self.happened, event=Event.FENCE_DONE))
+            driver.guard(task, functools.partial(driver.happened, event=Event.FENCE_DONE))
         if self.child_releases.waiting:
             self.child_releases.release_awaiting(self.children.embedded)
         if self.bulk.busy:
@@ -454,13 +245,13 @@ class TaskRuntime:
         """Graceful: release every active task. Not graceful: drop all, commit nothing."""
         for task in list(self.active):
             if commit:
-                self.release(task)
+                self.driver.release(task)
             else:
-                self._stop_active(task)
+                self.driver.stop_active(task)
                 self.failed[task] = "stopped without commit"
         self.stores.close_released()
         for task in list(self.replicas):
-            self.drop(task)
+            self.driver.drop(task)
         self.activations.close(self.replicas)
         self.jobs.close_all()
         self.bulk.close()

@@ -51,15 +51,15 @@ def _user(secure: SecureKafkaBroker, tmp_path: Path) -> tuple[str, str]:
     """A new SCRAM user allowed what Baton does on its job's resources; its password in
     a 0600 file next to the configs."""
     user, password = f"baton-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-    secure.add_user(user, password)
+    secure.users.add(user, password)
     for resource, prefix in ((ResourceType.TOPIC, "baton."), (ResourceType.TOPIC, "events-"),
                              (ResourceType.TOPIC, "sums-"), (ResourceType.GROUP, "baton."),
                              (ResourceType.GROUP, "e2e-"),
                              (ResourceType.TRANSACTIONAL_ID, "baton.")):
-        secure.acl(user, resource, prefix, AclOperation.ALL, prefixed=True)
+        secure.users.acl(user, resource, prefix, AclOperation.ALL, prefixed=True)
     for operation in (AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS,
                       AclOperation.IDEMPOTENT_WRITE):
-        secure.acl(user, ResourceType.BROKER, "kafka-cluster", operation)
+        secure.users.acl(user, ResourceType.BROKER, "kafka-cluster", operation)
     secret = tmp_path / "kafka.password"
     secret.write_text(password + "\n")
     secret.chmod(0o600)
@@ -108,7 +108,7 @@ def test_a_missing_acl_is_a_start_error_naming_it(secure, broker, coordinated, d
     config, path = coordinated(2, kafka=_kafka(secure, user),
                                catch_up={"source": "changelog"})
     topic = changelog_topic(config.job.name)
-    secure.acl(user, ResourceType.TOPIC, topic, AclOperation.WRITE, allow=False)
+    secure.users.acl(user, ResourceType.TOPIC, topic, AclOperation.WRITE, allow=False)
     coordinator = daemons("coordinator", "coordinator", "-c", path)
     wait_for_coordinator(config, coordinator)      # it creates the changelog topic
     processor = daemons("p1", "processor", "-c", processor_config(path, "p1"), "--id", "p1")
@@ -129,7 +129,7 @@ def test_an_activation_denied_its_transactional_id_names_it(secure, broker, job_
     raw = job_config(partitions=1, kafka={**_kafka(secure, user), "sasl.password": password})
     config = parse_config(raw)
     transactional_id = f"baton.{config.job.name}.Partition 0"
-    secure.acl(user, ResourceType.TRANSACTIONAL_ID, transactional_id, AclOperation.WRITE,
+    secure.users.acl(user, ResourceType.TRANSACTIONAL_ID, transactional_id, AclOperation.WRITE,
                allow=False)
     runtime = new_runtime(raw, tmp_path, "p1")
     try:

@@ -4,7 +4,9 @@ transaction still pending on the partition) hold no other task:
 - an active task that grows (expansion) looks its new partitions up in one bounded
   attempt on the loop; the next reply tries again, and the task grows once it answers;
 - an expansion child's parent, another processor's partition, is looked up beside the
-  loop until it passes the barrier; the child starts then."""
+  loop until it passes the barrier; the child starts then;
+- an expansion child's activation reads its parent's T1 (its replay reads the parent up
+  to the barrier) on the fence's thread: the child stays fencing until it answers."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from orchestrator.wire.config import parse_config
 from orchestrator.wire.protocol import Barrier
+from processor.lifecycle import State
 from processor.runtime import TaskRuntime
 from tests.brokers import Broker
 from tests.processor.runtime.runtime_support import assignment_reply, feed_keys, new_runtime
@@ -150,6 +153,64 @@ def test_a_barrier_whose_parent_lookup_cannot_answer_holds_no_other_task(
         end = _end(broker, topic, 1)
         wait_for(lambda: _committed(runtime, CHILD, child) >= end, 30,
                  "the child's records once its parent passed the barrier", poll)
+        assert not runtime.failed
+    finally:
+        member.close()
+        runtime.close(commit=False)
+
+
+def test_an_activation_whose_parent_lookup_cannot_answer_holds_no_other_task(
+        broker: Broker, job_config: Callable[..., dict[str, Any]], tmp_path: Path,
+        unique: Callable[[str], str]) -> None:
+    """An expansion child's activation needs T1 of its parent, another processor's
+    partition. While the parent's owner holds an offset commit pending, that lookup
+    waits on the fence's thread: every poll returns at once, the other task keeps
+    committing, and the child goes active once the lookup answers."""
+    raw = job_config(partitions=3)
+    topic = parse_config(raw).job.inputs[0]
+    parent, child, other = f"{topic}:0", f"{topic}:1", f"{topic}:2"
+    model = {"Partition 0": [parent], CHILD: [child], BESIDE: [other]}
+    barriers = {"barriers": {child: Barrier(parent=parent, offset=5)}}
+    runtime = new_runtime(raw, tmp_path, "p1")
+    holder = Producer(broker.settings(**{"transactional.id": unique("holder"),
+                                         "transaction.timeout.ms": 60_000}))
+    member = Consumer(broker.settings(**{"group.id": runtime.group}))
+    slowest = 0.0
+
+    def poll() -> None:
+        nonlocal slowest
+        started = time.monotonic()
+        runtime.poll(0.05)
+        slowest = max(slowest, time.monotonic() - started)
+    try:
+        runtime.apply(assignment_reply(model, active=[BESIDE]).model_copy(update=barriers))
+        feed_keys(broker, topic, 0, 300)
+        end = _end(broker, topic, 2)
+        wait_for(lambda: _committed(runtime, BESIDE, other) >= end, 60,
+                 "the other task committing", runtime.poll)
+        # the parent's owner, frozen inside its transaction: the group's offset commit
+        # of the parent stays pending until that transaction ends
+        holder.init_transactions(30)
+        holder.begin_transaction()
+        holder.send_offsets_to_transaction([TopicPartition(topic, 0, 10)],
+                                           member.consumer_group_metadata(), 30)
+        started = time.monotonic()
+        runtime.apply(assignment_reply(model, active=[CHILD, BESIDE]).model_copy(
+            update=barriers))
+        slowest = time.monotonic() - started
+        feed_keys(broker, topic, 300, 300)
+        end = _end(broker, topic, 2)
+        wait_for(lambda: _committed(runtime, BESIDE, other) >= end, 30,
+                 "the other task committing while the parent's lookup cannot answer", poll)
+        for _ in range(20):
+            poll()
+        assert slowest < 3.0, f"a poll took {slowest:.1f} s: the loop waited on the lookup"
+        assert runtime.driver.state_of(CHILD) is State.FENCING, "activated past the lookup"
+
+        holder.commit_transaction(30)       # the parent committed at 10, past the barrier
+        end = _end(broker, topic, 1)
+        wait_for(lambda: _committed(runtime, CHILD, child) >= end, 30,
+                 "the child active, its records committed", poll)
         assert not runtime.failed
     finally:
         member.close()

@@ -155,13 +155,15 @@ def _restart_inside_the_commit(broker: Broker, config: Any, runtime: TaskRuntime
                                caplog: pytest.LogCaptureFixture) -> None:
     active = runtime.active[TASK]
     before = dict(active.committed)
-    commit_transaction = active.transaction._commit_transaction
+    producer = active.transaction.producer
+    commit_transaction = producer.commit_transaction
 
-    def restart_then_commit() -> None:    # outputs and offsets sent, EndTxn not yet
+    def restart_then_commit(timeout: float) -> None:  # outputs, offsets sent; EndTxn not yet
+        producer.commit_transaction = commit_transaction   # a retry commits at once
         broker.local.restart()
-        commit_transaction()
+        commit_transaction(timeout)
 
-    active.transaction._commit_transaction = restart_then_commit  # type: ignore[method-assign]
+    producer.commit_transaction = restart_then_commit
     feed_keys(broker, config.job.inputs[0], 300, 200)
     wait_for(lambda: active.transaction.processed > 0, 30, "an open transaction",
              lambda: active.process(_records(runtime.active_consumer.consume(500, 0.1))))

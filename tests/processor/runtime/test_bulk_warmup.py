@@ -52,7 +52,7 @@ def test_warmup_through_spark_then_handoff(spark, broker, job_config, tmp_path: 
             {"job": config.job.name, "processor": "p2", "task": "Partition 0", "path": "spark",
              "source": "input"})
         assert spark_records and spark_records > 500
-        old.release("Partition 0")
+        old.driver.release("Partition 0")
         old.apply(assignment_reply(model, active=["Partition 1"]))
         new.apply(assignment_reply(model, active=["Partition 0"]))
         wait_for(lambda: "Partition 0" in new.active, 60, "activation", both)

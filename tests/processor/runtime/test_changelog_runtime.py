@@ -104,7 +104,7 @@ def test_warmup_applies_the_changelog_and_the_handoff_keeps_every_id(
         # an apply never reads the store: its memtable keeps no Bloom filter until the
         # task goes active
         assert memtable_bloom_ratio(warmup.store.path) == 0
-        old.release("Partition 0")
+        old.driver.release("Partition 0")
         old.apply(_reply(model, active=["Partition 1"]))
         new.apply(_reply(model, active=["Partition 0"]))
         wait_for(lambda: "Partition 0" in new.active, 60, "activation", both)
@@ -310,7 +310,7 @@ def test_switching_from_input_to_changelog_snapshots_the_store(broker, job_confi
         warmup.apply(_reply(model, warmup=["Partition 0"]))
         wait_for(lambda: warmup.replicas["Partition 0"].applied_total >= 9
                  and warmup.replicas["Partition 0"].lag() == 0, 60, "the warmup", both)
-        owner.release("Partition 0")
+        owner.driver.release("Partition 0")
         owner.apply(_reply(model))
         warmup.apply(_reply(model, active=["Partition 0"]))
         wait_for(lambda: "Partition 0" in warmup.active, 60, "the handoff", both)

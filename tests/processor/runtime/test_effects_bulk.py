@@ -58,7 +58,7 @@ def test_no_effect_from_a_spark_warmup_nor_the_activation_replay(spark, broker, 
         feed_keys(broker, topic, 1000, 50)
         wait_for(lambda: committed(old, 1050), 60, "p1 to process 50 more",
                  lambda: old.poll(0.05))
-        old.release(_TASK)
+        old.driver.release(_TASK)
         new.apply(assignment_reply(model, active=[_TASK]))
         wait_for(lambda: _TASK in new.active, 60, "the activation", lambda: new.poll(0.05))
         feed_keys(broker, topic, 1050, 100)

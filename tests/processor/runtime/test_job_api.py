@@ -59,7 +59,7 @@ def test_headers_outputs_params_and_hooks_through_a_handoff(broker, job_config,
         wait_for(lambda: _TASK in new.replicas and new.replicas[_TASK].caught_up()
                  and new.replicas[_TASK].applied_total == 30, 60, "the warmup",
                  lambda: new.poll(0.05))
-        old.release(_TASK)
+        old.driver.release(_TASK)
         new.apply(_reply(model, active=[_TASK]))
         wait_for(lambda: _TASK in new.active, 60, "activation", lambda: new.poll(0.05))
         assert new.active[_TASK].store.state.get(b"k0") == {

@@ -67,7 +67,7 @@ def test_formats_outputs_and_a_poison_record_through_a_handoff(broker, job_confi
         wait_for(lambda: _TASK in new.replicas and new.replicas[_TASK].caught_up()
                  and dict(new.replicas[_TASK].store.state.items()) == owner_state, 60,
                  "the warmup", lambda: new.poll(0.05))
-        old.release(_TASK)
+        old.driver.release(_TASK)
         new.apply(_reply(model, active=[_TASK]))
         wait_for(lambda: _TASK in new.active, 60, "activation", lambda: new.poll(0.05))
         assert dict(new.active[_TASK].store.state.items()) == owner_state

@@ -56,7 +56,7 @@ def test_handoff_under_traffic_keeps_exactly_once(broker, job_config, tmp_path) 
                  and new.replicas["Partition 0"].applied_total > 0, 60,
                  "the warmup to catch up", both)
         released = old.active["Partition 0"].producer
-        final = old.release("Partition 0")
+        final = old.driver.release("Partition 0")
         wait_for(lambda: producer_closed(released), 30, "the released task's producer to close")
         old.apply(assignment_reply(model, active=["Partition 1"]))
         assert final == old.released["Partition 0"]
@@ -211,7 +211,7 @@ def test_an_activation_that_replayed_many_records_asks_for_a_full_collection(
         first.apply(assignment_reply(model, active=list(model)))
         wait_for(lambda: consumed_to([first], LARGE_REPLAY + 2000), 60, "the first owner",
                  lambda: first.poll(0.05))
-        first.release("Partition 0")
+        first.driver.release("Partition 0")
         earlier = Collector(full_s=3600.0)
         earlier.turn(time.monotonic() + WANTED_GAP_S + 1)     # answers any earlier ask
         # the second owner's store is empty: it replays every record before it goes active

@@ -126,15 +126,20 @@ def test_a_last_commit_an_abort_took_back_is_redone_from_a_rebuilt_store(
         for future in admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
                 group, [TopicPartition(topic, 0, 100)])]).values():
             future.result(30)
-        commit_transaction = active.transaction._commit_transaction
+        producer = active.transaction.producer
+        commit_transaction = producer.commit_transaction
+        refusals = [1, 2]       # the commit and its one retry: the next commits go through
 
-        def abortable() -> None:        # once: the next commits go through
-            active.transaction._commit_transaction = commit_transaction  # type: ignore[method-assign]
+        def abortable(timeout: float) -> None:
+            if not refusals:
+                commit_transaction(timeout)
+                return
+            refusals.pop()
             raise KafkaException(KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
                                             "a broker loading its state", retriable=True,
                                             txn_requires_abort=True))
 
-        active.transaction._commit_transaction = abortable  # type: ignore[method-assign]
+        producer.commit_transaction = abortable
         feed_keys(broker, topic, 300, 50)
         with caplog.at_level(logging.WARNING, logger="baton.processor.runtime"):
             wait_for(lambda: runtime.active.get(TASK) not in (None, active), 90,
