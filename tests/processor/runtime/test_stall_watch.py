@@ -108,10 +108,15 @@ def test_a_warmup_read_that_stops_is_found_and_recovered(
     newcomer = new_runtime(raw, tmp_path, "p2",
                            metrics=ProcessorMetrics(registry, config.job.name, "p2"))
     both = (owner, newcomer)
+    partition = f"{topic}:0"
+    capped: list[float] = []    # when the warmup's cap first moved past the first 200
 
     def poll() -> None:
         for runtime in both:
             runtime.poll(0.02)
+        replica = newcomer.replicas.get("Partition 0")
+        if not capped and replica is not None and replica.caps[partition] > 200:
+            capped.append(time.monotonic())
 
     try:
         owner.apply(assignment_reply(model, active=["Partition 0"]))
@@ -123,11 +128,14 @@ def test_a_warmup_read_that_stops_is_found_and_recovered(
         newcomer.consumers.replays.replay.pause([topic_partition(f"{topic}:0")])
         for _ in range(20):
             poll()
-        assert newcomer.replicas["Partition 0"].positions[f"{topic}:0"] < 200
+        assert newcomer.replicas["Partition 0"].positions[partition] < 200
         feed_keys(broker, topic, 200, 200)
-        fed = time.monotonic()
         wait_for(lambda: bool(_stalled(newcomer)), 30, "the warmup's stall reported", poll)
-        took = time.monotonic() - fed
+        # from the moment its target (the cap: the owner's T1, followed as the owner
+        # commits the new records) moved past it, not from the records' arrival: how
+        # soon the owner commits them is not the watch's
+        assert capped, "reported stalled before its cap moved past it"
+        took = time.monotonic() - capped[0]
         assert took <= TIMEOUT_MS / 1000 + HEARTBEAT_S, f"found after {took:.1f} s"
         assert _stalls(registry, "warmup") == 1
         wait_for(lambda: consumed_to([owner], 400)
