@@ -157,8 +157,9 @@ def local_broker(directory: Path) -> Iterator[Broker]:
         return
     with _in_memory("baton-test-kafka-") as logs:
         kafka: KafkaBroker | KafkaCluster = (
-            KafkaCluster(directory, logs=logs, nice=BROKER_NICE) if broker_kind() == "kafka3"
-            else KafkaBroker(directory, logs=logs, nice=BROKER_NICE))
+            KafkaCluster(directory, logs=logs, nice=BROKER_NICE, jvm_options=BROKER_JVM)
+            if broker_kind() == "kafka3"
+            else KafkaBroker(directory, logs=logs, nice=BROKER_NICE, jvm_options=BROKER_JVM))
         kafka.start()
         try:
             _load_coordinators(kafka.bootstrap)
@@ -171,6 +172,11 @@ def local_broker(directory: Path) -> Iterator[Broker]:
 # waits on it, and on a 2-core host running the sessions side by side (load 30 and up)
 # it was starved long enough for a coordinator's stream write to outlast its lease.
 BROKER_NICE = -5 if os.geteuid() == 0 else 0
+# The test brokers' JIT: C1 only. The brokers are the suite's largest CPU cost on a
+# machine its lanes keep busy, and much of it is the C2 compiler's, which a broker
+# serving a test's short bursts never earns back (docs/performance.md, "Measurements
+# behind the code"). Benchmarks keep Kafka's own JIT. BATON_TEST_BROKER_JVM overrides.
+BROKER_JVM = tuple(os.environ.get("BATON_TEST_BROKER_JVM", "-XX:TieredStopAtLevel=1").split())
 
 
 @contextmanager

@@ -32,6 +32,7 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -230,8 +231,8 @@ class HostKafkaBroker(KafkaBroker):
                 "advertised.listeners": f"PLAINTEXT://{self.bootstrap}",
                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"}
 
-    def _java(self, main: str, *args: str) -> list[str]:
-        return self.host.command(super()._java(main, *args))
+    def _java(self, main: str, *args: str, options: Sequence[str] = ()) -> list[str]:
+        return self.host.command(super()._java(main, *args, options=options))
 
     def start(self) -> str:
         if self.delay_file is not None and self._proxy is None:

@@ -23,6 +23,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -62,6 +63,8 @@ KAFKA_BROKER_SETTINGS: dict[str, str] = {
 _JVM_OPTIONS = ["-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
                 "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
                 "-Djava.awt.headless=true"]
+# A tool that runs for a second or two: the C2 compiler's work would never pay back
+_TOOL_JVM_OPTIONS = ["-XX:TieredStopAtLevel=1"]
 _START_TIMEOUT_S = 120.0   # a JVM start on a small, loaded machine takes up to a minute
 _STOP_GRACE_S = 30.0
 _LOG4J = """\
@@ -111,10 +114,12 @@ class KafkaBroker:
 
     def __init__(self, data_dir: Path | None = None, port: int | None = None,
                  settings: dict[str, str] | None = None, logs: Path | None = None,
-                 nice: int = 0, node_id: int = 1) -> None:
+                 nice: int = 0, node_id: int = 1, jvm_options: Sequence[str] = ()) -> None:
         """`logs`: where the partitions' and the metadata log live (default: `log` in
         `data_dir`, beside the broker's own log and settings). `nice`: the JVM's
         scheduling priority (below 0 needs root; GNU nice runs it unchanged otherwise).
+        `jvm_options`: the broker JVM's, after the defaults (a test suite's brokers
+        trade peak speed for CPU: tests/brokers.py).
         `node_id`: its id in a cluster (orchestrator/devkit/kafka_cluster.py sets it with
         `cluster_id` and `quorum_voters`; alone, a one-voter quorum of its own)."""
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -124,6 +129,7 @@ class KafkaBroker:
         self.data_dir = data_dir
         self.logs = logs or data_dir / "log"
         self.nice = nice
+        self.jvm_options = list(jvm_options)
         self.port = port or free_port()
         self.controller_port = free_port()
         self.settings = {**KAFKA_BROKER_SETTINGS, **(settings or {})}
@@ -176,10 +182,10 @@ class KafkaBroker:
         (self.data_dir / "log4j2.properties").write_text(_LOG4J.format(log=self.log_path))
         return path
 
-    def _java(self, main: str, *args: str) -> list[str]:
+    def _java(self, main: str, *args: str, options: Sequence[str] = ()) -> list[str]:
         log4j = self.data_dir / "log4j2.properties"
         nice = ["nice", "-n", str(self.nice)] if self.nice else []
-        return [*nice, "java", *_JVM_OPTIONS, f"-Dlog4j2.configurationFile={log4j}",
+        return [*nice, "java", *_JVM_OPTIONS, *options, f"-Dlog4j2.configurationFile={log4j}",
                 "-cp", f"{kafka_libs()}/*", main, *args]
 
     def _format(self, properties: Path) -> None:
@@ -189,7 +195,8 @@ class KafkaBroker:
         # a static quorum's voters are in the properties; alone, it is the only voter
         alone = ["--standalone"] if self.quorum_voters is None else []
         cmd = self._java("kafka.tools.StorageTool", "format", "-t",
-                         self.cluster_id or new_cluster_id(), "-c", str(properties), *alone)
+                         self.cluster_id or new_cluster_id(), "-c", str(properties), *alone,
+                         options=_TOOL_JVM_OPTIONS)
         done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True,
                               timeout=_START_TIMEOUT_S, check=False)
         if done.returncode != 0:
@@ -221,7 +228,8 @@ class KafkaBroker:
         properties = self._properties()
         self._format(properties)
         with (self.data_dir / "stdout.log").open("ab") as out:
-            self._proc = subprocess.Popen(self._java("kafka.Kafka", str(properties)),
+            self._proc = subprocess.Popen(self._java("kafka.Kafka", str(properties),
+                                                     options=self.jvm_options),
                                           stdout=out, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True)
 

@@ -25,7 +25,7 @@ import json
 import signal
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -85,11 +85,12 @@ class KafkaCluster:
     """Three Apache Kafka nodes (broker and controller each) on 127.0.0.1."""
 
     def __init__(self, data_dir: Path | None = None, settings: dict[str, str] | None = None,
-                 logs: Path | None = None, nice: int = 0) -> None:
+                 logs: Path | None = None, nice: int = 0,
+                 jvm_options: Sequence[str] = ()) -> None:
         """`data_dir`: one folder per node (`node1`...) for its settings and its own
         log; `logs`: where the nodes keep their partitions and metadata logs (a folder
         per node; default: in `data_dir`); `settings` on top of KAFKA_CLUSTER_SETTINGS;
-        `nice`: the JVMs' scheduling priority."""
+        `nice`: the JVMs' scheduling priority; `jvm_options`: the nodes' (KafkaBroker)."""
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if data_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="baton-kafka3-")
@@ -97,7 +98,8 @@ class KafkaCluster:
         self.data_dir = data_dir
         merged = {**KAFKA_CLUSTER_SETTINGS, **(settings or {})}
         self.nodes = [KafkaBroker(data_dir / f"node{n}", settings=merged, nice=nice, node_id=n,
-                                  logs=logs / f"node{n}" if logs is not None else None)
+                                  logs=logs / f"node{n}" if logs is not None else None,
+                                  jvm_options=jvm_options)
                       for n in range(1, NODES + 1)]
         cluster_id = new_cluster_id()
         voters = ",".join(f"{node.node_id}@127.0.0.1:{node.controller_port}"
