@@ -136,7 +136,7 @@ def test_every_topic_has_three_replicas_and_two_in_sync(broker) -> None:
 
 
 def test_the_transaction_coordinator_found_is_the_clients(broker, unique) -> None:
-    """Leadership.transaction_coordinator names the node a producer's client finds
+    """ClusterLeaders.transaction_coordinator names the node a producer's client finds
     (librdkafka logs its FindCoordinator answer: "Transaction coordinator changed from
     ... -> host:port/<node id>")."""
     cluster = cluster_of(broker)

@@ -39,7 +39,7 @@ from orchestrator.devkit.kafka import (
     new_cluster_id,
 )
 
-__all__ = ["KAFKA_CLUSTER_SETTINGS", "KafkaCluster", "Leadership", "transaction_partition"]
+__all__ = ["ClusterLeaders", "KAFKA_CLUSTER_SETTINGS", "KafkaCluster", "transaction_partition"]
 
 # What three nodes change from one node's settings (KAFKA_BROKER_SETTINGS): Kafka's own
 # defaults for the internal topics (replication 3, the transaction log's min.isr 2)
@@ -106,7 +106,7 @@ class KafkaCluster:
                           for node in self.nodes)
         for node in self.nodes:
             node.cluster_id, node.quorum_voters = cluster_id, voters
-        self.leaders = Leadership(self.nodes, self._admin)
+        self.leaders = ClusterLeaders(self.nodes, self._admin)
 
     @property
     def bootstrap(self) -> str:
@@ -232,7 +232,7 @@ class KafkaCluster:
         self.close()
 
 
-class Leadership:
+class ClusterLeaders:
     """Which node of a cluster leads what now: a partition, a transactional id's
     transactions, the controller quorum (what a fault test kills or freezes).
 
