@@ -1,4 +1,4 @@
-"""A task's lifecycle on one processor, as data: every (state, event) pair decided in one
+"""A task's lifecycle on one processor, as data: every (stage, event) pair decided in one
 table, and a pure `step()` that returns the commands the driver carries out.
 
 The coordinator decides where a task goes (orchestrator/core/handoff/); this table
@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
-__all__ = ["Command", "Event", "FAILURES", "LISTINGS", "RECONCILE_ORDER", "State",
+__all__ = ["Command", "Event", "FAILURES", "LISTINGS", "RECONCILE_ORDER", "Stage",
            "TABLE", "Transition", "listing_events", "plan", "step"]
 
 
-class State(enum.Enum):
+class Stage(enum.Enum):
     """Where a task is on this processor."""
 
     IDLE = "idle"               # not held here (its store may stay on disk)
@@ -91,7 +91,7 @@ class Command(enum.Enum):
     GO_ACTIVE = "go active"
     REWIND = "rewind to T1"
     STOP_ACTIVE = "stop without committing"
-    FREE = "free what it holds"         # after a failed change, in whatever state
+    FREE = "free what it holds"         # after a failed change, in whatever stage
     MARK_FAILED = "mark failed"
     COUNT_ABORTED = "count an aborted transaction"
     COUNT_FENCED = "count a fenced transaction"
@@ -100,13 +100,13 @@ class Command(enum.Enum):
 
 @dataclass(frozen=True)
 class Transition:
-    """The state a task is in after an event, and the commands that take it there."""
+    """The stage a task is in after an event, and the commands that take it there."""
 
-    state: State
+    stage: Stage
     commands: tuple[Command, ...] = ()
 
 
-S, E, C = State, Event, Command
+S, E, C = Stage, Event, Command
 
 LISTINGS: Final = (E.LISTED_ACTIVE, E.LISTED_WARMUP, E.LISTED_STANDBY, E.UNLISTED,
                    E.LISTED_UNKNOWN, E.REPARTITIONED, E.FAILURE_SEEN)
@@ -123,19 +123,19 @@ _FAIL: Final = (C.FREE, C.MARK_FAILED)
 _STOP: Final = (C.STOP_ACTIVE, C.MARK_FAILED)
 
 
-def _stay(state: State) -> Transition:
-    return Transition(state)
+def _stay(stage: Stage) -> Transition:
+    return Transition(stage)
 
 
-def _failing(state: State) -> dict[Event, Transition]:
-    """A change of a task in `state` (not active) failed: free what it held, fail it.
+def _failing(stage: Stage) -> dict[Event, Transition]:
+    """A change of a task in `stage` (not active) failed: free what it held, fail it.
     The producer a fence took is given up with the rest: an activation starts anew."""
     rows = {e: Transition(S.FAILED, _FAIL) for e in FAILURES}
     rows[E.INPUT_TRIMMED] = Transition(S.FAILED, (C.COUNT_TRIMMED, *_FAIL))
     return rows
 
 
-def _replica(role: State, other: State) -> dict[Event, Transition]:
+def _replica(role: Stage, other: Stage) -> dict[Event, Transition]:
     return {
         E.LISTED_ACTIVE: Transition(S.FENCING, (C.ACTIVATE,)),
         _listed(role): _stay(role),
@@ -150,38 +150,38 @@ def _replica(role: State, other: State) -> dict[Event, Transition]:
     }
 
 
-def _listed(role: State) -> Event:
+def _listed(role: Stage) -> Event:
     return {S.WARMUP: E.LISTED_WARMUP, S.STANDBY: E.LISTED_STANDBY}[role]
 
 
-def _activating(state: State) -> dict[Event, Transition]:
+def _activating(stage: Stage) -> dict[Event, Transition]:
     """Fencing or replaying: no reply changes it. The activation runs to its end; a
     coordinator that changed its mind meanwhile has the task released by a later reply."""
-    rows = {e: _stay(state) for e in LISTINGS}
-    rows.update({e: _stay(state) for e in ACTIVATION})
-    rows[E.COMMITTED] = _stay(state)
-    rows.update(_failing(state))
+    rows = {e: _stay(stage) for e in LISTINGS}
+    rows.update({e: _stay(stage) for e in ACTIVATION})
+    rows[E.COMMITTED] = _stay(stage)
+    rows.update(_failing(stage))
     return rows
 
 
-def _unheld(state: State) -> dict[Event, Transition]:
+def _unheld(stage: Stage) -> dict[Event, Transition]:
     """Idle or released: a listing starts it; nothing else concerns it."""
     rows = {
         E.LISTED_ACTIVE: Transition(S.FENCING, (C.ACTIVATE,)),
         E.LISTED_WARMUP: Transition(S.WARMUP, (C.START_REPLICA,)),
         E.LISTED_STANDBY: Transition(S.STANDBY, (C.START_REPLICA,)),
-        E.UNLISTED: _stay(state),
-        E.LISTED_UNKNOWN: _stay(state),
-        E.REPARTITIONED: _stay(state),
-        E.FAILURE_SEEN: _stay(state),
-        **{e: _stay(state) for e in ACTIVATION},
-        E.COMMITTED: _stay(state),
+        E.UNLISTED: _stay(stage),
+        E.LISTED_UNKNOWN: _stay(stage),
+        E.REPARTITIONED: _stay(stage),
+        E.FAILURE_SEEN: _stay(stage),
+        **{e: _stay(stage) for e in ACTIVATION},
+        E.COMMITTED: _stay(stage),
     }
-    rows.update(_failing(state))        # a start that failed
+    rows.update(_failing(stage))        # a start that failed
     return rows
 
 
-_ROWS: dict[State, dict[Event, Transition]] = {
+_ROWS: dict[Stage, dict[Event, Transition]] = {
     S.IDLE: _unheld(S.IDLE),
     S.WARMUP: _replica(S.WARMUP, S.STANDBY),
     S.STANDBY: _replica(S.STANDBY, S.WARMUP),
@@ -230,34 +230,34 @@ _ROWS: dict[State, dict[Event, Transition]] = {
     },
 }
 
-TABLE: Final[Mapping[tuple[State, Event], Transition]] = MappingProxyType(
-    {(state, event): rule for state, rows in _ROWS.items() for event, rule in rows.items()})
+TABLE: Final[Mapping[tuple[Stage, Event], Transition]] = MappingProxyType(
+    {(stage, event): rule for stage, rows in _ROWS.items() for event, rule in rows.items()})
 
 
-def step(state: State, event: Event) -> Transition:
-    """What `event` does to a task in `state`."""
-    return TABLE[state, event]
+def step(stage: Stage, event: Event) -> Transition:
+    """What `event` does to a task in `stage`."""
+    return TABLE[stage, event]
 
 
-def plan(states: Mapping[str, State], events: Mapping[str, Sequence[Event]]
+def plan(stages: Mapping[str, Stage], events: Mapping[str, Sequence[Event]]
          ) -> list[tuple[str, Command]]:
-    """A reply's commands: each task's events stepped from its state, then every
+    """A reply's commands: each task's events stepped from its stage, then every
     command in `RECONCILE_ORDER` across the tasks (a task's own commands keep their
     order: the table lists them in that order)."""
     found: list[tuple[int, int, str, Command]] = []
     for position, (task, seen) in enumerate(events.items()):
-        state = states.get(task, S.IDLE)
+        stage = stages.get(task, S.IDLE)
         for event in seen:
-            transition = step(state, event)
+            transition = step(stage, event)
             found.extend((RECONCILE_ORDER.index(c), position, task, c)
                          for c in transition.commands)
-            state = transition.state
+            stage = transition.stage
     return [(task, command) for _, _, task, command in sorted(found)]
 
 
-def listing_events(state: State, listed: State | None, stale: bool, failure_seen: bool
+def listing_events(stage: Stage, listed: Stage | None, stale: bool, failure_seen: bool
                    ) -> tuple[Event, ...]:
-    """The events one reply makes for a task in `state`: `listed` is the role the reply
+    """The events one reply makes for a task in `stage`: `listed` is the role the reply
     gives it (ACTIVE, WARMUP, STANDBY or None), `stale` whether a replica's partitions
     changed, `failure_seen` whether the failure it reported was seen."""
     first: Iterable[Event] = (E.REPARTITIONED,) if stale else ()

@@ -1,7 +1,7 @@
 """The task driver: carries out what the lifecycle table (processor/lifecycle.py) decides.
 
 It holds the processor's book of tasks (what is active, a replica, released or failed;
-an activation's own state is `Activations`') and turns what happened to a task (a
+an activation's own progress is `Activations`') and turns what happened to a task (a
 reply's listing through `reconcile`, a fence done, a replay at T1, what a step raised)
 into an `Event`, steps the table, and runs each `Command` it returns: start a replica,
 fence, replay, go active, grow, rewind, stop, release, free. It decides nothing itself,
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from metrics import ProcessorMetrics
 from orchestrator.wire.clock import Clock
 from processor.active import ActiveTask
-from processor.lifecycle import Command, Event, State, step
+from processor.lifecycle import Command, Event, Stage, step
 from processor.replica import Replay, ReplicaRole
 from processor.runtime.activation import Activations
 from processor.runtime.active_consumer import GROW_LOOKUP_S
@@ -33,7 +33,7 @@ from processor.runtime.consumers import Consumers
 from processor.runtime.jobs import TaskJobs
 from processor.runtime.outcomes import TASK_ERRORS, event_of
 from processor.runtime.producer_close import close_producer
-from processor.runtime.reconciliation import held_state
+from processor.runtime.reconciliation import held_stage
 from processor.runtime.reports import StoreSizes
 from processor.runtime.stores import TaskStores
 from processor.runtime.task_partitions import TaskPartitions
@@ -93,18 +93,18 @@ class TaskDriver:
 
     # ---- the lifecycle: processor/lifecycle.py decides, the driver carries out -----
 
-    def state_of(self, task: str) -> State:
+    def stage_of(self, task: str) -> Stage:
         """Where `task` is on this processor, read from what holds it."""
         activations = self._parts.activations
         if task in activations:
-            return State.REPLAYING if activations.pending[task].replaying \
-                else State.FENCING
-        state = held_state(self, task)
-        return State.RELEASED if state is State.IDLE and task in self.released else state
+            return Stage.REPLAYING if activations.pending[task].replaying \
+                else Stage.FENCING
+        stage = held_stage(self, task)
+        return Stage.RELEASED if stage is Stage.IDLE and task in self.released else stage
 
     def happened(self, task: str, event: Event, reason: str = "") -> None:
         """Step `task` through the lifecycle table and carry out its commands."""
-        for command in step(self.state_of(task), event).commands:
+        for command in step(self.stage_of(task), event).commands:
             self._commands[command](task, reason)
 
     def guard(self, task: str, change: Callable[[str], object]) -> None:

@@ -33,10 +33,10 @@ from confluent_kafka import KafkaException
 
 from orchestrator.wire.protocol import RoleListing
 from processor.active import ActiveTask
-from processor.lifecycle import Command, Event, State, listing_events, plan
+from processor.lifecycle import Command, Event, Stage, listing_events, plan
 from processor.replica import Replay, ReplicaRole
 
-__all__ = ["Reconcilable", "held_state", "reconcile", "replica_roles"]
+__all__ = ["Reconcilable", "held_stage", "reconcile", "replica_roles"]
 
 log = logging.getLogger("baton.processor.runtime")
 
@@ -81,40 +81,40 @@ def reconcile(runtime: Reconcilable, wanted: RoleListing,
             (None: every failure was).
     """
     roles = replica_roles(wanted)
-    listed: dict[str, State] = {t: State.WARMUP if r == "warmup" else State.STANDBY
+    listed: dict[str, Stage] = {t: Stage.WARMUP if r == "warmup" else Stage.STANDBY
                                 for t, r in roles.items()}
-    listed.update({t: State.ACTIVE for t in wanted.active})
+    listed.update({t: Stage.ACTIVE for t in wanted.active})
     tasks = dict.fromkeys([*runtime.failed, *runtime.active, *runtime.replicas, *listed])
-    states = {task: held_state(runtime, task) for task in tasks}
+    stages = {task: held_stage(runtime, task) for task in tasks}
     events: dict[str, tuple[Event, ...]] = {}
     for task in tasks:
-        state = states[task]
+        stage = stages[task]
         replica = runtime.replicas.get(task)
-        stale = state in (State.WARMUP, State.STANDBY) and replica is not None \
+        stale = stage in (Stage.WARMUP, Stage.STANDBY) and replica is not None \
             and replica.partitions != runtime.replay_partitions(task)
-        seen = state is State.FAILED and (seen_failures is None or task in seen_failures)
+        seen = stage is Stage.FAILED and (seen_failures is None or task in seen_failures)
         role = listed.get(task)
         if role is not None and task not in runtime.model:
             events[task] = (*((Event.REPARTITIONED,) if stale else ()), Event.LISTED_UNKNOWN)
         else:
-            events[task] = listing_events(state, role, stale, seen)
-    for task, command in plan(states, events):
+            events[task] = listing_events(stage, role, stale, seen)
+    for task, command in plan(stages, events):
         if command is not Command.FORGET_FAILURE and task in runtime.failed:
             continue        # it failed on an earlier command of this reply
         _carry_out(runtime, task, command, roles.get(task))
 
 
-def held_state(runtime: Reconcilable, task: str) -> State:
+def held_stage(runtime: Reconcilable, task: str) -> Stage:
     """Where `task` is on this processor, as reconciliation sees it (a released task's
     final T1 is not its business: released is idle here)."""
     replica = runtime.replicas.get(task)
     if runtime.activating(task):
-        return State.REPLAYING if replica is not None else State.FENCING
+        return Stage.REPLAYING if replica is not None else Stage.FENCING
     if task in runtime.active:
-        return State.ACTIVE
+        return Stage.ACTIVE
     if replica is not None:
-        return State.WARMUP if replica.role == "warmup" else State.STANDBY
-    return State.FAILED if task in runtime.failed else State.IDLE
+        return Stage.WARMUP if replica.role == "warmup" else Stage.STANDBY
+    return Stage.FAILED if task in runtime.failed else Stage.IDLE
 
 
 def _carry_out(runtime: Reconcilable, task: str, command: Command,

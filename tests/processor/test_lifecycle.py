@@ -1,4 +1,4 @@
-"""The task lifecycle table (processor/lifecycle.py), walked: every (state, event) pair
+"""The task lifecycle table (processor/lifecycle.py), walked: every (stage, event) pair
 decided, the rows that matter one by one, and the properties the runtime relies on."""
 
 from __future__ import annotations
@@ -14,19 +14,19 @@ from processor.lifecycle import (
     TABLE,
     Command,
     Event,
-    State,
+    Stage,
     Transition,
     listing_events,
     plan,
     step,
 )
 
-S, E, C = State, Event, Command
+S, E, C = Stage, Event, Command
 HELD = (S.WARMUP, S.STANDBY, S.FENCING, S.REPLAYING, S.ACTIVE)
 
 
 def test_every_state_meets_every_event() -> None:
-    assert set(TABLE) == {(s, e) for s in State for e in Event}
+    assert set(TABLE) == {(s, e) for s in Stage for e in Event}
 
 
 # ---- rows ----------------------------------------------------------------------------
@@ -78,10 +78,10 @@ ROWS = [
 ]
 
 
-@pytest.mark.parametrize(("state", "event", "then", "commands"), ROWS,
+@pytest.mark.parametrize(("stage", "event", "then", "commands"), ROWS,
                          ids=[f"{s.value}-{e.value}" for s, e, _, _ in ROWS])
-def test_row(state: State, event: Event, then: State, commands: list[Command]) -> None:
-    assert step(state, event) == Transition(then, tuple(commands))
+def test_row(stage: Stage, event: Event, then: Stage, commands: list[Command]) -> None:
+    assert step(stage, event) == Transition(then, tuple(commands))
 
 
 # ---- properties ----------------------------------------------------------------------
@@ -89,13 +89,13 @@ def test_row(state: State, event: Event, then: State, commands: list[Command]) -
 def test_every_state_is_reached_from_idle() -> None:
     seen, todo = {S.IDLE}, deque([S.IDLE])
     while todo:
-        state = todo.popleft()
+        stage = todo.popleft()
         for event in Event:
-            nxt = step(state, event).state
+            nxt = step(stage, event).stage
             if nxt not in seen:
                 seen.add(nxt)
                 todo.append(nxt)
-    assert seen == set(State)
+    assert seen == set(Stage)
 
 
 def test_a_failed_task_waits_for_the_coordinator() -> None:
@@ -110,18 +110,18 @@ def test_a_failed_task_waits_for_the_coordinator() -> None:
 
 
 def test_failed_is_entered_only_by_marking_it_and_marking_leads_there() -> None:
-    for (state, event), rule in TABLE.items():
-        if state is S.FAILED:
+    for (stage, event), rule in TABLE.items():
+        if stage is S.FAILED:
             continue
-        assert (rule.state is S.FAILED) == (C.MARK_FAILED in rule.commands), (state, event)
+        assert (rule.stage is S.FAILED) == (C.MARK_FAILED in rule.commands), (stage, event)
 
 
 def test_another_owner_fencing_a_held_task_always_fails_it() -> None:
     """A fenced producer means another processor owns the task now: it is never
     retried here (the coordinator decides where it goes)."""
-    for state in State:
-        if state is not S.FAILED:
-            assert step(state, E.FENCED).state is S.FAILED, state
+    for stage in Stage:
+        if stage is not S.FAILED:
+            assert step(stage, E.FENCED).stage is S.FAILED, stage
 
 
 def test_whatever_leaves_active_stops_its_task() -> None:
@@ -129,42 +129,42 @@ def test_whatever_leaves_active_stops_its_task() -> None:
     committing, or being freed after a failed change: never with its producer open."""
     for event in Event:
         rule = step(S.ACTIVE, event)
-        if rule.state is not S.ACTIVE:
+        if rule.stage is not S.ACTIVE:
             assert {C.RELEASE, C.STOP_ACTIVE, C.FREE} & set(rule.commands), event
 
 
 def test_active_is_entered_only_by_going_active_after_the_replays() -> None:
-    for (state, event), rule in TABLE.items():
-        if rule.state is S.ACTIVE and state is not S.ACTIVE:
-            assert (state, event, rule.commands) == (S.REPLAYING, E.ALL_REPLAYED,
+    for (stage, event), rule in TABLE.items():
+        if rule.stage is S.ACTIVE and stage is not S.ACTIVE:
+            assert (stage, event, rule.commands) == (S.REPLAYING, E.ALL_REPLAYED,
                                                      (C.GO_ACTIVE,))
 
 
 def test_fencing_is_entered_only_by_an_activation() -> None:
-    for (state, event), rule in TABLE.items():
-        if rule.state is S.FENCING and state is not S.FENCING:
-            assert rule.commands[-1] is C.ACTIVATE, (state, event)
+    for (stage, event), rule in TABLE.items():
+        if rule.stage is S.FENCING and stage is not S.FENCING:
+            assert rule.commands[-1] is C.ACTIVATE, (stage, event)
 
 
 def test_an_activation_runs_to_its_end_whatever_the_reply() -> None:
-    for state in (S.FENCING, S.REPLAYING):
+    for stage in (S.FENCING, S.REPLAYING):
         for event in LISTINGS:
-            assert step(state, event) == Transition(state), (state, event)
+            assert step(stage, event) == Transition(stage), (stage, event)
 
 
 def test_no_failure_is_ignored_by_a_held_task() -> None:
     """Every failure of a task this processor holds changes something: a rewind, a
     restart, or a failure reported to the coordinator."""
-    for state in HELD:
+    for stage in HELD:
         for event in FAILURES:
-            assert step(state, event).commands, (state, event)
+            assert step(stage, event).commands, (stage, event)
 
 
 def test_a_reply_commands_only_what_reconciliation_carries_out_and_in_its_order() -> None:
-    for (state, event), rule in TABLE.items():
+    for (stage, event), rule in TABLE.items():
         if event in LISTINGS:
             order = [RECONCILE_ORDER.index(c) for c in rule.commands]
-            assert order == sorted(order), (state, event)
+            assert order == sorted(order), (stage, event)
 
 
 # ---- a reply's plan ------------------------------------------------------------------

@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from orchestrator.wire.config import parse_config
 from orchestrator.wire.protocol import Barrier
-from processor.lifecycle import State
+from processor.lifecycle import Stage
 from processor.runtime import TaskRuntime
 from tests.brokers import Broker
 from tests.processor.runtime.runtime_support import assignment_reply, feed_keys, new_runtime
@@ -205,7 +205,7 @@ def test_an_activation_whose_parent_lookup_cannot_answer_holds_no_other_task(
         for _ in range(20):
             poll()
         assert slowest < 3.0, f"a poll took {slowest:.1f} s: the loop waited on the lookup"
-        assert runtime.driver.state_of(CHILD) is State.FENCING, "activated past the lookup"
+        assert runtime.driver.stage_of(CHILD) is Stage.FENCING, "activated past the lookup"
 
         holder.commit_transaction(30)       # the parent committed at 10, past the barrier
         end = _end(broker, topic, 1)
