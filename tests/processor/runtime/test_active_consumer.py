@@ -44,6 +44,45 @@ def _committed(runtime: TaskRuntime, task: str, partition: str) -> int:
     return -1 if active is None else active.committed.get(partition, -1)
 
 
+class _PendingCommit:
+    """Another transactional producer holding an offset commit of the job's group
+    pending on one partition until `commit()`: what an owner frozen inside its
+    transaction does (a stable lookup of that partition cannot answer meanwhile)."""
+
+    def __init__(self, broker: Broker, unique: Callable[[str], str], group: str) -> None:
+        self._holder = Producer(broker.settings(**{"transactional.id": unique("holder"),
+                                                   "transaction.timeout.ms": 60_000}))
+        self._member = Consumer(broker.settings(**{"group.id": group}))
+
+    def hold(self, partition: TopicPartition) -> None:
+        self._holder.init_transactions(30)
+        self._holder.begin_transaction()
+        self._holder.send_offsets_to_transaction([partition],
+                                                 self._member.consumer_group_metadata(), 30)
+
+    def commit(self) -> None:
+        self._holder.commit_transaction(30)
+
+    def close(self) -> None:
+        self._member.close()
+
+
+class _TimedPolls:
+    """Polls a runtime, keeping the slowest call it timed."""
+
+    def __init__(self, runtime: TaskRuntime) -> None:
+        self._runtime = runtime
+        self.slowest = 0.0
+
+    def timed(self, call: Callable[[], object]) -> None:
+        started = time.monotonic()
+        call()
+        self.slowest = max(self.slowest, time.monotonic() - started)
+
+    def __call__(self) -> None:
+        self.timed(lambda: self._runtime.poll(0.05))
+
+
 def test_growing_beside_a_pending_offset_commit_holds_no_other_task(
         broker: Broker, job_config: Callable[..., dict[str, Any]], tmp_path: Path,
         unique: Callable[[str], str]) -> None:
@@ -53,9 +92,7 @@ def test_growing_beside_a_pending_offset_commit_holds_no_other_task(
     before = {GROWING: [first], OTHER: [second]}
     grown = {GROWING: [first, new], OTHER: [second]}
     runtime = new_runtime(raw, tmp_path, "p1")
-    holder = Producer(broker.settings(**{"transactional.id": unique("holder"),
-                                         "transaction.timeout.ms": 60_000}))
-    member = Consumer(broker.settings(**{"group.id": runtime.group}))
+    pending = _PendingCommit(broker, unique, runtime.group)
     try:
         runtime.apply(assignment_reply(before, active=[GROWING, OTHER]))
         feed_keys(broker, topic, 0, 300)
@@ -64,10 +101,7 @@ def test_growing_beside_a_pending_offset_commit_holds_no_other_task(
                  "the other task's records", lambda: runtime.poll(0.05))
         # another producer's transaction holds an offset commit of the group pending on
         # the partition the task gains: a stable lookup of it waits until that ends
-        holder.init_transactions(30)
-        holder.begin_transaction()
-        holder.send_offsets_to_transaction([TopicPartition(topic, 2, 3)],
-                                           member.consumer_group_metadata(), 30)
+        pending.hold(TopicPartition(topic, 2, 3))
 
         started = time.monotonic()
         runtime.apply(assignment_reply(grown, active=[GROWING, OTHER]))
@@ -80,7 +114,7 @@ def test_growing_beside_a_pending_offset_commit_holds_no_other_task(
                  "the other task committing while the lookup cannot answer",
                  lambda: runtime.poll(0.05))
 
-        holder.commit_transaction(30)       # stable again, at 3: the next reply grows it
+        pending.commit()        # stable again, at 3: the next reply grows it
 
         def grows() -> bool:
             runtime.apply(assignment_reply(grown, active=[GROWING, OTHER]))
@@ -93,7 +127,7 @@ def test_growing_beside_a_pending_offset_commit_holds_no_other_task(
         wait_for(lambda: _committed(runtime, GROWING, new) >= end, 30,
                  "the new partition's records committed", lambda: runtime.poll(0.05))
     finally:
-        member.close()
+        pending.close()
         runtime.close(commit=False)
 
 
@@ -115,16 +149,8 @@ def test_a_barrier_whose_parent_lookup_cannot_answer_holds_no_other_task(
     reply = assignment_reply(model, active=[CHILD, BESIDE]).model_copy(
         update={"barriers": {child: Barrier(parent=parent, offset=5)}})
     runtime = new_runtime(raw, tmp_path, "p1")
-    holder = Producer(broker.settings(**{"transactional.id": unique("holder"),
-                                         "transaction.timeout.ms": 60_000}))
-    member = Consumer(broker.settings(**{"group.id": runtime.group}))
-    slowest = 0.0
-
-    def poll() -> None:
-        nonlocal slowest
-        started = time.monotonic()
-        runtime.poll(0.05)
-        slowest = max(slowest, time.monotonic() - started)
+    pending = _PendingCommit(broker, unique, runtime.group)
+    poll = _TimedPolls(runtime)
     try:
         runtime.apply(reply)
         feed_keys(broker, topic, 0, 300)
@@ -132,30 +158,26 @@ def test_a_barrier_whose_parent_lookup_cannot_answer_holds_no_other_task(
         wait_for(lambda: _committed(runtime, BESIDE, other) >= end, 60,
                  "both tasks active, the other one committing", runtime.poll)
         assert CHILD in runtime.active and child not in runtime.consumers.active.owner
-        # the parent's owner, frozen inside its transaction: the group's offset commit
-        # of the parent stays pending until that transaction ends
-        holder.init_transactions(30)
-        holder.begin_transaction()
-        holder.send_offsets_to_transaction([TopicPartition(topic, 0, 10)],
-                                           member.consumer_group_metadata(), 30)
+        pending.hold(TopicPartition(topic, 0, 10))     # the parent's owner, frozen
         feed_keys(broker, topic, 300, 300)
         end = _end(broker, topic, 2)
-        slowest = 0.0
+        poll.slowest = 0.0
         wait_for(lambda: _committed(runtime, BESIDE, other) >= end, 30,
                  "the other task committing while the parent's lookup cannot answer", poll)
         for _ in range(20):
             poll()
-        assert slowest < 3.0, f"a poll took {slowest:.1f} s: the loop waited on the lookup"
+        assert poll.slowest < 3.0, \
+            f"a poll took {poll.slowest:.1f} s: the loop waited on the lookup"
         assert child not in runtime.consumers.active.owner, "the child started early"
         assert _committed(runtime, CHILD, child) == 0
 
-        holder.commit_transaction(30)       # the parent committed at 10, past the barrier
+        pending.commit()        # the parent committed at 10, past the barrier
         end = _end(broker, topic, 1)
         wait_for(lambda: _committed(runtime, CHILD, child) >= end, 30,
                  "the child's records once its parent passed the barrier", poll)
         assert not runtime.failed
     finally:
-        member.close()
+        pending.close()
         runtime.close(commit=False)
 
 
@@ -172,46 +194,32 @@ def test_an_activation_whose_parent_lookup_cannot_answer_holds_no_other_task(
     model = {"Partition 0": [parent], CHILD: [child], BESIDE: [other]}
     barriers = {"barriers": {child: Barrier(parent=parent, offset=5)}}
     runtime = new_runtime(raw, tmp_path, "p1")
-    holder = Producer(broker.settings(**{"transactional.id": unique("holder"),
-                                         "transaction.timeout.ms": 60_000}))
-    member = Consumer(broker.settings(**{"group.id": runtime.group}))
-    slowest = 0.0
-
-    def poll() -> None:
-        nonlocal slowest
-        started = time.monotonic()
-        runtime.poll(0.05)
-        slowest = max(slowest, time.monotonic() - started)
+    pending = _PendingCommit(broker, unique, runtime.group)
+    poll = _TimedPolls(runtime)
     try:
         runtime.apply(assignment_reply(model, active=[BESIDE]).model_copy(update=barriers))
         feed_keys(broker, topic, 0, 300)
         end = _end(broker, topic, 2)
         wait_for(lambda: _committed(runtime, BESIDE, other) >= end, 60,
                  "the other task committing", runtime.poll)
-        # the parent's owner, frozen inside its transaction: the group's offset commit
-        # of the parent stays pending until that transaction ends
-        holder.init_transactions(30)
-        holder.begin_transaction()
-        holder.send_offsets_to_transaction([TopicPartition(topic, 0, 10)],
-                                           member.consumer_group_metadata(), 30)
-        started = time.monotonic()
-        runtime.apply(assignment_reply(model, active=[CHILD, BESIDE]).model_copy(
-            update=barriers))
-        slowest = time.monotonic() - started
+        pending.hold(TopicPartition(topic, 0, 10))     # the parent's owner, frozen
+        poll.timed(lambda: runtime.apply(
+            assignment_reply(model, active=[CHILD, BESIDE]).model_copy(update=barriers)))
         feed_keys(broker, topic, 300, 300)
         end = _end(broker, topic, 2)
         wait_for(lambda: _committed(runtime, BESIDE, other) >= end, 30,
                  "the other task committing while the parent's lookup cannot answer", poll)
         for _ in range(20):
             poll()
-        assert slowest < 3.0, f"a poll took {slowest:.1f} s: the loop waited on the lookup"
+        assert poll.slowest < 3.0, \
+            f"a poll took {poll.slowest:.1f} s: the loop waited on the lookup"
         assert runtime.driver.stage_of(CHILD) is Stage.FENCING, "activated past the lookup"
 
-        holder.commit_transaction(30)       # the parent committed at 10, past the barrier
+        pending.commit()        # the parent committed at 10, past the barrier
         end = _end(broker, topic, 1)
         wait_for(lambda: _committed(runtime, CHILD, child) >= end, 30,
                  "the child active, its records committed", poll)
         assert not runtime.failed
     finally:
-        member.close()
+        pending.close()
         runtime.close(commit=False)
