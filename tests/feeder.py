@@ -12,6 +12,13 @@ from tests.brokers import Broker
 
 __all__ = ["Feeder"]
 
+# How often the feeder sends what is due: each tick's records go to the broker as one
+# produce request, and a broker's cost (and the processors', who read them in batches)
+# is per request more than per record. At 50 ms, tests/orchestrator/test_e2e.py's
+# brokers used a third less CPU than at 10 ms (docs/performance.md, "Measurements behind
+# the code"); the rate is the same.
+_TICK_S = 0.05
+
 
 class Feeder:
     """A steady keyed producer on its own thread: value 1..9, keys k0..k<keys-1> in turn
@@ -104,7 +111,7 @@ class Feeder:
                 if self.transactional_id is not None and self.sent % self.batch == 0:
                     self._flush(producer)
             producer.poll(0)
-            time.sleep(0.01)
+            time.sleep(_TICK_S)
         self._flush(producer)
         if self.transactional_id is not None:
             producer.abort_transaction(30)  # the empty one _flush began
