@@ -23,13 +23,13 @@ Two properties hold by construction and are tested by walking the table
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
 __all__ = ["Command", "Event", "FAILURES", "LISTINGS", "RECONCILE_ORDER", "Stage",
-           "TABLE", "Transition", "listing_events", "plan", "step"]
+           "TABLE", "Transition", "listing_events", "plan", "reply_plan", "step"]
 
 
 class Stage(enum.Enum):
@@ -265,3 +265,46 @@ def listing_events(stage: Stage, listed: Stage | None, stale: bool, failure_seen
         return (*first, E.FAILURE_SEEN if failure_seen else E.UNLISTED)
     return (*first, {S.ACTIVE: E.LISTED_ACTIVE, S.WARMUP: E.LISTED_WARMUP,
                      S.STANDBY: E.LISTED_STANDBY}[listed])
+
+
+def reply_plan(stages: Mapping[str, Stage], listed: Mapping[str, Stage],
+               stale: Container[str], seen_failures: Collection[str] | None,
+               known: Container[str]) -> list[tuple[str, Command]]:
+    """What one heartbeat reply makes this processor do: the commands of every task it
+    holds or the reply lists, in `RECONCILE_ORDER` across the tasks.
+
+    A reply lists the tasks this processor should hold, by role; it is level-triggered (a
+    reply supersedes the previous one, and the same reply twice changes nothing). So:
+
+    1. a failure the coordinator no longer lists is forgotten only once it has seen it
+       (`seen_failures`, the failed tasks the answered heartbeat reported; None: all):
+       a reply answers a heartbeat sent before a failure that came since, and a task
+       that failed while its release was on its way (a fence, its transaction timed out
+       by the broker) is listed by neither. Forgotten then, the failure would never be
+       reported, and the coordinator would wait for a release that cannot come until it
+       declared the whole processor dead;
+    2. active tasks no longer listed active are released (their new owner waits for
+       final T1);
+    3. replicas no longer listed, or whose partitions changed (`stale`), are dropped and
+       the others switch role (warmup <-> standby); an activating task stays as it is;
+    4. listed replicas not held yet start, then listed active tasks activate;
+    5. active tasks start their new partitions (expansion).
+
+    Args:
+        stages: each task's stage here, for every task held or listed.
+        listed: the role the reply gives each task it lists (ACTIVE, WARMUP, STANDBY).
+        stale: the replicas whose partitions are no longer the ones they read.
+        seen_failures: see 1.
+        known: the tasks of the job model; one listed outside it is not started yet
+            (the model follows).
+    """
+    events: dict[str, tuple[Event, ...]] = {}
+    for task, stage in stages.items():
+        role = listed.get(task)
+        first = (E.REPARTITIONED,) if task in stale else ()
+        if role is not None and task not in known:
+            events[task] = (*first, E.LISTED_UNKNOWN)
+        else:
+            seen = stage is S.FAILED and (seen_failures is None or task in seen_failures)
+            events[task] = listing_events(stage, role, task in stale, seen)
+    return plan(stages, events)

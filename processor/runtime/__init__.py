@@ -4,8 +4,7 @@ One module per concept, behind this surface:
 
 - `task_runtime`: `TaskRuntime`, the coordinator's API and the loop;
 - `driver`: `TaskDriver`, the book of tasks, carrying out what the lifecycle table
-  (processor/lifecycle.py) decides;
-- `reconciliation`: a heartbeat reply -> what to release, drop, start, activate;
+  (processor/lifecycle.py) decides, a heartbeat reply's commands among them;
 - `catch_up`: the catch-up source (input replay or changelog apply) and what differs;
   `tombstones`: whether a store away too long may have missed a changelog's deletes;
 - `activation`: fence the previous owner, run the silent replays, go active; `fence`:

@@ -231,7 +231,7 @@ class ActiveConsumer:
         The lookup is one bounded attempt (`GROW_LOOKUP_S`): it runs on the loop, and a
         group coordinator that is lost, or an offset commit still pending on a new
         partition, must not hold the processor's other tasks. It raises KafkaException
-        then, and the next reply tries again (processor/runtime/reconciliation.py)."""
+        then, and the next reply tries again (`TaskDriver.reconcile`)."""
         new = [p for p in partitions if p not in active.partitions]
         if not new:
             return

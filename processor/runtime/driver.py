@@ -2,25 +2,30 @@
 
 It holds the processor's book of tasks (what is active, a replica, released or failed;
 an activation's own progress is `Activations`') and turns what happened to a task (a
-reply's listing through `reconcile`, a fence done, a replay at T1, what a step raised)
-into an `Event`, steps the table, and runs each `Command` it returns: start a replica,
-fence, replay, go active, grow, rewind, stop, release, free. It decides nothing itself,
-and it does not loop: the runtime's `poll()` (processor/runtime/task_runtime.py) does.
+heartbeat reply, a fence done, a replay at T1, what a step raised) into events, steps
+the table (a reply's through `lifecycle.reply_plan`), and runs each `Command` it
+returns: start or drop a replica, fence, replay, go active, grow, rewind, stop,
+release, free. It decides nothing itself, and it does not loop: the runtime's `poll()`
+(processor/runtime/task_runtime.py) does.
 
 A test harness may call `activate()`, `release()`, `start_replica()` and `drop()`
-directly, as reconciliation does.
+directly, as a reply's commands do.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
+
+from confluent_kafka import KafkaException
 
 from metrics import ProcessorMetrics
 from orchestrator.wire.clock import Clock
+from orchestrator.wire.protocol import RoleListing
 from processor.active import ActiveTask
-from processor.lifecycle import Command, Event, Stage, step
+from processor.lifecycle import Command, Event, Stage, reply_plan, step
 from processor.replica import Replay, ReplicaRole
 from processor.runtime.activation import Activations
 from processor.runtime.active_consumer import GROW_LOOKUP_S
@@ -33,12 +38,11 @@ from processor.runtime.consumers import Consumers
 from processor.runtime.jobs import TaskJobs
 from processor.runtime.outcomes import TASK_ERRORS, event_of
 from processor.runtime.producer_close import close_producer
-from processor.runtime.reconciliation import held_stage
 from processor.runtime.reports import StoreSizes
 from processor.runtime.stores import TaskStores
 from processor.runtime.task_partitions import TaskPartitions
 
-__all__ = ["DriverParts", "TaskDriver"]
+__all__ = ["DriverParts", "TaskDriver", "replica_roles"]
 
 log = logging.getLogger("baton.processor.runtime")
 
@@ -68,7 +72,7 @@ class TaskDriver:
 
     def __init__(self, parts: DriverParts) -> None:
         self._parts = parts
-        # the parts reconciliation and a split child's release reach (their protocols)
+        # the parts a split child's release reaches (its protocol)
         self.tasks = parts.tasks
         self.consumers = parts.consumers
         self.commits = parts.commits
@@ -76,20 +80,12 @@ class TaskDriver:
         self.replicas: dict[str, Replay] = {}       # an activation's replay sits here too
         self.released: dict[str, dict[str, int]] = {}   # task -> its final T1
         self.failed: dict[str, str] = {}                # task -> the reason
+        self._roles: dict[str, ReplicaRole] = {}        # the reply carried out: replicas
         self._commands = self._command_table()
-
-    @property
-    def model(self) -> Mapping[str, list[str]]:
-        """Task -> partitions, as the coordinator's job model last had them."""
-        return self.tasks.model
 
     def activating(self, task: str) -> bool:
         """`task` is fencing or replaying on its way to active."""
         return task in self._parts.activations
-
-    def replay_partitions(self, task: str) -> list[str]:
-        """The partitions a replica of `task` reads, in order (its catch-up source's)."""
-        return self._parts.source.partitions(task)
 
     # ---- the lifecycle: processor/lifecycle.py decides, the driver carries out -----
 
@@ -99,8 +95,33 @@ class TaskDriver:
         if task in activations:
             return Stage.REPLAYING if activations.pending[task].replaying \
                 else Stage.FENCING
-        stage = held_stage(self, task)
-        return Stage.RELEASED if stage is Stage.IDLE and task in self.released else stage
+        if task in self.active:
+            return Stage.ACTIVE
+        replica = self.replicas.get(task)
+        if replica is not None:
+            return Stage.WARMUP if replica.role == "warmup" else Stage.STANDBY
+        if task in self.failed:
+            return Stage.FAILED
+        return Stage.RELEASED if task in self.released else Stage.IDLE
+
+    def reconcile(self, wanted: RoleListing,
+                  seen_failures: Collection[str] | None = None) -> None:
+        """Converge on the coordinator's listing `wanted` (`lifecycle.reply_plan`
+        decides; `seen_failures`: the failed tasks the heartbeat it answers reported,
+        None: every failure was). A command of a task that failed on an earlier command
+        of the same reply is skipped: the failure is reported first."""
+        self._roles = replica_roles(wanted)
+        listed = {t: Stage.WARMUP if r == "warmup" else Stage.STANDBY
+                  for t, r in self._roles.items()}
+        listed.update({t: Stage.ACTIVE for t in wanted.active})
+        tasks = dict.fromkeys([*self.failed, *self.active, *self.replicas, *listed])
+        stages = {task: self.stage_of(task) for task in tasks}
+        stale = {t for t in tasks if stages[t] in (Stage.WARMUP, Stage.STANDBY)
+                 and self.replicas[t].partitions != self._parts.source.partitions(t)}
+        for task, command in reply_plan(stages, listed, stale, seen_failures,
+                                        self.tasks.model):
+            if command is Command.FORGET_FAILURE or task not in self.failed:
+                self._commands[command](task, "")
 
     def happened(self, task: str, event: Event, reason: str = "") -> None:
         """Step `task` through the lifecycle table and carry out its commands."""
@@ -117,10 +138,18 @@ class TaskDriver:
             self.happened(task, event_of(exc), str(exc))
 
     def _command_table(self) -> dict[Command, Callable[[str, str], object]]:
-        """How each command the lifecycle gives is carried out (reconciliation carries
-        out the reply's own: processor/runtime/reconciliation.py)."""
+        """How each command the lifecycle gives is carried out (a failed change of a
+        task is an event of its own, through `guard`)."""
         metrics = self._parts.metrics
         return {
+            Command.FORGET_FAILURE: lambda task, _: self.failed.pop(task, None),
+            Command.RELEASE: lambda task, _: self.guard(task, self.release),
+            Command.DROP: lambda task, _: self.guard(task, self.drop),
+            Command.SWITCH_ROLE: lambda task, _: setattr(self.replicas[task], "role",
+                                                          self._roles[task]),
+            Command.START_REPLICA: lambda task, _: self.guard(task, functools.partial(
+                self.start_replica, role=self._roles[task])),
+            Command.GROW: lambda task, _: self._grow_or_retry(task),
             Command.REPLAY_FIRST: lambda task, _: self._replay_first(task),
             Command.REPLAY_NEXT: lambda task, _: self._replay_or_go_active(
                 task, self._parts.activations.next_replay(task)),
@@ -152,7 +181,7 @@ class TaskDriver:
         # the clients an activation of it will use, told its topics now (a cold
         # consumer's metadata request would sit inside the handoff pause)
         parts.consumers.active.warm(self.tasks.of(task))
-        parts.consumers.replays.warm(self.replay_partitions(task))
+        parts.consumers.replays.warm(parts.source.partitions(task))
         plan = parts.source.bulk_plan(replica) if not store.applied_offsets() else None
         if plan is not None:
             parts.bulk.start(task, plan)
@@ -216,6 +245,14 @@ class TaskDriver:
         self.active[task] = active
         parts.consumers.active.add(active)
         log.info("task %r: active from %s", task, active.committed)
+
+    def _grow_or_retry(self, task: str) -> None:
+        """Grow `task`; a broker that cannot say where its new partitions start yet
+        leaves them to the next reply (the task carries on)."""
+        try:
+            self.grow(task)
+        except KafkaException as exc:
+            log.warning("task %r: cannot start its new partitions yet: %s", task, exc)
 
     def grow(self, task: str) -> None:
         """A task gained partitions (expansion, or a split child embedded again): start
@@ -301,3 +338,10 @@ class TaskDriver:
         log.info("task %r: released at %s (release %.0f ms)", task, active.committed,
                  took * 1000)
         return dict(active.committed)
+
+
+def replica_roles(wanted: RoleListing) -> dict[str, ReplicaRole]:
+    """The replica role of every task listed as warmup or standby."""
+    roles: dict[str, ReplicaRole] = {t: "warmup" for t in wanted.warmup}
+    roles.update({t: "standby" for t in wanted.standby})
+    return roles

@@ -10,7 +10,7 @@ carried out by the `TaskDriver` (processor/runtime/driver.py), which holds the b
 tasks. The runtime builds the collaborators, each owning one concept (`Consumers`: who
 reads what; `CatchUp`: where replicas rebuild state from; `Activations`: fence, replay,
 go active; `BulkPath`: Spark catch-up; `Commits`; `TaskStores`; `TaskPartitions`;
-`SplitChildren`), hands a reply to reconciliation, and runs the loop (`poll()`): the
+`SplitChildren`), hands a reply to the driver, and runs the loop (`poll()`): the
 active batch, the replay batch, the commits, what finished beside the loop.
 """
 
@@ -42,7 +42,6 @@ from processor.runtime.dead_letters import ensure_dead_letter_topic
 from processor.runtime.driver import DriverParts, TaskDriver
 from processor.runtime.jobs import TaskJobs
 from processor.runtime.load import LoadMeter
-from processor.runtime.reconciliation import reconcile
 from processor.runtime.replay_round import ReplayRound, replay_bite
 from processor.runtime.reports import StoreSizes, task_reports
 from processor.runtime.stall_watch import StallWatch
@@ -154,7 +153,7 @@ class TaskRuntime:
             self.released.pop(child, None)
         self.children.update(reply.embedded, pending, self.active, self.tasks.model,
                              self.child_releases.left, self.released)
-        reconcile(self.driver, reply.assignment, seen_failures)
+        self.driver.reconcile(reply.assignment, seen_failures)
         self.releasing_soon = set(reply.moving)
 
     # ---- the loop ------------------------------------------------------------------

@@ -57,7 +57,7 @@ def test_no_long_poll_until_the_main_loop_has_acted_on_the_reply(tmp_path: Path)
 
 def test_a_reply_comes_with_the_failures_its_heartbeat_reported(tmp_path: Path) -> None:
     """Those the coordinator has seen, which the main loop may forget once it no longer
-    lists them (processor/runtime/reconciliation.py); a later failure it may not."""
+    lists them (processor/lifecycle.py, `reply_plan`); a later failure it may not."""
     reports = [report("active")]
     hb = monitor(tmp_path, reports)
     hb._keep(HeartbeatReply(alive=True), hb._request())

@@ -18,6 +18,7 @@ from processor.lifecycle import (
     Transition,
     listing_events,
     plan,
+    reply_plan,
     step,
 )
 
@@ -196,3 +197,57 @@ def test_listing_events() -> None:
     assert listing_events(S.FAILED, None, False, True) == (E.FAILURE_SEEN,)
     assert listing_events(S.IDLE, S.ACTIVE, False, False) == (E.LISTED_ACTIVE,)
     assert listing_events(S.IDLE, S.STANDBY, False, False) == (E.LISTED_STANDBY,)
+
+
+# ---- a heartbeat reply, from what is held and what is listed --------------------------
+
+MODEL = {"t0": ["in:0"], "t1": ["in:1"], "t2": ["in:2"]}
+
+
+def test_a_reply_releases_before_it_drops_before_it_starts_before_it_activates() -> None:
+    commands = reply_plan({"t0": S.ACTIVE, "t1": S.WARMUP, "t2": S.IDLE},
+                          {"t2": S.ACTIVE, "t0": S.STANDBY}, set(), None, MODEL)
+    assert commands == [("t0", C.RELEASE), ("t1", C.DROP), ("t0", C.START_REPLICA),
+                        ("t2", C.ACTIVATE)]
+
+
+def test_a_reply_restarts_a_stale_replica_and_switches_the_role_of_another() -> None:
+    commands = reply_plan({"t0": S.WARMUP, "t1": S.WARMUP},
+                          {"t0": S.WARMUP, "t1": S.STANDBY}, {"t0"}, None, MODEL)
+    assert commands == [("t0", C.DROP), ("t1", C.SWITCH_ROLE), ("t0", C.START_REPLICA)]
+
+
+def test_a_reply_leaves_an_activation_alone() -> None:
+    for stage in (S.FENCING, S.REPLAYING):
+        assert reply_plan({"t0": stage}, {"t0": S.ACTIVE}, set(), None, MODEL) == []
+        assert reply_plan({"t0": stage}, {}, set(), None, MODEL) == []
+
+
+def test_a_failed_task_waits_until_the_coordinator_stops_listing_it() -> None:
+    assert reply_plan({"t0": S.FAILED}, {"t0": S.WARMUP}, set(), None, MODEL) == []
+    assert reply_plan({"t0": S.FAILED}, {}, set(), None, MODEL) == [
+        ("t0", C.FORGET_FAILURE)]
+    assert reply_plan({"t0": S.IDLE}, {"t0": S.WARMUP}, set(), None, MODEL) == [
+        ("t0", C.START_REPLICA)]
+
+
+def test_a_failure_is_forgotten_only_once_the_coordinator_has_seen_it() -> None:
+    """A task fenced while its release was on its way is listed by neither the reply
+    nor, yet, the heartbeat that reply answers: forgotten then, its failure would never
+    be reported, and the coordinator would wait for a release that cannot come."""
+    assert reply_plan({"t0": S.FAILED}, {}, set(), frozenset(), MODEL) == []
+    assert reply_plan({"t0": S.FAILED}, {}, set(), frozenset({"t0"}), MODEL) == [
+        ("t0", C.FORGET_FAILURE)]
+
+
+def test_tasks_outside_the_model_are_not_started_and_active_ones_grow() -> None:
+    commands = reply_plan({"t1": S.ACTIVE, "t9": S.IDLE, "t8": S.IDLE},
+                          {"t1": S.ACTIVE, "t9": S.ACTIVE, "t8": S.WARMUP},
+                          set(), None, MODEL)
+    assert commands == [("t1", C.GROW)]
+
+
+def test_a_released_task_is_started_again_like_an_idle_one() -> None:
+    assert reply_plan({"t0": S.RELEASED}, {"t0": S.ACTIVE}, set(), None, MODEL) == [
+        ("t0", C.ACTIVATE)]
+    assert reply_plan({"t0": S.RELEASED}, {}, set(), None, MODEL) == []
