@@ -65,7 +65,7 @@ from orchestrator.core.forgetting import ForgetError
 from orchestrator.core.liveness import Processor
 from orchestrator.core.model import Expansion, JobModel
 from orchestrator.core.picture import CorePicture
-from orchestrator.core.placement import place
+from orchestrator.core.placement import PlacementPace, place
 from orchestrator.core.settings import CoreConfig
 from orchestrator.core.split import Split
 from orchestrator.wire.clock import Clock
@@ -74,11 +74,6 @@ from orchestrator.wire.protocol import HeartbeatReply, HeartbeatRequest, TaskRep
 __all__ = ["Coordinator", "CoreConfig", "DrainError", "ForgetError", "UnknownProcessor"]
 
 log = logging.getLogger("baton.coordinator")
-
-
-# a quiet job is placed again this often anyway (failure backoffs and standbys' lags
-# change with time, not with news)
-PLACE_EVERY_S = 60.0
 
 
 def _roles(reports: Mapping[str, TaskReport]) -> dict[str, str]:
@@ -111,10 +106,7 @@ class Coordinator:
                                    lambda pid, why: self._lose(pid, why, keep_roles=False),
                                    self._went_live)
         self.turn_wanted = False
-        # what the last placement saw (see `_placement_due`)
-        self._placement_news = True
-        self._placed: tuple[float, JobModel] | None = None
-        self._settle_by = clock.monotonic()
+        self._pace = PlacementPace(settle_by=clock.monotonic())
         if metrics is not None:
             metrics.set_generation(model.generation)
             metrics.set_views(lag_view=self.picture.lag_samples,
@@ -142,7 +134,7 @@ class Coordinator:
         picture.errors = list(dict(records.get("errors", {})).get("errors", ()))
         picture.failures.load(dict(records.get("failures", {})), now)
         picture.stream.load(records)
-        core._settle_by = now + config.processor_timeout_s
+        core._pace.settle_by = now + config.processor_timeout_s
         for key, value in records.items():
             if key.startswith("handoff/"):
                 picture.handoff_book.resume(hs.Handoff.from_dict(value))
@@ -168,7 +160,7 @@ class Coordinator:
         if old is None or old.execution_id != request.execution_id:
             picture.failures.forget_processor(request.processor_id)
         processor = picture.processors.register(request, now, picture.clock.time())
-        self.turn_wanted = self._placement_news = True
+        self.turn_wanted = self._pace.news = True
         return self._answer(processor, request, decide)
 
     def heartbeat(self, request: HeartbeatRequest, decide: bool = True,
@@ -201,16 +193,16 @@ class Coordinator:
         if request.drain and processor.id not in picture.draining:
             log.info("processor %s asks to be drained before it stops", processor.id)
             picture.draining.add(processor.id)
-            self.turn_wanted = self._placement_news = True
+            self.turn_wanted = self._pace.news = True
         if decide:
             self._reconcile()
         elif first or _roles(before) != _roles(processor.reports) \
                 or picture.handoff_book.involving(processor.id) \
                 or processor.id in picture.draining:
             self.turn_wanted = True     # news a decision waits for: decide soon
-            self._placement_news = True
+            self._pace.news = True
         elif any(r.role != "active" for r in processor.reports.values()):
-            self._placement_news = True     # replicas' lags: the assignor weighs them
+            self._pace.news = True     # replicas' lags: the assignor weighs them
         if not processor.valid:  # declared dead by this very reconcile
             return HeartbeatReply(alive=False, generation=picture.model.generation)
         if in_force is not None and not decide:
@@ -234,7 +226,7 @@ class Coordinator:
         picture = self.picture
         if picture.processors.invalidate(pid, reason, picture.clock.time()) is None:
             return  # unknown, or already invalid
-        self._placement_news = True
+        self._pace.news = True
         if not keep_roles:
             picture.roles.drop(pid)
         book = picture.handoff_book
@@ -260,7 +252,7 @@ class Coordinator:
                              f"tasks are already being placed elsewhere; to remove it for "
                              f"good, run `baton forget --processor {pid}`")
         picture.draining.add(pid)
-        self._placement_news = True
+        self._pace.news = True
         self._reconcile()
         return {"processor": pid, "draining": True,
                 "tasks": sorted(picture.roles.peek(pid).active)}
@@ -293,7 +285,7 @@ class Coordinator:
         picture.roles.drop(processor.id)
         picture.draining.discard(processor.id)
         picture.failures.forget_processor(processor.id)
-        self._placement_news = True
+        self._pace.news = True
 
     def _forget_dead(self) -> None:
         """Forget every processor dead for `forget_dead_after_s` (0: never)."""
@@ -393,10 +385,9 @@ class Coordinator:
         picture.failures.observe(picture, now)
         picture.handoff_book.drive(picture)
         self._forget_dead()
-        placed = self._settled() and self._placement_due(now)
+        placed = self._pace.due(picture, now)
         if placed:
-            self._placement_news = bool(picture.handoffs)  # a handoff may end any turn
-            self._placed = (now, picture.model)
+            self._pace.placed(picture, now)
             picture.roles.keep_only({p.id for p in picture.processors.live()})
             picture.follow_up = place(picture)
         picture.handoff_book.count_pauses(picture)
@@ -409,26 +400,6 @@ class Coordinator:
             picture.metrics.set_failed_tasks(len(picture.failed_tasks()))
         return placed
 
-    def _placement_due(self, now: float) -> bool:
-        """Does the assignor have anything new to weigh? A large job's placement costs
-        enough CPU that running it on every tick of a quiet job starves the threads
-        answering heartbeats (docs/performance.md, "Measurements behind the code").
-        Conservative: news
-        from a processor (a registration, a loss, changed roles, replicas' lags), a
-        handoff in flight, a follow-up, a drain, a failure, a new model, or
-        `PLACE_EVERY_S` since the last placement (time-based decisions)."""
-        picture = self.picture
-        if (self._placement_news or picture.follow_up or picture.handoffs
-                or picture.draining):
-            return True
-        if self._placed is None or self._placed[1] is not picture.model:
-            return True
-        return bool(picture.failures.by_task) or now - self._placed[0] >= PLACE_EVERY_S
-
-    def _settled(self) -> bool:
-        """After a restart, wait for every valid processor's first report."""
-        return (self.picture.clock.monotonic() >= self._settle_by
-                or all(p.reported for p in self.picture.processors.live()))
 
 
 def _forgotten(request: HeartbeatRequest, model: JobModel) -> HeartbeatReply:

@@ -44,9 +44,13 @@ from orchestrator.core.settings import CoreConfig
 from orchestrator.wire.catchup import is_caught_up
 from orchestrator.wire.clock import Clock
 
-__all__ = ["PlacementView", "place"]
+__all__ = ["PLACE_EVERY_S", "PlacementPace", "PlacementView", "place"]
 
 log = logging.getLogger("baton.coordinator")
+
+# a quiet job is placed again this often anyway (failure backoffs and standbys' lags
+# change with time, not with news)
+PLACE_EVERY_S = 60.0
 
 
 class PlacementView(Protocol):
@@ -60,6 +64,7 @@ class PlacementView(Protocol):
     draining: set[str]
     failures: Failures
     clock: Clock
+    follow_up: bool
 
     @property
     def handoffs(self) -> dict[str, hs.Handoff]: ...
@@ -67,6 +72,43 @@ class PlacementView(Protocol):
     def holder(self, task: str) -> str | None: ...
     def lag(self, task: str, pid: str) -> int | None: ...
     def task_infos(self) -> list[TaskInfo]: ...
+
+
+class PlacementPace:
+    """When the assignor runs again. A large job's placement costs enough CPU that
+    running it on every tick of a quiet job starves the threads answering heartbeats
+    (docs/performance.md, "Measurements behind the code"), so it runs only when it has
+    something new to weigh, and not before the processors have reported after a restart.
+
+    Args:
+        settle_by: until when a restarted coordinator waits for every live processor's
+            first report (its picture of their tasks) before it places.
+    """
+
+    def __init__(self, settle_by: float) -> None:
+        self.settle_by = settle_by
+        # news from a processor since the last placement: a registration, a loss,
+        # changed roles, replicas' lags (set by the core as they come)
+        self.news = True
+        self._placed: tuple[float, JobModel] | None = None     # when, and on which model
+
+    def due(self, core: PlacementView, now: float) -> bool:
+        """Settled, and something new: news, a handoff in flight, a follow-up, a
+        drain, a failure, a new model, or `PLACE_EVERY_S` since the last placement
+        (time-based decisions). Conservative: a placement with nothing new changes
+        nothing."""
+        if now < self.settle_by and not all(p.reported for p in core.processors.live()):
+            return False
+        if self.news or core.follow_up or core.handoffs or core.draining:
+            return True
+        if self._placed is None or self._placed[1] is not core.model:
+            return True
+        return bool(core.failures.by_task) or now - self._placed[0] >= PLACE_EVERY_S
+
+    def placed(self, core: PlacementView, now: float) -> None:
+        """A placement ran on what `core` holds now (a handoff may end any turn: news)."""
+        self.news = bool(core.handoffs)
+        self._placed = (now, core.model)
 
 
 def place(core: PlacementView) -> bool:
