@@ -148,10 +148,6 @@ class ActiveConsumer:
         """Partition -> the task reading it: every partition assigned (or idly paused)."""
         return dict(self.owner)
 
-    def read_positions(self, partitions: Sequence[str]) -> dict[str, int]:
-        """How far the consumer has read each partition (see `_position`)."""
-        return self._position(partitions)
-
     def _pause(self, tasks: Mapping[str, ActiveTask]) -> None:
         """Stop fetching every active partition, noting where each goes on. Unassigned,
         not paused: librdkafka fetched a resumed partition only at its next wake-up, ~1 s
@@ -173,7 +169,7 @@ class ActiveConsumer:
             self.consumer.incremental_assign([topic_partition(p, o)
                                               for p, o in paused.items()])
 
-    def _position(self, partitions: Sequence[str]) -> dict[str, int]:
+    def read_positions(self, partitions: Sequence[str]) -> dict[str, int]:
         """How far the consumer has read each partition (past transaction markers);
         while the idle back-off has it unassigned, as far as it had read then."""
         positions = {p: self._read_to[p] for p in partitions if p in self._read_to}
@@ -267,7 +263,7 @@ class ActiveConsumer:
         if active.pending.get(barrier.parent) != committed \
                 or self.owner.get(barrier.parent) != active.name:
             return True
-        position = self._position([barrier.parent]).get(barrier.parent, -1)
+        position = self.read_positions([barrier.parent]).get(barrier.parent, -1)
         return bool(position < barrier.offset)
 
     def consumed_through(self, active: ActiveTask) -> dict[str, int]:
@@ -280,7 +276,7 @@ class ActiveConsumer:
                    if active.pending.get(p) == o and self.owner.get(p) == active.name]
         if not settled:
             return positions
-        for name, offset in self._position(settled).items():
+        for name, offset in self.read_positions(settled).items():
             if offset > positions[name]:
                 positions[name] = offset
         return positions
