@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
 from tenacity import retry
 
 from orchestrator.kafka.retry import KAFKA_RETRY
@@ -74,15 +74,25 @@ def committed_once(consumer: Consumer, partitions: Iterable[str],
 
 def end_offsets_once(consumer: Consumer, partitions: Iterable[str],
                      timeout: float) -> dict[str, int]:
-    """Each partition's end, one attempt each; a read_committed consumer gets the last
+    """Each partition's end, in one attempt; a read_committed consumer gets the last
     stable offset (the end of what has committed), not the high watermark.
+
+    One ListOffsets request per broker for all of them (a lookup of the latest offset
+    by time), where a watermark query per partition sends two requests each: a
+    processor's stall watch asks for every partition it reads, every look.
 
     Raises:
         KafkaException: a lookup failed (callers that poll simply try again later).
     """
+    names = list(partitions)
+    if not names:
+        return {}
+    found = consumer.offsets_for_times(
+        [TopicPartition(*split_partition(name), OFFSET_END) for name in names],
+        timeout=timeout)
     ends: dict[str, int] = {}
-    for name in partitions:
-        _, high = consumer.get_watermark_offsets(TopicPartition(*split_partition(name)),
-                                                 timeout=timeout, cached=False)
-        ends[name] = int(high)
+    for tp in found:
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+        ends[format_partition(tp.topic, tp.partition)] = int(tp.offset)
     return ends

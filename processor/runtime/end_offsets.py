@@ -81,8 +81,15 @@ class EndOffsets:
             consumer.close()
 
     def _look_up(self, consumer: Consumer, partitions: Iterable[str]) -> dict[str, int]:
+        """Every partition's end in one request per broker; when that fails (a leader
+        lost, a partition unknown), one by one, so the others are still answered."""
+        wanted = list(partitions)
+        try:
+            return end_offsets_once(consumer, wanted, _LOOKUP_TIMEOUT_S)
+        except KafkaException as exc:
+            log.debug("ends of %d partitions not looked up at once: %s", len(wanted), exc)
         found: dict[str, int] = {}
-        for partition in partitions:
+        for partition in wanted:
             try:
                 found.update(end_offsets_once(consumer, [partition], _LOOKUP_TIMEOUT_S))
             except KafkaException as exc:
