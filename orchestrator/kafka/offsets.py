@@ -77,9 +77,9 @@ def end_offsets_once(consumer: Consumer, partitions: Iterable[str],
     """Each partition's end, in one attempt; a read_committed consumer gets the last
     stable offset (the end of what has committed), not the high watermark.
 
-    One ListOffsets request per broker for all of them (a lookup of the latest offset
-    by time), where a watermark query per partition sends two requests each: a
-    processor's stall watch asks for every partition it reads, every look.
+    One lookup of the latest offset by time for all of them (librdkafka asks each
+    leader once), where a watermark query per partition sends requests of its own for
+    each: a processor's stall watch asks for every partition it reads, every look.
 
     Raises:
         KafkaException: a lookup failed (callers that poll simply try again later).
