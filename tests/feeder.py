@@ -13,10 +13,9 @@ from tests.brokers import Broker
 __all__ = ["Feeder"]
 
 # How often the feeder sends what is due: each tick's records go to the broker as one
-# produce request, and a broker's cost (and the processors', who read them in batches)
-# is per request more than per record. At 50 ms, tests/orchestrator/test_e2e.py's
-# brokers used a third less CPU than at 10 ms (docs/performance.md, "Measurements behind
-# the code"); the rate is the same.
+# produce request, and a broker's cost is per request more than per record. At 50 ms,
+# tests/orchestrator/test_e2e.py's broker used about a fifth less CPU than at 10 ms
+# (docs/performance.md, "Measurements behind the code"); the rate is the same.
 _TICK_S = 0.05
 
 
