@@ -57,8 +57,15 @@ def test_a_deposed_leader_names_the_new_one(leading: CoordinatorDaemon) -> None:
         lead.service.guard.keepalive(lead.identity())
     leading._step_down()
     assert leading.lead is None and leading.gate.app is None
-    assert leading.gate.leader_url == NEW_LEADER
-    leading._standby_turn()                 # and it keeps following the stream
+    # the new leader's record is readable (read_committed) once its transaction's
+    # markers are written, which the broker does after the commit returned: the standby
+    # names it from the turn whose read reaches it, and keeps following the stream
+    deadline = time.monotonic() + 30
+    while leading.gate.leader_url != NEW_LEADER and time.monotonic() < deadline:
+        time.sleep(0.1)
+        leading._standby_turn()
+    assert leading.lead is None and leading.gate.leader_url == NEW_LEADER
+    leading._standby_turn()
     assert leading.lead is None and leading.gate.leader_url == NEW_LEADER
 
 

@@ -155,9 +155,12 @@ def test_a_barrier_whose_parent_lookup_cannot_answer_holds_no_other_task(
         runtime.apply(reply)
         feed_keys(broker, topic, 0, 300)
         end = _end(broker, topic, 2)
-        wait_for(lambda: _committed(runtime, BESIDE, other) >= end, 60,
+        # each activation fences on a thread of its own: the other task may commit its
+        # records before the child is active
+        wait_for(lambda: CHILD in runtime.active
+                 and _committed(runtime, BESIDE, other) >= end, 60,
                  "both tasks active, the other one committing", runtime.poll)
-        assert CHILD in runtime.active and child not in runtime.consumers.active.owner
+        assert child not in runtime.consumers.active.owner
         pending.hold(TopicPartition(topic, 0, 10))     # the parent's owner, frozen
         feed_keys(broker, topic, 300, 300)
         end = _end(broker, topic, 2)
