@@ -301,9 +301,8 @@ def reply_plan(stages: Mapping[str, Stage], listed: Mapping[str, Stage],
     events: dict[str, tuple[Event, ...]] = {}
     for task, stage in stages.items():
         role = listed.get(task)
-        first = (E.REPARTITIONED,) if task in stale else ()
         if role is not None and task not in known:
-            events[task] = (*first, E.LISTED_UNKNOWN)
+            events[task] = (*((E.REPARTITIONED,) if task in stale else ()), E.LISTED_UNKNOWN)
         else:
             seen = stage is S.FAILED and (seen_failures is None or task in seen_failures)
             events[task] = listing_events(stage, role, task in stale, seen)

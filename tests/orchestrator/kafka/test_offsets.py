@@ -8,6 +8,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException
 
 from orchestrator.kafka.offsets import end_offsets_once, watermarks
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -39,12 +40,11 @@ def test_the_ends_of_many_partitions_are_their_last_stable_offsets(broker, uniqu
                                                           names[2]: 0}
         assert end_offsets_once(uncommitted, names, 10)[names[2]] == 5
         txn.commit_transaction(30)
-        # the commit marker takes an offset too: the end is past it once it is written
+        # the commit marker takes an offset too: the end is past it once the broker has
+        # written it, which it does after the commit returned
+        wait_for(lambda: end_offsets_once(committed, names, 10)[names[2]] == 6, 10,
+                 "the end past the commit marker")
         ends = end_offsets_once(committed, names, 10)
-        for _ in range(50):
-            if ends[names[2]] == 6:
-                break
-            ends = end_offsets_once(committed, names, 10)
         assert ends == {names[0]: 4, names[1]: 3, names[2]: 6}
         assert ends[names[2]] == watermarks(committed, names[2])[1]
         assert end_offsets_once(committed, [], 10) == {}
