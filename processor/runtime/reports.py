@@ -2,7 +2,8 @@
 
 `task_reports` builds the per-task reports every heartbeat carries: positions (T1 of
 an active task, T2 of a replica), lag and update rate of replicas, and the tasks
-activating, released or failed. `StoreSizes` keeps the store sizes the metrics
+activating, released or failed; `held_roles` says which tasks it reports in which role,
+at a fraction of its cost. `StoreSizes` keeps the store sizes the metrics
 collector reads at scrape time, refreshed from the loop at most once a second so a
 scrape never waits on RocksDB.
 """
@@ -17,10 +18,25 @@ from processor.active import ActiveTask
 from processor.replica import Replay
 from store import Store
 
-__all__ = ["StoreSizes", "task_reports"]
+__all__ = ["StoreSizes", "held_roles", "task_reports"]
 
 _SIZES_REFRESH_S = 1.0        # approximate_bytes reads RocksDB properties: not every poll
 _ERROR_CHARS = 4000           # a failed task's reason, cut to keep heartbeats small
+
+
+def held_roles(active: Collection[str], replicas: Mapping[str, Replay],
+               activating: Collection[str], released: Collection[str],
+               failed: Collection[str]) -> list[tuple[str, str]]:
+    """(task, role) of each report `task_reports` gives, in its order, without building
+    them: cheap enough for every round of the loop, which rebuilds the reports at once
+    only when these change (processor/daemon/main.py)."""
+    roles = [(t, "active") for t in active]
+    roles.extend((t, str(r.role)) for t, r in replicas.items())
+    roles.extend((t, "activating") for t in activating if t not in replicas)
+    roles.extend((t, "released") for t in released
+                 if t not in active and t not in replicas and t not in activating)
+    roles.extend((t, "failed") for t in failed)
+    return roles
 
 
 def task_reports(active: Mapping[str, ActiveTask], replicas: Mapping[str, Replay],
@@ -28,7 +44,7 @@ def task_reports(active: Mapping[str, ActiveTask], replicas: Mapping[str, Replay
                  failed: Mapping[str, str],
                  t1: Callable[[ActiveTask], dict[str, int]] | None = None,
                  stalled: Mapping[str, list[str]] | None = None) -> list[TaskReport]:
-    """One report per task the processor holds, in its role.
+    """One report per task the processor holds, in its role (`held_roles`).
 
     Args:
         active: the active tasks (reported with T1, the handoff pause and the records/s
@@ -44,22 +60,28 @@ def task_reports(active: Mapping[str, ActiveTask], replicas: Mapping[str, Replay
             stalls.py).
     """
     stalled = stalled or {}
-    out = [TaskReport(task=t, role="active",
-                      committed=CommittedOffsets(t1(a) if t1 else dict(a.committed)),
-                      pause_ms=a.pause_ms, rate=a.update_rate(), stalled=stalled.get(t, []))
-           for t, a in active.items()]
-    for task, replica in replicas.items():
-        out.append(TaskReport(task=task, role=replica.role,
-                              applied=AppliedOffsets(replica.reported_positions()),
-                              lag=replica.lag(),
-                              rate=replica.update_rate(), stalled=stalled.get(task, [])))
-    out.extend(TaskReport(task=t, role="activating") for t in activating
-               if t not in replicas)
-    out.extend(TaskReport(task=t, role="released", committed=CommittedOffsets(dict(p)))
-               for t, p in released.items()
-               if t not in active and t not in replicas and t not in activating)
-    out.extend(TaskReport(task=t, role="failed", error=e[:_ERROR_CHARS])
-               for t, e in failed.items())
+    out: list[TaskReport] = []
+    for task, role in held_roles(active, replicas, activating, released, failed):
+        if role == "failed":
+            out.append(TaskReport(task=task, role="failed",
+                                  error=failed[task][:_ERROR_CHARS]))
+        elif role == "released":
+            out.append(TaskReport(task=task, role="released",
+                                  committed=CommittedOffsets(dict(released[task]))))
+        elif role == "active":
+            a = active[task]
+            out.append(TaskReport(task=task, role="active",
+                                  committed=CommittedOffsets(t1(a) if t1 else dict(a.committed)),
+                                  pause_ms=a.pause_ms, rate=a.update_rate(),
+                                  stalled=stalled.get(task, [])))
+        elif task in replicas:
+            replica = replicas[task]
+            out.append(TaskReport(task=task, role=replica.role,
+                                  applied=AppliedOffsets(replica.reported_positions()),
+                                  lag=replica.lag(), rate=replica.update_rate(),
+                                  stalled=stalled.get(task, [])))
+        else:
+            out.append(TaskReport(task=task, role="activating"))
     return out
 
 

@@ -43,7 +43,7 @@ from processor.runtime.driver import DriverParts, TaskDriver
 from processor.runtime.jobs import TaskJobs
 from processor.runtime.load import LoadMeter
 from processor.runtime.replay_round import ReplayRound, replay_bite
-from processor.runtime.reports import StoreSizes, task_reports
+from processor.runtime.reports import StoreSizes, held_roles, task_reports
 from processor.runtime.stall_watch import StallWatch
 from processor.runtime.stores import TaskStores
 from processor.runtime.task_partitions import TaskPartitions
@@ -221,6 +221,11 @@ class TaskRuntime:
         return task_reports(self.active, self.replicas, self.activations.pending,
                             self.released, failed, self.consumers.active.consumed_through,
                             self.stalls.stalled())
+
+    def held_roles(self) -> set[tuple[str, str]]:
+        """(task, role) of every report `reports()` gives, without building them."""
+        return set(held_roles(self.active, self.replicas, self.activations.pending,
+                              self.released, self.failed))
 
     def handoff_imminent(self) -> bool:
         """A warmup has caught up (its activation is next), an activation is running, or
