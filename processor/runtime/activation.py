@@ -268,6 +268,8 @@ class Activations:
         self.fencer = Fencer(config, group, consumers.lookups, clock)
         self.pending: dict[str, Activation] = {}
         self._voided: set[str] = set()      # tasks whose next activation settles (`voided`)
+        self._metadata_of: object = None        # the consumer `_metadata` came from
+        self._metadata: object = None
 
     def __contains__(self, task: object) -> bool:
         return task in self.pending
@@ -375,8 +377,15 @@ class Activations:
 
     def _group_metadata(self) -> object:
         """The group's metadata for a transaction's offsets, from the active consumer
-        of the moment (a cut-off one is replaced: processor/runtime/cut_off.py)."""
-        return self._consumers.active.consumer.consumer_group_metadata()
+        of the moment (a cut-off one is replaced: processor/runtime/cut_off.py). An
+        assigning consumer's never changes, so it is asked once per consumer: every
+        commit of every task needs it, and each answer is a new object from librdkafka
+        (about a twentieth of a busy processor's Python time, docs/performance.md)."""
+        consumer = self._consumers.active.consumer
+        if self._metadata_of is not consumer:
+            self._metadata = consumer.consumer_group_metadata()
+            self._metadata_of = consumer
+        return self._metadata
 
     def _stable_t1_once(self, partitions: list[str]) -> dict[str, int]:
         """One stable lookup of T1, as an active task checks a commit after a broker loss:
