@@ -7,8 +7,8 @@ One module per concept, behind this surface:
   (processor/lifecycle.py) decides, a heartbeat reply's commands among them;
 - `catch_up`: the catch-up source (input replay or changelog apply) and what differs;
   `tombstones`: whether a store away too long may have missed a changelog's deletes;
-- `activation`: fence the previous owner, run the silent replays, go active; `fence`:
-  the fence and T1 read beside the loop, and the producers prepared for it;
+- `activation`: fence the previous owner and read T1 beside the loop (with the
+  producers prepared for it), run the silent replays, go active;
 - `active_round`, `replay_round`: a round's active batch and replay batch;
 - `commits`: when and how the active tasks commit, side by side;
 - `consumers`: the four consumers; `active_consumer` (assignment, expansion barriers,
@@ -19,7 +19,8 @@ One module per concept, behind this surface:
   in their parents; `barriers`: the expansion barriers' view;
 - `bulk_path`: the Spark bulk catch-up of a fresh replica's backlog;
 - `stores`: the task stores, closed off the loop; `jobs`: one job instance per task;
-- `dead_letters`: the dead-letter topic; `reports`: the task reports, store sizes;
+- `dead_letters`: the dead-letter topic; `reports`: the task reports and their roles,
+  store sizes;
 - `preflight`: what the broker is asked before any task starts (transaction timeout,
   ACLs), so a refusal it would keep giving is named at once.
 """
