@@ -57,8 +57,7 @@ from processor.runtime.stores import TaskStores
 from processor.transaction import resettle, written_topics
 from store import Store
 
-__all__ = ["STABLE_T1_WAIT_S", "Activation", "Activations", "Fenced", "Fencer", "ReplayStep",
-           "StoreAheadError", "close_when_done"]
+__all__ = ["Activation", "Activations", "Fencer", "ReplayStep", "StoreAheadError"]
 
 log = logging.getLogger("baton.processor.runtime")
 
